@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The README's quick start, on a fresh Debian 12 machine (as root, or with sudo):
+#   bash launcher/quickstart.sh run    packages, build, default model, then the main job:
+#                                      a 2-rank generation (GPUs when present, else CPUs)
+#   bash launcher/quickstart.sh test   packages, build, default model, then the whole test suite
+# Environment: BUILD_DIR (default <repo>/build), CONFIGURE_FLAGS (extra configure flags),
+# FUZZ_SECONDS (per fuzz target in test mode, default 20; 0 skips fuzzing).
+set -euo pipefail
+mode=${1:-run}
+case $mode in run | test) ;; *) echo "usage: $0 run|test" >&2; exit 2 ;; esac
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$top/build}
+jobs=$(nproc)
+
+packages=(build-essential autoconf automake pkg-config openmpi-bin libopenmpi-dev hwloc
+    libhwloc-dev libcunit1-dev libjansson-dev libpcre2-dev jq python3 python3-pip)
+[ "$mode" = test ] && packages+=(clang libclang-rt-14-dev valgrind)
+
+install_packages() {
+    local missing=()
+    for p in "${packages[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo=sudo
+    echo "quickstart: installing ${missing[*]}" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+build_lockstep() {
+    (cd "$top" && [ -x configure ] && [ configure -nt configure.ac ] || ./autogen.sh >/dev/null)
+    mkdir -p "$build"
+    cd "$build"
+    if [ ! -f Makefile ] || [ "$top/configure" -nt config.status ]; then
+        # shellcheck disable=SC2086
+        "$top/configure" -q ${CONFIGURE_FLAGS:-}
+    fi
+    make -j"$jobs" >/dev/null
+    make -j"$jobs" check TESTS= >/dev/null # builds the test programs too, runs nothing
+}
+
+install_packages
+build_lockstep
+model=$("$top/launcher/fetch-model.sh")
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export LOCKSTEP="$build/lockstep"
+
+if [ "$mode" = run ]; then
+    echo "quickstart: default model $model" >&2
+    exec "$top/launcher/lockstep-run" --tp 2 -- info
+fi
+
+# ---- test mode ----
+cd "$build"
+export LOCKSTEP_MODEL="$model"
+status=0
+make -j"$jobs" check 2>&1 | tee "$build/check.out" || status=$?
+total=$(sed -n 's/^# TOTAL: *//p' "$build/check.out" | tail -n1)
+pass=$(sed -n 's/^# PASS: *//p' "$build/check.out" | tail -n1)
+skipped=$(sed -n 's/^# SKIP: *//p' "$build/check.out" | tail -n1)
+failed=$(($(sed -n 's/^# FAIL: *//p' "$build/check.out" | tail -n1) + $(sed -n 's/^# ERROR: *//p' "$build/check.out" | tail -n1)))
+[ "$status" -ne 0 ] && [ -f test-suite.log ] && grep -B2 -A30 '^FAIL\|^ERROR' test-suite.log | head -n 200
+echo "tests: ${pass:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped (of ${total:-0})"
+exit "$status"

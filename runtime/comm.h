@@ -1,0 +1,35 @@
+/* The collectives of tensor parallelism behind one interface with two implementations: MPI on
+ * CPU runs (buffers in host memory) and NCCL on GPU runs (buffers in device memory, enqueued on
+ * a CUDA stream, so they can be captured into a CUDA graph).
+ *
+ * Invariant: after allreduce_sum every rank holds bitwise the same values. NCCL gives that for
+ * its ring/tree algorithms; the MPI version reduces to rank 0 in a fixed order and broadcasts,
+ * rather than trusting MPI_Allreduce, whose algorithms may round differently per rank. */
+#ifndef LOCKSTEP_COMM_H
+#define LOCKSTEP_COMM_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+enum ls_dtype { LS_F32, LS_BF16, LS_I32 };
+
+struct ls_comm {
+    const char *name; /* "mpi" or "nccl" */
+    int rank, size;
+    /* in place; stream is a cudaStream_t for NCCL, ignored by MPI */
+    void (*allreduce_sum)(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t, void *stream);
+    void (*bcast)(struct ls_comm *c, void *buf, size_t bytes, int root, void *stream);
+    void (*barrier)(struct ls_comm *c);
+    void (*destroy)(struct ls_comm *c);
+    void *impl;
+};
+
+/* CPU collectives over a duplicate of `world` (dtype LS_F32 or LS_I32) */
+struct ls_comm *ls_comm_mpi_create(MPI_Comm world);
+/* NCCL communicator for device `dev`: rank 0 makes the unique id, MPI_Bcast shares it.
+ * Returns NULL in CPU-only builds. */
+struct ls_comm *ls_comm_nccl_create(MPI_Comm world, int dev);
+
+size_t ls_dtype_size(enum ls_dtype t);
+
+#endif

@@ -1,0 +1,86 @@
+/* See log.h. One line per message, written with a single fprintf so lines of different
+ * ranks do not interleave mid-line when mpirun merges their output. */
+#include "config.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int self_rank = -1;
+static char self_host[64];
+
+int ls_env_rank(void)
+{
+    static const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return -1;
+}
+
+void ls_set_identity(int rank, const char *host)
+{
+    self_rank = rank;
+    snprintf(self_host, sizeof self_host, "%s", host);
+}
+
+int ls_self_rank(void)
+{
+    if (self_rank >= 0) return self_rank;
+    int r = ls_env_rank();
+    return r < 0 ? 0 : r;
+}
+
+const char *ls_self_host(void)
+{
+    if (!self_host[0]) {
+        if (gethostname(self_host, sizeof self_host) != 0) strcpy(self_host, "?");
+        self_host[sizeof self_host - 1] = 0;
+    }
+    return self_host;
+}
+
+void ls_print0(const char *fmt, ...)
+{
+    if (ls_self_rank() != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+}
+
+void ls_eprint0(const char *fmt, ...)
+{
+    if (ls_self_rank() != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+void ls_verror(const char *prefix, const char *fmt, va_list ap)
+{
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    fprintf(stderr, "lockstep: rank %d@%s: %s%s\n", ls_self_rank(), ls_self_host(), prefix, msg);
+    fflush(stderr);
+}
+
+void ls_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ls_verror("", fmt, ap);
+    va_end(ap);
+}
+
+void ls_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ls_verror("warning: ", fmt, ap);
+    va_end(ap);
+}

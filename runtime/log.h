@@ -1,0 +1,24 @@
+/* Printing for a job of many ranks: results on rank 0 only, errors from every rank that has one,
+ * always naming the rank and host. Before MPI is up the rank comes from the launcher's
+ * environment (Open MPI, PMIx, Slurm), so even argument errors name it. */
+#ifndef LOCKSTEP_LOG_H
+#define LOCKSTEP_LOG_H
+
+#include <stdarg.h>
+
+void ls_set_identity(int rank, const char *host);
+int ls_self_rank(void);
+const char *ls_self_host(void);
+/* the rank the launcher gave this process, or -1 when not launched by one */
+int ls_env_rank(void);
+
+/* stdout, rank 0 only */
+void ls_print0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* stderr, rank 0 only */
+void ls_eprint0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* stderr, any rank: "lockstep: rank R@host: <msg>" */
+void ls_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ls_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void ls_verror(const char *prefix, const char *fmt, va_list ap);
+
+#endif

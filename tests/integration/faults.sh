@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A rank that fails while the others wait in a collective must end the whole job, non-zero,
+# with a message naming that rank: a crash (signal), an exit without MPI_Finalize, an input
+# error agreed by all ranks, and a failed MPI call. TEST_TIMEOUT turns a hang into a failure.
+. "$(dirname "$0")/lib.sh"
+TEST_TIMEOUT=60
+
+for np in 2 3; do
+    victim=$((np - 1))
+    run_mpi $np "$LOCKSTEP" selftest signal --rank $victim
+    check "signal on rank $victim of $np: job ends non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+    check "signal on rank $victim of $np: message names the rank and signal" err_has "rank $victim@.*fatal signal 11"
+
+    run_mpi $np "$LOCKSTEP" selftest exit --rank $victim
+    check "exit without finalize on rank $victim of $np: job ends non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+
+    run_mpi $np "$LOCKSTEP" selftest error --rank $victim
+    check "input error on rank $victim of $np: every rank exits non-zero" test "$rc" -ne 0 -a "$rc" -ne 124
+    check "input error on rank $victim of $np: the rank names itself" err_has "rank $victim@.*drill error"
+    check "input error on rank $victim of $np: rank 0 names the failed rank" err_has "rank 0@.*stopping: rank $victim reported an error"
+
+    run_mpi $np "$LOCKSTEP" selftest check --rank $victim
+    check "failed MPI call on rank $victim of $np: job ends non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+    check "failed MPI call on rank $victim of $np: rank, file:line, call and error" \
+        err_has "rank $victim@.*selftest.c:[0-9]*: MPI_Send(.*): MPI_ERR_COUNT"
+done
+done_testing

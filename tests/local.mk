@@ -1,0 +1,11 @@
+# tests/: TAP everywhere. Unit tests are CUnit programs that link only the sources they test
+# (plus tests/unit/cunit_tap.c); integration tests are shell scripts run through mpirun on CPUs.
+EXTRA_DIST += tests/integration/lib.sh
+TESTS += tests/integration/info.sh tests/integration/cli_errors.sh tests/integration/faults.sh
+
+check_PROGRAMS += tests/unit/test_bootstrap
+tests_unit_test_bootstrap_SOURCES = tests/unit/test_bootstrap.c tests/unit/cunit_tap.c \
+	tests/unit/cunit_tap.h runtime/bootstrap.c runtime/args.c runtime/log.c runtime/check.c runtime/gpu.c
+tests_unit_test_bootstrap_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+tests_unit_test_bootstrap_LDADD = $(CUNIT_LIBS) $(MPI_LIBS) $(HWLOC_LIBS) $(CUDA_LIBS) -lm
+TESTS += tests/unit/test_bootstrap
