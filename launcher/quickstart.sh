@@ -49,7 +49,12 @@ export LOCKSTEP="$build/lockstep"
 
 if [ "$mode" = run ]; then
     echo "quickstart: default model $model" >&2
-    exec "$top/launcher/lockstep-run" --tp 2 -- info
+    devices=--cpu
+    if command -v nvidia-smi >/dev/null 2>&1 && [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+        devices=""
+    fi
+    # shellcheck disable=SC2086
+    exec "$top/launcher/lockstep-run" --tp 2 $devices -- info
 fi
 
 # ---- test mode ----
