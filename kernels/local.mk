@@ -1,4 +1,6 @@
-# kernels/: CUDA C kernel families, each with an extern "C" launcher in a C header.
+# kernels/: CPU reference kernels (the CPU backend) and CUDA C kernel families, each with an
+# extern "C" launcher in a C header.
+liblockstep_a_SOURCES += kernels/ref.c kernels/ref.h
 if HAVE_CUDA
 liblockstep_a_SOURCES += kernels/selftest.cu kernels/selftest.h
 endif

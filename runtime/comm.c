@@ -54,6 +54,15 @@ static void mpi_bcast(struct ls_comm *c, void *buf, size_t bytes, int root, void
     }
 }
 
+static void mpi_allgather(struct ls_comm *c, const void *send, void *recv, size_t count, enum ls_dtype t,
+                          void *stream)
+{
+    (void)stream;
+    if (count > (size_t)1 << 30) ls_die(__FILE__, __LINE__, "mpi_allgather", "count exceeds MPI's int range");
+    CHECK_MPI(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
+                            ((struct mpi_comm *)c->impl)->comm));
+}
+
 static void mpi_barrier(struct ls_comm *c)
 {
     CHECK_MPI(MPI_Barrier(((struct mpi_comm *)c->impl)->comm));
@@ -79,6 +88,7 @@ struct ls_comm *ls_comm_mpi_create(MPI_Comm world)
     c->name = "mpi";
     c->allreduce_sum = mpi_allreduce;
     c->bcast = mpi_bcast;
+    c->allgather = mpi_allgather;
     c->barrier = mpi_barrier;
     c->destroy = mpi_destroy;
     c->impl = m;
@@ -110,6 +120,13 @@ static void nccl_bcast(struct ls_comm *c, void *buf, size_t bytes, int root, voi
 {
     struct nccl_comm *n = c->impl;
     CHECK_NCCL(ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->comm, (cudaStream_t)stream));
+}
+
+static void nccl_allgather(struct ls_comm *c, const void *send, void *recv, size_t count, enum ls_dtype t,
+                           void *stream)
+{
+    struct nccl_comm *n = c->impl;
+    CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(t), n->comm, (cudaStream_t)stream));
 }
 
 static void nccl_barrier(struct ls_comm *c)
@@ -148,6 +165,7 @@ struct ls_comm *ls_comm_nccl_create(MPI_Comm world, int dev)
     c->name = "nccl";
     c->allreduce_sum = nccl_allreduce;
     c->bcast = nccl_bcast;
+    c->allgather = nccl_allgather;
     c->barrier = nccl_barrier;
     c->destroy = nccl_destroy;
     c->impl = n;

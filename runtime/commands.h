@@ -7,5 +7,7 @@ int cmd_info(int argc, char **argv);     /* runtime/info.c: placement and versio
 int cmd_plan(int argc, char **argv);     /* shard/plan_cli.c: the shard plan for a shape and TP */
 int cmd_launch(int argc, char **argv);   /* launcher/launch.c: compose and run mpirun */
 int cmd_selftest(int argc, char **argv); /* runtime/selftest.c: fault drills for the tests */
+int cmd_generate(int argc, char **argv); /* runtime/generate_cli.c: one prompt, streamed text */
+int cmd_batch(int argc, char **argv);    /* runtime/batch.c: JSONL prompts in, JSONL results out */
 
 #endif

@@ -1,4 +1,4 @@
-# runtime/: CLI, bootstrap, communicators, logging.
+# runtime/: CLI, bootstrap, communicators, logging, model, engine, sampler.
 liblockstep_a_SOURCES += \
 	runtime/log.c runtime/log.h \
 	runtime/check.c runtime/check.h \
@@ -6,4 +6,11 @@ liblockstep_a_SOURCES += \
 	runtime/bootstrap.c runtime/bootstrap.h \
 	runtime/gpu.c runtime/gpu.h \
 	runtime/comm.c runtime/comm.h \
-	runtime/info.c runtime/selftest.c runtime/commands.h
+	runtime/info.c runtime/selftest.c runtime/commands.h \
+	runtime/model_config.h runtime/model.c runtime/model.h \
+	runtime/backend.h runtime/backend_cpu.c \
+	runtime/engine.c runtime/engine.h \
+	runtime/sampler.c runtime/sampler.h \
+	runtime/generate.c runtime/generate.h \
+	runtime/run_common.c runtime/run_common.h \
+	runtime/generate_cli.c runtime/batch.c

@@ -1,6 +1,6 @@
 # tests/: TAP everywhere. Unit tests are CUnit programs that link only the sources they test
 # (plus tests/unit/cunit_tap.c); integration tests are shell scripts run through mpirun on CPUs.
-EXTRA_DIST += tests/integration/lib.sh
+EXTRA_DIST += tests/integration/lib.sh tests/fixtures
 TESTS += tests/integration/info.sh tests/integration/cli_errors.sh tests/integration/faults.sh
 
 check_PROGRAMS += tests/unit/test_bootstrap
@@ -9,3 +9,11 @@ tests_unit_test_bootstrap_SOURCES = tests/unit/test_bootstrap.c tests/unit/cunit
 tests_unit_test_bootstrap_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 tests_unit_test_bootstrap_LDADD = $(CUNIT_LIBS) $(MPI_LIBS) $(HWLOC_LIBS) $(CUDA_LIBS) -lm
 TESTS += tests/unit/test_bootstrap
+
+check_PROGRAMS += tests/unit/test_sampler
+tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c tests/unit/cunit_tap.c runtime/sampler.c
+tests_unit_test_sampler_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+tests_unit_test_sampler_LDADD = $(CUNIT_LIBS) -lm
+TESTS += tests/unit/test_sampler
+TESTS += tests/integration/tiny_models.sh
+TESTS += tests/integration/smollm2.sh tests/integration/generate.sh

@@ -21,7 +21,7 @@ check() {
     shift
     if "$@"; then ok "$desc"; else
         not_ok "$desc"
-        { echo "--- stdout"; tail -n 20 "$tmp/out" 2>/dev/null; echo "--- stderr"; tail -n 20 "$tmp/err" 2>/dev/null; } | diag
+        { echo "--- stdout"; tail -n 20 "$tmp/out" 2>/dev/null; echo "--- stderr"; tail -n 20 "$tmp/err" 2>/dev/null; } | cut -c1-400 | diag
     fi
 }
 # run CMD... with stdout, stderr, status in $tmp/out, $tmp/err, $rc (never fails itself)
@@ -35,6 +35,9 @@ run_mpi() {
     shift
     run "$MPIRUN" -np "$np" --oversubscribe --bind-to none "$@"
 }
+num_le() { jq -en "($1) <= ($2)" >/dev/null 2>&1; }
+# jq_file FILE COND: FILE parses as JSON values (e.g. JSON lines) and COND holds for at least one
+jq_file() { jq -se "length > 0 and any(.[]; $2)" "$1" >/dev/null 2>&1; }
 jq_ok() { jq -e "$1" "$tmp/out" >/dev/null 2>&1; }
 out_has() { grep -q -- "$1" "$tmp/out"; }
 err_has() { grep -q -- "$1" "$tmp/err"; }

@@ -1,0 +1,41 @@
+/* CPU reference implementations of every operation of the forward pass, in fp32. They are the
+ * CPU backend's kernels and the reference the CUDA kernels are tested against. Shapes are
+ * row-major; T is the number of token positions processed at once (prompt length in prefill,
+ * 1 in decode). Multi-threaded with OpenMP over independent rows; results do not depend on the
+ * thread count (each output element is computed by one thread in a fixed order). */
+#ifndef LOCKSTEP_KERNELS_REF_H
+#define LOCKSTEP_KERNELS_REF_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* out[t] = table[ids[t]]: [T][dim] */
+void ref_embed(float *out, const float *table, const int *ids, int T, int dim);
+/* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of dim; out may alias x */
+void ref_rmsnorm(float *out, const float *x, const float *w, int rows, int dim, float eps);
+/* out[T][n] = in[T][k] . W[n][k]^T (+ bias[n]) */
+void ref_matmul(float *out, const float *in, const float *W, const float *bias, int T, int k, int n);
+/* x[T][heads][hd] rotated in place; positions pos[T]; inv_freq[hd/2]; interleaved: pairs
+ * (2i, 2i+1), else (i, i + hd/2) */
+void ref_rope(float *x, const int *pos, int T, int heads, int hd, const float *inv_freq, int interleaved);
+/* Causal attention of T new positions [pos0, pos0 + T) over a cache holding positions
+ * [0, pos0 + T): q[T][hq][hd], kc/vc[ctx][hkv][hd] (rows of the cache for positions), out
+ * [T][hq][hd]. q head h uses kv head kv_of[h]. */
+void ref_attention(float *out, const float *q, const float *kc, const float *vc, int pos0, int T,
+                   int hq, int hkv, int hd, const int *kv_of);
+/* out[i] = silu(gate[i]) * up[i] */
+void ref_swiglu(float *out, const float *gate, const float *up, size_t n);
+/* x[i] += y[i] */
+void ref_add(float *x, const float *y, size_t n);
+/* RoPE inverse frequencies, with llama3 or linear scaling applied as Hugging Face does */
+void ref_rope_inv_freq(float *inv_freq, int hd, float theta, int scaling, float factor,
+                       float low_freq_factor, float high_freq_factor, int orig_max_pos);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

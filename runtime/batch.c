@@ -1,0 +1,319 @@
+/* lockstep batch: one JSON object per input line, one per output line, in order. Rank 0 reads
+ * each line and broadcasts it; every rank parses it the same way, so a bad line is an error
+ * object for that line (never a dead job) and a good one a generation in lockstep. Rank 0
+ * writes and flushes each result before starting the next, so a killed job keeps what it
+ * finished. Per-line fields override the command-line defaults. */
+#include "config.h"
+#include "args.h"
+#include "chat.h"
+#include "check.h"
+#include "commands.h"
+#include "log.h"
+#include "run_common.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { OPT_INPUT = 1400, OPT_OUTPUT, OPT_CHAT };
+
+static const char batch_help[] =
+    "usage: lockstep batch -m MODEL --input prompts.jsonl --output out.jsonl [defaults]\n"
+    "Each input line: {\"id\": ..., \"prompt\": \"...\"} or {\"id\": ..., \"messages\": [{\"role\":\n"
+    "\"user\", \"content\": \"...\"}]}, optionally with max_tokens, temperature, top_k, top_p, min_p,\n"
+    "repetition_penalty, presence_penalty, frequency_penalty, seed, stop (string or list).\n"
+    "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"finish_reason\"}\n"
+    "or {\"id\", \"error\"} for a line that could not be run.\n"
+    "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
+    "  --input FILE         JSONL prompts ('-' for stdin)\n"
+    "  --output FILE        JSONL results, written as they finish ('-' for stdout)\n"
+    "  -n, --max-tokens N   default budget per prompt (256)\n"
+    "  --chat               apply the chat template to \"prompt\" lines too\n" RC_SAMPLING_HELP LS_COMMON_HELP;
+
+/* ids of the request's prompt; -1 with err naming the field */
+static int request_ids(const struct ls_model *m, json_t *req, int chat_default, int **out, int *n, char *err,
+                       size_t errlen)
+{
+    json_t *prompt = json_object_get(req, "prompt"), *messages = json_object_get(req, "messages");
+    if (!m->tok) {
+        snprintf(err, errlen, "the model has no tokenizer");
+        return -1;
+    }
+    if (!prompt == !messages) {
+        snprintf(err, errlen, "expected exactly one of \"prompt\" (a string) and \"messages\" (a list)");
+        return -1;
+    }
+    char *text = NULL;
+    int chat = messages != NULL || chat_default;
+    if (prompt && !json_is_string(prompt)) {
+        snprintf(err, errlen, "field \"prompt\": expected a string");
+        return -1;
+    }
+    if (chat) {
+        struct chat_msg msgs[64];
+        int k = 0;
+        if (messages) {
+            if (!json_is_array(messages) || json_array_size(messages) == 0 || json_array_size(messages) > 64) {
+                snprintf(err, errlen, "field \"messages\": expected a list of 1 to 64 {\"role\", \"content\"} objects");
+                return -1;
+            }
+            size_t i;
+            json_t *msg;
+            json_array_foreach(messages, i, msg) {
+                json_t *role = json_object_get(msg, "role"), *content = json_object_get(msg, "content");
+                if (!json_is_string(role) || !json_is_string(content)) {
+                    snprintf(err, errlen, "field \"messages\"[%zu]: expected {\"role\": string, \"content\": string}", i);
+                    return -1;
+                }
+                msgs[k++] = (struct chat_msg){.role = json_string_value(role), .content = json_string_value(content)};
+            }
+        } else {
+            msgs[k++] = (struct chat_msg){.role = "user", .content = json_string_value(prompt)};
+        }
+        if (chat_render(chat_detect(tok_chat_template(m->tok)), msgs, k, 1, &text, err, errlen) < 0) return -1;
+    }
+    const char *src = text ? text : json_string_value(prompt);
+    size_t len = text ? strlen(text) : json_string_length(prompt);
+    int count = tok_encode(m->tok, src, len, !chat, chat, NULL, 0, err, errlen);
+    if (count >= 0) {
+        int32_t *ids32 = malloc((size_t)(count + 1) * sizeof *ids32);
+        *out = malloc((size_t)(count + 1) * sizeof **out);
+        CHECK_ALLOC(ids32);
+        CHECK_ALLOC(*out);
+        count = tok_encode(m->tok, src, len, !chat, chat, ids32, count + 1, err, errlen);
+        for (int i = 0; i < count; i++) (*out)[i] = ids32[i];
+        free(ids32);
+        *n = count;
+    }
+    free(text);
+    return count < 0 ? -1 : 0;
+}
+
+static int num_field(json_t *req, const char *key, double lo, double hi, int integer, double *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(req, key);
+    if (!v) return 0;
+    if (!json_is_number(v) || (integer && !json_is_integer(v))) {
+        snprintf(err, errlen, "field \"%s\": expected %s", key, integer ? "an integer" : "a number");
+        return -1;
+    }
+    double d = json_number_value(v);
+    if (d < lo || d > hi) {
+        snprintf(err, errlen, "field \"%s\": expected %g..%g, found %g", key, lo, hi, d);
+        return -1;
+    }
+    *out = d;
+    return 1;
+}
+
+/* the request's parameters over the defaults; stop strings point into req */
+static int request_params(json_t *req, const struct ls_gen_params *dflt, struct ls_gen_params *p, char *err,
+                          size_t errlen)
+{
+    *p = *dflt;
+    struct ls_sampling *s = &p->sampling;
+    double d;
+    int r;
+    if ((r = num_field(req, "max_tokens", 0, 1 << 24, 1, &d, err, errlen)) < 0) return -1;
+    if (r) p->max_tokens = (int)d;
+    if ((r = num_field(req, "temperature", 0, 100, 0, &d, err, errlen)) < 0) return -1;
+    if (r) s->temperature = (float)d;
+    if ((r = num_field(req, "top_k", 0, 1 << 24, 1, &d, err, errlen)) < 0) return -1;
+    if (r) s->top_k = (int)d;
+    if ((r = num_field(req, "top_p", 0, 1, 0, &d, err, errlen)) < 0) return -1;
+    if (r) s->top_p = (float)d;
+    if ((r = num_field(req, "min_p", 0, 1, 0, &d, err, errlen)) < 0) return -1;
+    if (r) s->min_p = (float)d;
+    if ((r = num_field(req, "repetition_penalty", 0, 100, 0, &d, err, errlen)) < 0) return -1;
+    if (r) s->repetition_penalty = (float)d;
+    if ((r = num_field(req, "presence_penalty", -100, 100, 0, &d, err, errlen)) < 0) return -1;
+    if (r) s->presence_penalty = (float)d;
+    if ((r = num_field(req, "frequency_penalty", -100, 100, 0, &d, err, errlen)) < 0) return -1;
+    if (r) s->frequency_penalty = (float)d;
+    json_t *seed = json_object_get(req, "seed");
+    if (seed) {
+        if (!json_is_integer(seed) || json_integer_value(seed) < 0) {
+            snprintf(err, errlen, "field \"seed\": expected a non-negative integer");
+            return -1;
+        }
+        s->seed = (uint64_t)json_integer_value(seed);
+    }
+    json_t *stop = json_object_get(req, "stop");
+    if (stop) {
+        p->n_stops = 0;
+        if (json_is_string(stop)) {
+            p->stops[p->n_stops++] = json_string_value(stop);
+        } else if (json_is_array(stop) && json_array_size(stop) <= LS_MAX_STOPS) {
+            size_t i;
+            json_t *x;
+            json_array_foreach(stop, i, x) {
+                if (!json_is_string(x) || !json_string_length(x)) {
+                    snprintf(err, errlen, "field \"stop\"[%zu]: expected a non-empty string", i);
+                    return -1;
+                }
+                p->stops[p->n_stops++] = json_string_value(x);
+            }
+        } else {
+            snprintf(err, errlen, "field \"stop\": expected a string or a list of at most %d strings", LS_MAX_STOPS);
+            return -1;
+        }
+    }
+    return ls_sampling_validate(s, err, errlen);
+}
+
+static void write_line(FILE *out, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    fprintf(out, "%s\n", s);
+    fflush(out);
+    free(s);
+}
+
+int cmd_batch(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'}, {"input", required_argument, NULL, OPT_INPUT},
+        {"output", required_argument, NULL, OPT_OUTPUT}, {"max-tokens", required_argument, NULL, 'n'},
+        {"chat", no_argument, NULL, OPT_CHAT}, {"help", no_argument, NULL, 'h'},
+        RC_SAMPLING_LONGOPTS, LS_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    struct ls_common_opts common;
+    ls_common_defaults(&common);
+    struct ls_gen_params dflt;
+    ls_gen_defaults(&dflt);
+    const char *model = NULL, *in_path = NULL, *out_path = NULL;
+    int chat = 0, max_ctx = 0, reset = 1, opt, rc;
+    long v;
+    char err[1024];
+    while ((opt = ls_getopt(argc, argv, "m:n:h", longopts, &reset, err, sizeof err)) != -1) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case OPT_INPUT: in_path = optarg; break;
+        case OPT_OUTPUT: out_path = optarg; break;
+        case OPT_CHAT: chat = 1; break;
+        case 'n':
+            if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err)) return ls_usage_error("batch", err);
+            dflt.max_tokens = (int)v;
+            break;
+        case 'h': ls_print0("%s", batch_help); return 0;
+        case '?': return ls_usage_error("batch", err);
+        default:
+            rc = rc_sampling_opt(opt, optarg, &dflt, &max_ctx, err, sizeof err);
+            if (rc == 1) rc = ls_common_opt(opt, optarg, &common, err, sizeof err);
+            if (rc != 0) return ls_usage_error("batch", err);
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
+        return ls_usage_error("batch", err);
+    }
+    if (!model) return ls_usage_error("batch", "missing --model (-m)");
+    if (!in_path) return ls_usage_error("batch", "missing --input");
+    if (!out_path) return ls_usage_error("batch", "missing --output");
+
+    struct rc_job j;
+    rc_job_start(&j, &argc, &argv, &common, model, max_ctx, 256);
+    FILE *in = NULL, *out = NULL;
+    int ok = 1;
+    if (j.ctx.rank == 0) {
+        in = strcmp(in_path, "-") ? fopen(in_path, "r") : stdin;
+        if (!in) {
+            ls_error("batch: --input %s: %s", in_path, strerror(errno));
+            ok = 0;
+        } else {
+            out = strcmp(out_path, "-") ? fopen(out_path, "w") : stdout;
+            if (!out) {
+                ls_error("batch: --output %s: %s", out_path, strerror(errno));
+                ok = 0;
+            }
+        }
+    }
+    if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
+
+    char *line = NULL;
+    size_t cap = 0;
+    long lineno = 0, n_ok = 0, n_err = 0, toks = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        long long len = -1;
+        if (j.ctx.rank == 0) {
+            ssize_t k = getline(&line, &cap, in);
+            len = k;
+        }
+        CHECK_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+        if (len < 0) break;
+        if (j.ctx.rank != 0 && (size_t)len + 1 > cap) {
+            cap = (size_t)len + 1;
+            line = realloc(line, cap);
+            CHECK_ALLOC(line);
+        }
+        CHECK_MPI(MPI_Bcast(line, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD));
+        line[len] = 0;
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0) continue;
+
+        json_error_t jerr;
+        json_t *req = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *id = req ? json_object_get(req, "id") : NULL;
+        json_t *res = json_object();
+        json_object_set(res, "id", id ? id : json_null());
+        struct ls_gen_params p;
+        int *ids = NULL, n_ids = 0;
+        int good = 1;
+        if (!req) {
+            snprintf(err, sizeof err, "line %ld: not JSON: %s (column %d)", lineno, jerr.text, jerr.column);
+            good = 0;
+        } else if (!json_is_object(req)) {
+            snprintf(err, sizeof err, "line %ld: expected a JSON object", lineno);
+            good = 0;
+        } else {
+            char e2[900];
+            if (request_params(req, &dflt, &p, e2, sizeof e2) != 0 ||
+                request_ids(j.model, req, chat, &ids, &n_ids, e2, sizeof e2) != 0) {
+                snprintf(err, sizeof err, "line %ld: %s", lineno, e2);
+                good = 0;
+            }
+        }
+        struct ls_gen_result r;
+        memset(&r, 0, sizeof r);
+        if (good) {
+            char e2[900];
+            if (ls_generate(j.engine, j.model, ids, n_ids, &p, &r, e2, sizeof e2) != 0) {
+                snprintf(err, sizeof err, "line %ld: %s", lineno, e2);
+                good = 0;
+            }
+        }
+        if (good) {
+            json_object_set_new(res, "text", json_string(r.text));
+            json_object_set_new(res, "prompt_tokens", json_integer(r.n_prompt));
+            json_object_set_new(res, "completion_tokens", json_integer(r.n_gen));
+            json_object_set_new(res, "finish_reason", json_string(r.finish));
+            n_ok++;
+            toks += r.n_gen;
+        } else {
+            json_object_set_new(res, "error", json_string(err));
+            n_err++;
+        }
+        if (j.ctx.rank == 0) write_line(out, res);
+        json_decref(res);
+        json_decref(req);
+        ls_gen_result_free(&r);
+        free(ids);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (j.ctx.rank == 0) {
+        fprintf(stderr, "lockstep: batch: %ld lines, %ld done, %ld errors, %ld tokens generated in %.2f s\n",
+                n_ok + n_err, n_ok, n_err, toks, dt);
+        if (in != stdin) fclose(in);
+        if (out != stdout) fclose(out);
+    }
+    free(line);
+    rc_job_end(&j);
+    return 0;
+}

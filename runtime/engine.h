@@ -1,0 +1,27 @@
+/* The forward pass of one rank over its shard, in lockstep with the other ranks: every rank
+ * runs the same steps on the same tokens, the two all-reduces per layer make the residual
+ * stream identical everywhere, and the LM head's vocab slices are all-gathered so every rank
+ * holds the same full row of logits (and so samples the same token). All buffers, the KV cache
+ * included, are allocated once in ls_engine_new. */
+#ifndef LOCKSTEP_ENGINE_H
+#define LOCKSTEP_ENGINE_H
+
+#include "backend.h"
+#include "comm.h"
+#include "model.h"
+
+struct ls_engine;
+
+/* max_ctx: KV cache length in tokens; max_batch: positions per forward call (prefill chunk) */
+struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const struct ls_backend *be,
+                                int max_ctx, int max_batch, char *err, size_t errlen);
+void ls_engine_free(struct ls_engine *e);
+/* forget the context: the next token goes to position 0 */
+void ls_engine_reset(struct ls_engine *e);
+int ls_engine_pos(const struct ls_engine *e);
+int ls_engine_max_ctx(const struct ls_engine *e);
+/* Runs ids[0..n) at the current position (in chunks of max_batch), leaves the logits of the
+ * last one in logits[vocab] (host) on every rank. Returns 0, or -1 when the context is full. */
+int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits);
+
+#endif

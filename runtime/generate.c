@@ -1,0 +1,206 @@
+/* See generate.h. Stop strings: generated text is held back while its tail could still be the
+ * start of a stop string, so a stop string is never printed, even partly. */
+#include "config.h"
+#include "generate.h"
+#include "check.h"
+#include "tokenizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void ls_gen_defaults(struct ls_gen_params *p)
+{
+    memset(p, 0, sizeof *p);
+    ls_sampling_defaults(&p->sampling);
+    p->max_tokens = 256;
+}
+
+/* text buffer that grows */
+struct sbuf {
+    char *s;
+    size_t n, cap;
+};
+
+static void sbuf_add(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->n + n + 1 > b->cap) {
+        b->cap = (b->n + n + 1) * 2;
+        b->s = realloc(b->s, b->cap);
+        CHECK_ALLOC(b->s);
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+/* length of the longest suffix of text[0..n) that is a proper prefix of a stop string */
+static size_t held_back(const char *text, size_t n, const struct ls_gen_params *p)
+{
+    size_t hold = 0;
+    for (int i = 0; i < p->n_stops; i++) {
+        size_t k = strlen(p->stops[i]);
+        for (size_t len = k - 1; len > hold; len--)
+            if (len <= n && !memcmp(text + n - len, p->stops[i], len)) {
+                hold = len;
+                break;
+            }
+    }
+    return hold;
+}
+
+/* position of the first stop string in text, or -1 */
+static long find_stop(const char *text, const struct ls_gen_params *p)
+{
+    long best = -1;
+    for (int i = 0; i < p->n_stops; i++) {
+        const char *at = strstr(text, p->stops[i]);
+        if (at && (best < 0 || at - text < best)) best = at - text;
+    }
+    return best;
+}
+
+static int is_eos(const struct ls_model *m, int id)
+{
+    for (int i = 0; i < m->cfg.n_eos; i++)
+        if (m->cfg.eos_ids[i] == id) return 1;
+    return 0;
+}
+
+static void record_top(struct ls_gen_result *r, const struct ls_gen_params *p, const float *logits, int V)
+{
+    if (r->top_steps >= p->top_logit_steps || p->top_logits <= 0) return;
+    int K = p->top_logits;
+    int *ids = r->top_ids + (size_t)r->top_steps * K;
+    float *vals = r->top_vals + (size_t)r->top_steps * K;
+    for (int k = 0; k < K; k++) {
+        ids[k] = -1;
+        vals[k] = -INFINITY;
+    }
+    for (int i = 0; i < V; i++) { /* insertion into a sorted top-K, ties to the lower id */
+        if (logits[i] <= vals[K - 1]) continue;
+        int j = K - 1;
+        while (j > 0 && logits[i] > vals[j - 1]) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        vals[j] = logits[i];
+        ids[j] = i;
+    }
+    r->top_steps++;
+}
+
+int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int n_prompt,
+                const struct ls_gen_params *p, struct ls_gen_result *r, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof *r);
+    const int V = m->cfg.vocab, max_ctx = ls_engine_max_ctx(e);
+    if (n_prompt < 1) {
+        snprintf(err, errlen, "the prompt is empty (no tokens)");
+        return -1;
+    }
+    if (n_prompt >= max_ctx) {
+        snprintf(err, errlen, "the prompt has %d tokens but the context holds %d (--max-context); "
+                 "shorten the prompt or raise --max-context", n_prompt, max_ctx);
+        return -1;
+    }
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= V) {
+            snprintf(err, errlen, "prompt token %d: id %d is outside the vocabulary [0, %d)", i, prompt[i], V);
+            return -1;
+        }
+    struct ls_sampler *smp = ls_sampler_new(&p->sampling, V);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int budget = p->max_tokens;
+    if (budget > max_ctx - n_prompt) budget = max_ctx - n_prompt;
+    int *hist = malloc((size_t)(n_prompt + budget + 1) * sizeof *hist);
+    r->ids = malloc((size_t)(budget + 1) * sizeof *r->ids);
+    CHECK_ALLOC(smp);
+    CHECK_ALLOC(logits);
+    CHECK_ALLOC(hist);
+    CHECK_ALLOC(r->ids);
+    if (p->top_logits > 0 && p->top_logit_steps > 0) {
+        r->top_ids = malloc((size_t)p->top_logits * p->top_logit_steps * sizeof *r->top_ids);
+        r->top_vals = malloc((size_t)p->top_logits * p->top_logit_steps * sizeof *r->top_vals);
+        CHECK_ALLOC(r->top_ids);
+        CHECK_ALLOC(r->top_vals);
+    }
+    memcpy(hist, prompt, (size_t)n_prompt * sizeof *hist);
+    r->n_prompt = n_prompt;
+    struct tok_stream *ts = m->tok ? tok_stream_new(m->tok, 1) : NULL;
+    size_t piece_cap = m->tok ? tok_stream_max_out(m->tok) : 0;
+    char *piece = malloc(piece_cap + 1);
+    CHECK_ALLOC(piece);
+    struct sbuf text = {0};
+    size_t emitted = 0; /* bytes of text already written to p->stream */
+    r->finish = "length";
+
+    ls_engine_reset(e);
+    double t0 = now_s();
+    ls_engine_forward(e, prompt, n_prompt, logits);
+    r->prefill_s = now_s() - t0;
+    t0 = now_s();
+    for (int step = 0; step < budget; step++) {
+        record_top(r, p, logits, V);
+        int id = ls_sampler_sample(smp, logits, hist, n_prompt + r->n_gen);
+        if (!p->ignore_eos && is_eos(m, id)) {
+            r->finish = "stop";
+            break;
+        }
+        r->ids[r->n_gen++] = id;
+        hist[n_prompt + r->n_gen - 1] = id;
+        if (ts) {
+            int k = tok_stream_push(ts, id, piece, piece_cap);
+            if (k > 0) sbuf_add(&text, piece, (size_t)k);
+            long stop = p->n_stops && text.s ? find_stop(text.s, p) : -1;
+            if (stop >= 0) {
+                text.n = (size_t)stop;
+                text.s[stop] = 0;
+                r->finish = "stop";
+            }
+            size_t ready = stop >= 0 ? text.n : text.n - held_back(text.s ? text.s : "", text.n, p);
+            if (p->stream && ready > emitted) {
+                fwrite(text.s + emitted, 1, ready - emitted, p->stream);
+                fflush(p->stream);
+                emitted = ready;
+            }
+            if (stop >= 0) break;
+        }
+        if (step + 1 == budget) break;
+        if (ls_engine_forward(e, &id, 1, logits) != 0) break; /* context full */
+    }
+    r->decode_s = now_s() - t0;
+    if (ts) {
+        if (strcmp(r->finish, "stop") || !p->n_stops) {
+            int k = tok_stream_flush(ts, piece, piece_cap);
+            if (k > 0) sbuf_add(&text, piece, (size_t)k);
+        }
+        if (p->stream && text.n > emitted) fwrite(text.s + emitted, 1, text.n - emitted, p->stream);
+        if (p->stream) fflush(p->stream);
+        tok_stream_free(ts);
+    }
+    r->text = text.s ? text.s : strdup("");
+    free(piece);
+    free(hist);
+    free(logits);
+    ls_sampler_free(smp);
+    return 0;
+}
+
+void ls_gen_result_free(struct ls_gen_result *r)
+{
+    free(r->ids);
+    free(r->text);
+    free(r->top_ids);
+    free(r->top_vals);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,42 @@
+/* One generation on an engine: prefill the prompt, then decode token by token until EOS, a stop
+ * string or the token budget. Shared by `lockstep generate` and `lockstep batch`. Every rank
+ * runs it with the same inputs and, holding the same logits, draws the same tokens. */
+#ifndef LOCKSTEP_GENERATE_H
+#define LOCKSTEP_GENERATE_H
+
+#include "engine.h"
+#include "sampler.h"
+
+#include <stdio.h>
+
+#define LS_MAX_STOPS 16
+
+struct ls_gen_params {
+    struct ls_sampling sampling;
+    int max_tokens;
+    int ignore_eos;
+    int n_stops;
+    const char *stops[LS_MAX_STOPS];
+    FILE *stream;        /* text is written here as it is generated (rank 0), or NULL */
+    int top_logits;      /* record the top-K logits ... */
+    int top_logit_steps; /* ... of the first S steps */
+};
+
+struct ls_gen_result {
+    int *ids;            /* [n_gen] generated ids */
+    int n_prompt, n_gen;
+    char *text;          /* generated text, stop string excluded */
+    const char *finish;  /* "stop" (EOS or stop string), "length" (budget or context) */
+    double prefill_s, decode_s;
+    int *top_ids;        /* [top_logit_steps][top_logits] */
+    float *top_vals;
+    int top_steps;       /* steps recorded */
+};
+
+void ls_gen_defaults(struct ls_gen_params *p);
+/* Returns 0, or -1 with err (prompt too long for the context, sampler allocation). */
+int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int n_prompt,
+                const struct ls_gen_params *p, struct ls_gen_result *r, char *err, size_t errlen);
+void ls_gen_result_free(struct ls_gen_result *r);
+
+#endif

@@ -1,0 +1,268 @@
+/* lockstep generate: one prompt, text streamed on rank 0's stdout as it is generated, timing on
+ * stderr. Every rank reads the same prompt (stdin is read by rank 0 and broadcast), encodes it
+ * the same way and runs the same steps. --json prints one object instead, with the ids (and the
+ * top logits of the first steps, for comparisons with a reference). */
+#include "config.h"
+#include "args.h"
+#include "chat.h"
+#include "check.h"
+#include "commands.h"
+#include "log.h"
+#include "run_common.h"
+#include "tokenizer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OPT_CHAT = 1300, OPT_SYSTEM, OPT_PROMPT_IDS, OPT_JSON, OPT_TOP_LOGITS, OPT_TOP_STEPS, OPT_QUIET };
+
+static const char generate_help[] =
+    "usage: lockstep generate -m MODEL -p PROMPT [-n N] [sampling flags] [--chat] [--system S]\n"
+    "Run under mpirun (one rank per GPU, or CPU ranks): rank 0 streams the text to stdout and\n"
+    "the timing to stderr.\n"
+    "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
+    "  -p, --prompt TEXT    the prompt; '-' reads it from stdin\n"
+    "  --prompt-ids LIST    the prompt as token ids, \"1,2,3\" (models without a tokenizer)\n"
+    "  -n, --max-tokens N   tokens to generate at most (default 256)\n"
+    "  --chat               wrap the prompt in the model's chat template (as the user turn)\n"
+    "  --system S           system message for --chat\n"
+    "  --json               print one JSON object (ids, text, timing) instead of streaming\n"
+    "  --top-logits K       with --json: the top K logits of each of the first steps\n"
+    "  --top-logit-steps S  ... of the first S steps (default 4)\n"
+    "  --quiet              no timing line\n" RC_SAMPLING_HELP LS_COMMON_HELP;
+
+static char *read_all(FILE *f, size_t *n)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    CHECK_ALLOC(buf);
+    size_t k;
+    while ((k = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += k;
+        if (cap - len < 2) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            CHECK_ALLOC(buf);
+        }
+    }
+    buf[len] = 0;
+    *n = len;
+    return buf;
+}
+
+/* every rank gets rank 0's bytes */
+static char *bcast_string(char *s, size_t n)
+{
+    long long len = (long long)n;
+    CHECK_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+    if (!s) {
+        s = malloc((size_t)len + 1);
+        CHECK_ALLOC(s);
+    }
+    for (long long done = 0; done < len;) {
+        int k = (int)(len - done < (1 << 30) ? len - done : (1 << 30));
+        CHECK_MPI(MPI_Bcast(s + done, k, MPI_CHAR, 0, MPI_COMM_WORLD));
+        done += k;
+    }
+    s[len] = 0;
+    return s;
+}
+
+static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
+{
+    int cap = 16, k = 0;
+    int *ids = malloc((size_t)cap * sizeof *ids);
+    CHECK_ALLOC(ids);
+    const char *p = s;
+    while (*p) {
+        char *end = NULL;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > (1 << 30)) {
+            snprintf(err, errlen, "--prompt-ids: expected comma-separated token ids, found '%s'", s);
+            free(ids);
+            return -1;
+        }
+        if (k == cap) {
+            cap *= 2;
+            ids = realloc(ids, (size_t)cap * sizeof *ids);
+            CHECK_ALLOC(ids);
+        }
+        ids[k++] = (int)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) {
+            snprintf(err, errlen, "--prompt-ids: expected comma-separated token ids, found '%s'", s);
+            free(ids);
+            return -1;
+        }
+    }
+    *out = ids;
+    *n = k;
+    return 0;
+}
+
+/* The prompt as ids: chat-templated and/or encoded with the model's tokenizer. */
+static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, const char *system, int **out,
+                      int *n, char *err, size_t errlen)
+{
+    if (!m->tok) {
+        snprintf(err, errlen, "%.900s has no tokenizer: give the prompt as --prompt-ids", m->path);
+        return -1;
+    }
+    char *text = NULL;
+    if (chat) {
+        const char *tmpl = tok_chat_template(m->tok);
+        enum chat_format fmt = chat_detect(tmpl);
+        struct chat_msg msgs[2];
+        int k = 0;
+        if (system) msgs[k++] = (struct chat_msg){.role = "system", .content = system};
+        msgs[k++] = (struct chat_msg){.role = "user", .content = prompt};
+        if (chat_render(fmt, msgs, k, 1, &text, err, errlen) < 0) return -1;
+    }
+    const char *src = text ? text : prompt;
+    size_t len = strlen(src);
+    /* chat text holds the template's special tokens; a plain prompt is plain text */
+    int count = tok_encode(m->tok, src, len, !chat, chat, NULL, 0, err, errlen);
+    if (count < 0) {
+        free(text);
+        return -1;
+    }
+    *out = malloc((size_t)(count + 1) * sizeof **out);
+    CHECK_ALLOC(*out);
+    int32_t *ids32 = malloc((size_t)(count + 1) * sizeof *ids32);
+    CHECK_ALLOC(ids32);
+    count = tok_encode(m->tok, src, len, !chat, chat, ids32, count + 1, err, errlen);
+    for (int i = 0; i < count; i++) (*out)[i] = ids32[i];
+    free(ids32);
+    free(text);
+    *n = count;
+    return count < 0 ? -1 : 0;
+}
+
+static void print_json(const struct rc_job *j, const int *prompt, int n_prompt, const struct ls_gen_result *r,
+                       const struct ls_gen_params *p)
+{
+    json_t *o = json_object(), *pi = json_array(), *gi = json_array();
+    for (int i = 0; i < n_prompt; i++) json_array_append_new(pi, json_integer(prompt[i]));
+    for (int i = 0; i < r->n_gen; i++) json_array_append_new(gi, json_integer(r->ids[i]));
+    json_object_set_new(o, "prompt_ids", pi);
+    json_object_set_new(o, "ids", gi);
+    json_object_set_new(o, "text", json_string(r->text));
+    json_object_set_new(o, "finish_reason", json_string(r->finish));
+    json_object_set_new(o, "prompt_tokens", json_integer(r->n_prompt));
+    json_object_set_new(o, "generated_tokens", json_integer(r->n_gen));
+    json_object_set_new(o, "tp", json_integer(j->ctx.size));
+    json_object_set_new(o, "backend", json_string(j->be->name));
+    json_object_set_new(o, "prefill_s", json_real(r->prefill_s));
+    json_object_set_new(o, "decode_s", json_real(r->decode_s));
+    if (r->top_steps) {
+        json_t *steps = json_array();
+        for (int s = 0; s < r->top_steps; s++) {
+            json_t *ids = json_array(), *vals = json_array();
+            for (int k = 0; k < p->top_logits; k++) {
+                json_array_append_new(ids, json_integer(r->top_ids[s * p->top_logits + k]));
+                json_array_append_new(vals, json_real(r->top_vals[s * p->top_logits + k]));
+            }
+            json_array_append_new(steps, json_pack("{s:o, s:o}", "ids", ids, "logits", vals));
+        }
+        json_object_set_new(o, "top_logits", steps);
+    }
+    json_dumpf(o, stdout, JSON_COMPACT);
+    printf("\n");
+    json_decref(o);
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'}, {"prompt", required_argument, NULL, 'p'},
+        {"max-tokens", required_argument, NULL, 'n'}, {"help", no_argument, NULL, 'h'},
+        {"chat", no_argument, NULL, OPT_CHAT}, {"system", required_argument, NULL, OPT_SYSTEM},
+        {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS}, {"json", no_argument, NULL, OPT_JSON},
+        {"top-logits", required_argument, NULL, OPT_TOP_LOGITS},
+        {"top-logit-steps", required_argument, NULL, OPT_TOP_STEPS}, {"quiet", no_argument, NULL, OPT_QUIET},
+        RC_SAMPLING_LONGOPTS, LS_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    struct ls_common_opts common;
+    ls_common_defaults(&common);
+    struct ls_gen_params gp;
+    ls_gen_defaults(&gp);
+    gp.top_logit_steps = 4;
+    const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *system = NULL;
+    int chat = 0, json = 0, quiet = 0, max_ctx = 0, reset = 1, opt, rc;
+    long v;
+    char err[1024];
+    while ((opt = ls_getopt(argc, argv, "m:p:n:h", longopts, &reset, err, sizeof err)) != -1) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'n':
+            if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err)) return ls_usage_error("generate", err);
+            gp.max_tokens = (int)v;
+            break;
+        case 'h': ls_print0("%s", generate_help); return 0;
+        case OPT_CHAT: chat = 1; break;
+        case OPT_SYSTEM: system = optarg; break;
+        case OPT_PROMPT_IDS: ids_arg = optarg; break;
+        case OPT_JSON: json = 1; break;
+        case OPT_QUIET: quiet = 1; break;
+        case OPT_TOP_LOGITS:
+            if (ls_parse_long("--top-logits", optarg, 0, 1000, &v, err, sizeof err)) return ls_usage_error("generate", err);
+            gp.top_logits = (int)v;
+            break;
+        case OPT_TOP_STEPS:
+            if (ls_parse_long("--top-logit-steps", optarg, 0, 1 << 20, &v, err, sizeof err)) return ls_usage_error("generate", err);
+            gp.top_logit_steps = (int)v;
+            break;
+        case '?': return ls_usage_error("generate", err);
+        default:
+            rc = rc_sampling_opt(opt, optarg, &gp, &max_ctx, err, sizeof err);
+            if (rc == 1) rc = ls_common_opt(opt, optarg, &common, err, sizeof err);
+            if (rc != 0) return ls_usage_error("generate", err);
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, sizeof err, "unexpected argument '%s' (quote the prompt: -p \"...\")", argv[optind]);
+        return ls_usage_error("generate", err);
+    }
+    if (!model) return ls_usage_error("generate", "missing --model (-m)");
+    if (!prompt == !ids_arg) return ls_usage_error("generate", "give exactly one of --prompt (-p) and --prompt-ids");
+    if (ids_arg && chat) return ls_usage_error("generate", "--chat needs a text prompt, not --prompt-ids");
+    if (system && !chat) return ls_usage_error("generate", "--system needs --chat");
+
+    struct rc_job j;
+    rc_job_start(&j, &argc, &argv, &common, model, max_ctx, 256);
+    char *text = NULL;
+    if (prompt && !strcmp(prompt, "-")) {
+        size_t n = 0;
+        if (j.ctx.rank == 0) text = read_all(stdin, &n);
+        text = bcast_string(text, n);
+        prompt = text;
+    }
+    int *ids = NULL, n_ids = 0;
+    int ok = (ids_arg ? parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
+                      : prompt_ids(j.model, prompt, chat, system, &ids, &n_ids, err, sizeof err)) == 0;
+    if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);
+    if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
+    gp.stream = j.ctx.rank == 0 && !json ? stdout : NULL;
+    if (!json) gp.top_logits = 0;
+    struct ls_gen_result r;
+    ok = ls_generate(j.engine, j.model, ids, n_ids, &gp, &r, err, sizeof err) == 0;
+    if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);
+    if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
+    if (j.ctx.rank == 0) {
+        if (json) print_json(&j, ids, n_ids, &r, &gp);
+        else printf("\n");
+        fflush(stdout);
+        if (!quiet)
+            fprintf(stderr, "lockstep: %d ranks (%s): prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.2f tok/s); finish: %s\n",
+                    j.ctx.size, j.be->name, r.n_prompt, r.prefill_s, r.n_prompt / (r.prefill_s > 0 ? r.prefill_s : 1e-9),
+                    r.n_gen, r.decode_s, r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_s > 0 ? r.decode_s : 1e-9) : 0.0, r.finish);
+    }
+    ls_gen_result_free(&r);
+    free(ids);
+    free(text);
+    rc_job_end(&j);
+    return 0;
+}

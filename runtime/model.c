@@ -1,0 +1,525 @@
+/* See model.h.
+ *
+ * One table maps each weight to its name in both formats and to how it is sharded, so the
+ * loader is a loop over that table: no per-format code paths beyond the config reader.
+ * GGUF llama checkpoints have their Q/K rows permuted by the converter (rotary pairs
+ * interleaved); rather than undo that, the config records LS_ROPE_INTERLEAVED and the forward
+ * rotates adjacent pairs. The permutation stays inside each head, so head-wise sharding is
+ * unaffected. Llama-3 rope scaling in GGUF comes as a rope_freqs tensor of per-frequency
+ * divisors; HF checkpoints carry the rope_scaling parameters instead. */
+#include "config.h"
+#include "model.h"
+#include "gguf.h"
+#include "hfconfig.h"
+#include "backend.h"
+#include "kernels/ref.h"
+#include "log.h"
+#include "safetensors.h"
+#include "tokenizer.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct source {
+    struct gguf_file *g;
+    struct st_model *st;
+};
+
+static int src_shape(struct source *s, const char *name, int64_t *rows, int64_t *cols)
+{
+    return s->g ? gguf_tensor_shape(s->g, name, rows, cols) : st_tensor_shape(s->st, name, rows, cols);
+}
+
+static int src_read(struct source *s, const char *name, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                    float *dst, char *err, size_t errlen)
+{
+    return s->g ? gguf_read_f32(s->g, name, r0, nr, c0, nc, dst, err, errlen)
+                : st_read_f32(s->st, name, r0, nr, c0, nc, dst, err, errlen);
+}
+
+/* ---------------------------------------------------------------- config from GGUF ---- */
+
+static int gguf_int(struct gguf_file *g, const char *arch, const char *key, int required, int dflt,
+                    int *out, const char *path, char *err, size_t errlen)
+{
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    uint32_t v = 0;
+    int rc = gguf_get_u32(g, full, &v);
+    if (rc == GGUF_OK && v > 0 && v < (1u << 30)) {
+        *out = (int)v;
+        return 0;
+    }
+    if (rc == GGUF_ENOKEY && !required) {
+        *out = dflt;
+        return 0;
+    }
+    snprintf(err, errlen, "%s: metadata '%s': expected a positive integer, found %s", path, full,
+             rc == GGUF_ENOKEY ? "nothing (missing)" : rc == GGUF_OK ? "an out-of-range value" : "another type");
+    return -1;
+}
+
+static int gguf_float(struct gguf_file *g, const char *arch, const char *key, float dflt, float *out,
+                      const char *path, char *err, size_t errlen)
+{
+    char full[160];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    int rc = gguf_get_f32(g, full, out);
+    if (rc == GGUF_ENOKEY) {
+        *out = dflt;
+        return 0;
+    }
+    if (rc != GGUF_OK || !(*out > 0)) {
+        snprintf(err, errlen, "%s: metadata '%s': expected a positive number", path, full);
+        return -1;
+    }
+    return 0;
+}
+
+static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_model_config *c, char *err,
+                            size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    const char *arch = NULL;
+    if (gguf_get_str(g, "general.architecture", &arch) != GGUF_OK) {
+        snprintf(err, errlen, "%s: metadata 'general.architecture': missing or not a string", path);
+        return -1;
+    }
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && strcmp(arch, "mistral")) {
+        snprintf(err, errlen, "%s: metadata 'general.architecture': '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+                 path, arch);
+        return -1;
+    }
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
+    if (gguf_int(g, arch, "block_count", 1, 0, &c->n_layers, path, err, errlen) ||
+        gguf_int(g, arch, "embedding_length", 1, 0, &c->dim, path, err, errlen) ||
+        gguf_int(g, arch, "attention.head_count", 1, 0, &c->n_heads, path, err, errlen) ||
+        gguf_int(g, arch, "attention.head_count_kv", 0, c->n_heads, &c->n_kv_heads, path, err, errlen) ||
+        gguf_int(g, arch, "feed_forward_length", 1, 0, &c->ffn, path, err, errlen) ||
+        gguf_int(g, arch, "context_length", 0, 4096, &c->max_pos, path, err, errlen) ||
+        gguf_int(g, arch, "attention.key_length", 0, c->dim / c->n_heads, &c->head_dim, path, err, errlen) ||
+        gguf_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps, path, err, errlen) ||
+        gguf_float(g, arch, "rope.freq_base", 10000.0f, &c->rope_theta, path, err, errlen))
+        return -1;
+    int64_t rows = 0, cols = 0;
+    if (gguf_tensor_shape(g, "token_embd.weight", &rows, &cols) != 0) {
+        snprintf(err, errlen, "%s: tensor 'token_embd.weight' is missing", path);
+        return -1;
+    }
+    c->vocab = (int)rows;
+    c->tied_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
+    c->qkv_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    c->qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
+    c->rope_style = !strcmp(arch, "llama") || !strcmp(arch, "mistral") ? LS_ROPE_INTERLEAVED : LS_ROPE_NEOX;
+    const char *scaling = NULL;
+    char key[160];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (gguf_get_str(g, key, &scaling) == GGUF_OK && strcmp(scaling, "none")) {
+        if (strcmp(scaling, "linear")) {
+            snprintf(err, errlen, "%s: metadata '%s': rope scaling '%s' is not supported (supported: none, linear, llama3)",
+                     path, key, scaling);
+            return -1;
+        }
+        c->rope_scaling = LS_ROPE_SCALING_LINEAR;
+        if (gguf_float(g, arch, "rope.scaling.factor", 1.0f, &c->rope_factor, path, err, errlen)) return -1;
+    }
+    uint32_t id = 0;
+    c->bos_id = gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id) == GGUF_OK ? (int)id : -1;
+    if (gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id) == GGUF_OK) c->eos_ids[c->n_eos++] = (int)id;
+    if (gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &id) == GGUF_OK && (c->n_eos == 0 || c->eos_ids[0] != (int)id))
+        c->eos_ids[c->n_eos++] = (int)id;
+    return 0;
+}
+
+static int check_config(const struct ls_model_config *c, const char *path, char *err, size_t errlen)
+{
+    if (c->n_heads % c->n_kv_heads) {
+        snprintf(err, errlen, "%s: %d attention heads are not a multiple of %d KV heads", path, c->n_heads, c->n_kv_heads);
+        return -1;
+    }
+    if (c->head_dim % 2 || c->head_dim > 1024) {
+        snprintf(err, errlen, "%s: head dim: expected an even number up to 1024, found %d", path, c->head_dim);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- weights ---- */
+
+enum split { REPLICATED, ROWS_Q, ROWS_KV, ROWS_FFN, COLS_Q, COLS_FFN, ROWS_VOCAB };
+
+struct wspec {
+    const char *gguf, *hf; /* names; %d is the layer */
+    enum split split;
+    int optional_flag;     /* 0: always; 1: qkv_bias; 2: qk_norm */
+    size_t off;            /* offset of the float * in struct ls_layer */
+    int is_vector;         /* 1-D tensor */
+};
+
+#define L(field) offsetof(struct ls_layer, field)
+static const struct wspec layer_specs[] = {
+    {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", REPLICATED, 0, L(attn_norm), 1},
+    {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight", ROWS_Q, 0, L(wq), 0},
+    {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight", ROWS_KV, 0, L(wk), 0},
+    {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight", ROWS_KV, 0, L(wv), 0},
+    {"blk.%d.attn_q.bias", "model.layers.%d.self_attn.q_proj.bias", ROWS_Q, 1, L(bq), 1},
+    {"blk.%d.attn_k.bias", "model.layers.%d.self_attn.k_proj.bias", ROWS_KV, 1, L(bk), 1},
+    {"blk.%d.attn_v.bias", "model.layers.%d.self_attn.v_proj.bias", ROWS_KV, 1, L(bv), 1},
+    {"blk.%d.attn_q_norm.weight", "model.layers.%d.self_attn.q_norm.weight", REPLICATED, 2, L(q_norm), 1},
+    {"blk.%d.attn_k_norm.weight", "model.layers.%d.self_attn.k_norm.weight", REPLICATED, 2, L(k_norm), 1},
+    {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight", COLS_Q, 0, L(wo), 0},
+    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", REPLICATED, 0, L(ffn_norm), 1},
+    {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight", ROWS_FFN, 0, L(w_gate), 0},
+    {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight", ROWS_FFN, 0, L(w_up), 0},
+    {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight", COLS_FFN, 0, L(w_down), 0},
+};
+#undef L
+
+struct loader {
+    struct source src;
+    struct ls_model *m;
+    const char *file; /* for messages */
+    int progress;
+    size_t total, done;
+    double t0;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Reads the rank's part of tensor `name`, checking its full shape against the config first.
+ * full_rows/full_cols: the unsharded shape (rows = 1 for vectors). */
+static float *load_part(struct loader *ld, const char *name, int64_t full_rows, int64_t full_cols,
+                        int64_t r0, int64_t nr, int64_t c0, int64_t nc, char *err, size_t errlen)
+{
+    int64_t rows = 0, cols = 0;
+    if (src_shape(&ld->src, name, &rows, &cols) != 0) {
+        snprintf(err, errlen, "%s: tensor '%s' is missing", ld->file, name);
+        return NULL;
+    }
+    if (rows != full_rows || cols != full_cols) {
+        snprintf(err, errlen, "%s: tensor '%s': expected shape [%lld, %lld] from the config, found [%lld, %lld]",
+                 ld->file, name, (long long)full_rows, (long long)full_cols, (long long)rows, (long long)cols);
+        return NULL;
+    }
+    float *dst = malloc((size_t)(nr * nc) * sizeof(float) + 1);
+    if (!dst) {
+        snprintf(err, errlen, "%s: tensor '%s': out of host memory for %lld floats", ld->file, name,
+                 (long long)(nr * nc));
+        return NULL;
+    }
+    if (src_read(&ld->src, name, r0, nr, c0, nc, dst, err, errlen) != 0) {
+        free(dst);
+        return NULL;
+    }
+    ld->done += (size_t)(nr * nc) * sizeof(float);
+    ld->m->bytes_read += (size_t)(nr * nc) * sizeof(float);
+    if (ld->progress) {
+        double dt = now_s() - ld->t0;
+        fprintf(stderr, "\rloading %s: %.0f%% (%.2f GB dequantized, %.2f GB/s)  ", ld->file,
+                100.0 * (double)ld->done / (double)(ld->total ? ld->total : 1), ld->done / 1e9,
+                dt > 0 ? ld->done / 1e9 / dt : 0.0);
+    }
+    return dst;
+}
+
+static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
+{
+    struct ls_model *m = ld->m;
+    const struct ls_model_config *c = &m->cfg;
+    const struct ls_shard *s = &m->shard;
+    int hd = c->head_dim;
+    for (size_t i = 0; i < sizeof layer_specs / sizeof layer_specs[0]; i++) {
+        const struct wspec *w = &layer_specs[i];
+        if ((w->optional_flag == 1 && !c->qkv_bias) || (w->optional_flag == 2 && !c->qk_norm)) continue;
+        char name[160];
+        snprintf(name, sizeof name, ld->src.g ? w->gguf : w->hf, l);
+        int64_t fr = 0, fc = 0, r0 = 0, nr = 0, c0 = 0, nc = 0;
+        int64_t in = c->dim;
+        switch (w->split) {
+        case REPLICATED:
+            fr = 1, fc = w->optional_flag == 2 ? hd : c->dim, nr = 1, nc = fc;
+            break;
+        case ROWS_Q:
+            fr = (int64_t)c->n_heads * hd, r0 = (int64_t)s->q_first * hd, nr = (int64_t)s->q_heads * hd;
+            break;
+        case ROWS_KV:
+            fr = (int64_t)c->n_kv_heads * hd, r0 = (int64_t)s->kv_first * hd, nr = (int64_t)s->kv_heads * hd;
+            break;
+        case ROWS_FFN:
+            fr = c->ffn, r0 = s->ffn_first, nr = s->ffn_cols;
+            break;
+        case COLS_Q:
+            fr = c->dim, nr = c->dim, fc = (int64_t)c->n_heads * hd, c0 = (int64_t)s->q_first * hd,
+            nc = (int64_t)s->q_heads * hd;
+            break;
+        case COLS_FFN:
+            fr = c->dim, nr = c->dim, fc = c->ffn, c0 = s->ffn_first, nc = s->ffn_cols;
+            break;
+        case ROWS_VOCAB:
+            break;
+        }
+        if (w->split == ROWS_Q || w->split == ROWS_KV || w->split == ROWS_FFN) {
+            if (w->is_vector) { /* a bias: one row of fr values, sliced by columns */
+                c0 = r0, nc = nr, fc = fr, fr = 1, r0 = 0, nr = 1;
+            } else {
+                fc = in, nc = in;
+            }
+        }
+        float *p = load_part(ld, name, fr, fc, r0, nr, c0, nc, err, errlen);
+        if (!p) return -1;
+        void *dev = w->is_vector ? (void *)m->be->upload_vector(p, (size_t)(nr * nc))
+                                 : m->be->upload_matrix(p, (size_t)nr, (size_t)nc);
+        if (!dev) {
+            snprintf(err, errlen, "%s: tensor '%s': out of %s memory for %lld elements", ld->file, name,
+                     m->be->name, (long long)(nr * nc));
+            return -1;
+        }
+        *(void **)((char *)&m->layers[l] + w->off) = dev;
+    }
+    return 0;
+}
+
+static int load_globals(struct loader *ld, char *err, size_t errlen)
+{
+    struct ls_model *m = ld->m;
+    const struct ls_model_config *c = &m->cfg;
+    int gg = ld->src.g != NULL;
+    const char *embed = gg ? "token_embd.weight" : "model.embed_tokens.weight";
+    const struct ls_backend *be = m->be;
+    float *host = load_part(ld, embed, c->vocab, c->dim, 0, c->vocab, 0, c->dim, err, errlen);
+    if (!host || !(m->embed = be->upload_matrix(host, (size_t)c->vocab, (size_t)c->dim))) goto oom;
+    host = load_part(ld, gg ? "output_norm.weight" : "model.norm.weight", 1, c->dim, 0, 1, 0, c->dim, err, errlen);
+    if (!host || !(m->final_norm = be->upload_vector(host, (size_t)c->dim))) goto oom;
+    const struct ls_shard *s = &m->shard;
+    if (c->tied_embeddings) {
+        m->lm_head = be->matrix_row(m->embed, (size_t)s->vocab_first, (size_t)c->dim);
+    } else {
+        host = load_part(ld, gg ? "output.weight" : "lm_head.weight", c->vocab, c->dim, s->vocab_first,
+                         s->vocab_rows, 0, c->dim, err, errlen);
+        if (!host || !(m->lm_head = be->upload_matrix(host, (size_t)s->vocab_rows, (size_t)c->dim))) goto oom;
+    }
+    int half = c->head_dim / 2;
+    float *inv = malloc((size_t)half * sizeof(float));
+    if (!inv) goto oom;
+    ref_rope_inv_freq(inv, c->head_dim, c->rope_theta, c->rope_scaling, c->rope_factor,
+                      c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_orig_max_pos);
+    if (gg && gguf_find_tensor(ld->src.g, "rope_freqs.weight")) {
+        float *div = load_part(ld, "rope_freqs.weight", 1, half, 0, 1, 0, half, err, errlen);
+        if (!div) {
+            free(inv);
+            return -1;
+        }
+        for (int i = 0; i < half; i++) inv[i] /= div[i];
+        free(div);
+    }
+    if (!(m->inv_freq = be->upload_vector(inv, (size_t)half))) goto oom;
+    return 0;
+oom:
+    if (host) snprintf(err, errlen, "%s: out of %s memory for the global weights", ld->file, be->name);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- tokenizer ---- */
+
+/* GGUF tokenizer metadata -> tok_spec. A GGUF without tokenizer.ggml.tokens has no tokenizer
+ * (m->tok stays NULL; prompts must then be given as ids). */
+static int tokenizer_from_gguf(struct gguf_file *g, const char *path, struct ls_model *m, char *err, size_t errlen)
+{
+    enum gguf_type et;
+    uint64_t n = 0, nm = 0;
+    const void *tokens = NULL, *merges = NULL, *scores = NULL, *types = NULL;
+    if (gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &tokens) != GGUF_OK) return 0;
+    if (et != GGUF_TYPE_STRING || n == 0 || n > (1u << 24)) {
+        snprintf(err, errlen, "%s: metadata 'tokenizer.ggml.tokens': expected an array of strings", path);
+        return -1;
+    }
+    const char *model = "gpt2", *pre = NULL, *tmpl = NULL;
+    gguf_get_str(g, "tokenizer.ggml.model", &model);
+    gguf_get_str(g, "tokenizer.ggml.pre", &pre);
+    gguf_get_str(g, "tokenizer.chat_template", &tmpl);
+    struct tok_spec spec = {.pre = pre, .n_tokens = (int)n, .tokens = tokens, .bos_id = -1, .eos_id = -1,
+                            .unk_id = -1, .pad_id = -1, .add_bos = -1, .add_eos = -1,
+                            .add_space_prefix = -1, .chat_template = tmpl};
+    if (!strcmp(model, "gpt2")) spec.kind = TOK_KIND_BPE;
+    else if (!strcmp(model, "llama")) spec.kind = TOK_KIND_SPM;
+    else {
+        snprintf(err, errlen, "%s: metadata 'tokenizer.ggml.model': '%s' is not supported (supported: gpt2, llama)", path, model);
+        return -1;
+    }
+    uint32_t *lens = malloc(n * sizeof *lens);
+    if (!lens) {
+        snprintf(err, errlen, "out of host memory");
+        return -1;
+    }
+    for (uint64_t i = 0; i < n; i++) lens[i] = (uint32_t)gguf_arr_str_len(g, "tokenizer.ggml.tokens", i);
+    spec.token_lens = lens;
+    if (gguf_get_arr(g, "tokenizer.ggml.merges", &et, &nm, &merges) == GGUF_OK && et == GGUF_TYPE_STRING) {
+        spec.n_merges = (int)nm;
+        spec.merges = merges;
+    }
+    uint64_t k = 0;
+    if (gguf_get_arr(g, "tokenizer.ggml.scores", &et, &k, &scores) == GGUF_OK && et == GGUF_TYPE_FLOAT32 && k == n)
+        spec.scores = scores;
+    if (gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &k, &types) == GGUF_OK && et == GGUF_TYPE_INT32 && k == n)
+        spec.types = types;
+    uint32_t id;
+    bool b;
+    if (gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id) == GGUF_OK) spec.bos_id = (int)id;
+    if (gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id) == GGUF_OK) spec.eos_id = (int)id;
+    if (gguf_get_u32(g, "tokenizer.ggml.unknown_token_id", &id) == GGUF_OK) spec.unk_id = (int)id;
+    if (gguf_get_u32(g, "tokenizer.ggml.padding_token_id", &id) == GGUF_OK) spec.pad_id = (int)id;
+    if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == GGUF_OK) spec.add_bos = b;
+    if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == GGUF_OK) spec.add_eos = b;
+    if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == GGUF_OK) spec.add_space_prefix = b;
+    char terr[512];
+    m->tok = tok_build(&spec, terr, sizeof terr);
+    free(lens);
+    if (!m->tok) {
+        snprintf(err, errlen, "%s: tokenizer: %s", path, terr);
+        return -1;
+    }
+    return 0;
+}
+
+static int tokenizer_from_dir(const char *dir, struct ls_model *m, char *err, size_t errlen)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/tokenizer.json", dir);
+    if (access(p, F_OK) != 0) return 0;
+    m->tok = tok_load_json(p, err, errlen);
+    return m->tok ? 0 : -1;
+}
+
+/* ids that end generation: the config's, plus the end-of-turn tokens the vocabulary has */
+static void add_stop_ids(struct ls_model *m)
+{
+    static const char *eot[] = {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<|end|>"};
+    struct ls_model_config *c = &m->cfg;
+    if (!m->tok) return;
+    if (tok_eos(m->tok) >= 0 && c->n_eos == 0) c->eos_ids[c->n_eos++] = tok_eos(m->tok);
+    for (size_t i = 0; i < sizeof eot / sizeof eot[0] && c->n_eos < 8; i++) {
+        int id = tok_id(m->tok, eot[i]), seen = 0;
+        if (id < 0 || !tok_is_special(m->tok, id)) continue;
+        for (int j = 0; j < c->n_eos; j++) seen |= c->eos_ids[j] == id;
+        if (!seen) c->eos_ids[c->n_eos++] = id;
+    }
+}
+
+static int is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && !strcmp(s + n - k, suffix);
+}
+
+struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct ls_backend *be,
+                               int show_progress, char *err, size_t errlen)
+{
+    struct ls_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "out of host memory");
+        return NULL;
+    }
+    snprintf(m->path, sizeof m->path, "%s", path);
+    m->tp = tp;
+    m->be = be;
+    struct loader ld = {.m = m, .file = path, .progress = show_progress, .t0 = now_s()};
+    if (ends_with(path, ".gguf")) {
+        snprintf(m->format, sizeof m->format, "gguf");
+        ld.src.g = gguf_open(path, err, errlen);
+        if (!ld.src.g || config_from_gguf(ld.src.g, path, &m->cfg, err, errlen) ||
+            tokenizer_from_gguf(ld.src.g, path, m, err, errlen))
+            goto fail;
+    } else {
+        snprintf(m->format, sizeof m->format, "safetensors");
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", path);
+        if (!is_dir(dir)) {
+            char *slash = strrchr(dir, '/');
+            if (slash) *slash = 0;
+            else snprintf(dir, sizeof dir, ".");
+        }
+        if (!is_dir(path) && access(path, R_OK) != 0) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (hf_config_load_dir(dir, &m->cfg, err, errlen) || tokenizer_from_dir(dir, m, err, errlen)) goto fail;
+        ld.src.st = st_open(path, err, errlen);
+        if (!ld.src.st) goto fail;
+    }
+    if (check_config(&m->cfg, path, err, errlen)) goto fail;
+    add_stop_ids(m);
+    if (m->tok && tok_n_vocab(m->tok) > m->cfg.vocab) {
+        snprintf(err, errlen, "%s: the tokenizer has %d tokens but the embedding only %d rows", path,
+                 tok_n_vocab(m->tok), m->cfg.vocab);
+        goto fail;
+    }
+    const struct ls_model_config *c = &m->cfg;
+    struct ls_plan_input in = {
+        .heads = c->n_heads, .kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .dim = c->dim,
+        .ffn = c->ffn, .vocab = c->vocab, .layers = c->n_layers, .tp = tp, .weight_bytes = 4,
+        .kv_bytes = 4, .tied = c->tied_embeddings, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm};
+    m->plan = calloc((size_t)tp, sizeof *m->plan);
+    if (!m->plan) goto fail;
+    char perr[512];
+    if (ls_plan_make(&in, m->plan, perr, sizeof perr) != 0) {
+        snprintf(err, errlen, "%s: cannot split this model over %d ranks: %s", path, tp, perr);
+        goto fail;
+    }
+    m->shard = m->plan[rank];
+    ld.total = m->shard.weight_bytes;
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) goto fail;
+    if (load_globals(&ld, err, errlen)) goto fail;
+    for (int l = 0; l < c->n_layers; l++)
+        if (load_layer(&ld, l, err, errlen)) goto fail;
+    if (show_progress) fprintf(stderr, "\n");
+    if (ld.src.g) gguf_close(ld.src.g);
+    if (ld.src.st) st_close(ld.src.st);
+    return m;
+fail:
+    if (show_progress && ld.done) fprintf(stderr, "\n");
+    if (ld.src.g) gguf_close(ld.src.g);
+    if (ld.src.st) st_close(ld.src.st);
+    ls_model_free(m);
+    return NULL;
+}
+
+void ls_model_free(struct ls_model *m)
+{
+    if (!m) return;
+    const struct ls_backend *be = m->be;
+    if (m->layers) {
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            struct ls_layer *y = &m->layers[l];
+            void *ps[] = {y->attn_norm, y->wq, y->bq, y->wk, y->bk, y->wv, y->bv, y->q_norm,
+                          y->k_norm, y->wo, y->ffn_norm, y->w_gate, y->w_up, y->w_down};
+            for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+                if (ps[i]) be->free(ps[i]);
+        }
+        free(m->layers);
+    }
+    void *globals[] = {m->cfg.tied_embeddings ? NULL : m->lm_head, m->embed, m->final_norm, m->inv_freq};
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+        if (globals[i]) be->free(globals[i]);
+    free(m->plan);
+    if (m->tok) tok_free(m->tok);
+    free(m);
+}

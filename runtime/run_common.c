@@ -1,0 +1,111 @@
+/* See run_common.h. */
+#include "config.h"
+#include "run_common.h"
+#include "args.h"
+#include "backend.h"
+#include "check.h"
+#include "log.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int parse_float(const char *flag, const char *s, float *out, char *err, size_t errlen)
+{
+    char *end = NULL;
+    float v = strtof(s, &end);
+    if (!*s || *end || !isfinite(v)) {
+        snprintf(err, errlen, "%s: expected a number, found '%s'", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err, size_t errlen)
+{
+    struct ls_sampling *s = &p->sampling;
+    long v = 0;
+    int rc = 0;
+    switch (opt) {
+    case RC_OPT_TEMP: rc = parse_float("--temperature", arg, &s->temperature, err, errlen); break;
+    case RC_OPT_TOP_P: rc = parse_float("--top-p", arg, &s->top_p, err, errlen); break;
+    case RC_OPT_MIN_P: rc = parse_float("--min-p", arg, &s->min_p, err, errlen); break;
+    case RC_OPT_REP: rc = parse_float("--repeat-penalty", arg, &s->repetition_penalty, err, errlen); break;
+    case RC_OPT_PRES: rc = parse_float("--presence-penalty", arg, &s->presence_penalty, err, errlen); break;
+    case RC_OPT_FREQ: rc = parse_float("--frequency-penalty", arg, &s->frequency_penalty, err, errlen); break;
+    case RC_OPT_TOP_K:
+        rc = ls_parse_long("--top-k", arg, 0, 1 << 24, &v, err, errlen);
+        s->top_k = (int)v;
+        break;
+    case RC_OPT_LAST_N:
+        rc = ls_parse_long("--repeat-last-n", arg, 0, 1 << 24, &v, err, errlen);
+        s->penalty_last_n = (int)v;
+        break;
+    case RC_OPT_SEED: {
+        char *end = NULL;
+        unsigned long long u = strtoull(arg, &end, 10);
+        if (!*arg || *end || arg[0] == '-') {
+            snprintf(err, errlen, "--seed: expected a non-negative integer, found '%s'", arg);
+            return -1;
+        }
+        s->seed = u;
+        break;
+    }
+    case RC_OPT_STOP:
+        if (p->n_stops >= LS_MAX_STOPS) {
+            snprintf(err, errlen, "--stop: at most %d stop strings", LS_MAX_STOPS);
+            return -1;
+        }
+        if (!*arg) {
+            snprintf(err, errlen, "--stop: expected a non-empty string");
+            return -1;
+        }
+        p->stops[p->n_stops++] = arg;
+        break;
+    case RC_OPT_MAX_CTX:
+        rc = ls_parse_long("--max-context", arg, 2, 1 << 22, &v, err, errlen);
+        *max_ctx = (int)v;
+        break;
+    case RC_OPT_IGNORE_EOS: p->ignore_eos = 1; break;
+    default: return 1;
+    }
+    if (rc) return -1;
+    return ls_sampling_validate(s, err, errlen) ? -1 : 0;
+}
+
+void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_common_opts *o,
+                  const char *model_path, int max_ctx, int max_batch)
+{
+    memset(j, 0, sizeof *j);
+    ls_bootstrap(argc, argv, o, &j->ctx);
+    omp_set_num_threads(j->ctx.ncpus);
+    if (j->ctx.device >= 0) {
+        /* the CUDA backend is not part of this build of the engine yet: run on the CPUs */
+        if (j->ctx.rank == 0)
+            ls_warn("the CUDA backend of the engine is not built yet; running this job on CPUs (pass --cpu to silence)");
+        j->ctx.device = -1;
+    }
+    j->be = &ls_backend_cpu;
+    j->comm = ls_comm_mpi_create(MPI_COMM_WORLD);
+    char err[1024] = "";
+    int progress = j->ctx.rank == 0 && isatty(STDERR_FILENO);
+    j->model = ls_model_load(model_path, j->ctx.rank, j->ctx.size, j->be, progress, err, sizeof err);
+    if (!j->model) ls_error("%s", err);
+    if (!ls_agree(j->model != NULL)) ls_abort_quiet(&j->ctx);
+    if (max_ctx <= 0) max_ctx = j->model->cfg.max_pos < 4096 ? j->model->cfg.max_pos : 4096;
+    j->engine = ls_engine_new(j->model, j->comm, j->be, max_ctx, max_batch, err, sizeof err);
+    if (!j->engine) ls_error("%s", err);
+    if (!ls_agree(j->engine != NULL)) ls_abort_quiet(&j->ctx);
+}
+
+void rc_job_end(struct rc_job *j)
+{
+    ls_engine_free(j->engine);
+    ls_model_free(j->model);
+    j->comm->destroy(j->comm);
+    ls_shutdown(&j->ctx);
+}

@@ -1,0 +1,64 @@
+/* What `generate`, `batch` and `bench` share: the sampling and model flags, and the start of a
+ * job (bootstrap, model load on every rank with an agreed error, engine). */
+#ifndef LOCKSTEP_RUN_COMMON_H
+#define LOCKSTEP_RUN_COMMON_H
+
+#include "bootstrap.h"
+#include "comm.h"
+#include "engine.h"
+#include "generate.h"
+#include "model.h"
+
+#include <getopt.h>
+
+enum {
+    RC_OPT_TEMP = 1200, RC_OPT_TOP_K, RC_OPT_TOP_P, RC_OPT_MIN_P, RC_OPT_REP, RC_OPT_PRES, RC_OPT_FREQ,
+    RC_OPT_LAST_N, RC_OPT_SEED, RC_OPT_STOP, RC_OPT_MAX_CTX, RC_OPT_IGNORE_EOS,
+};
+
+#define RC_SAMPLING_LONGOPTS                                                                       \
+    {"temperature", required_argument, NULL, RC_OPT_TEMP},                                         \
+        {"temp", required_argument, NULL, RC_OPT_TEMP},                                            \
+        {"top-k", required_argument, NULL, RC_OPT_TOP_K},                                          \
+        {"top-p", required_argument, NULL, RC_OPT_TOP_P},                                          \
+        {"min-p", required_argument, NULL, RC_OPT_MIN_P},                                          \
+        {"repeat-penalty", required_argument, NULL, RC_OPT_REP},                                   \
+        {"presence-penalty", required_argument, NULL, RC_OPT_PRES},                                \
+        {"frequency-penalty", required_argument, NULL, RC_OPT_FREQ},                               \
+        {"repeat-last-n", required_argument, NULL, RC_OPT_LAST_N},                                 \
+        {"seed", required_argument, NULL, RC_OPT_SEED},                                            \
+        {"stop", required_argument, NULL, RC_OPT_STOP},                                            \
+        {"max-context", required_argument, NULL, RC_OPT_MAX_CTX},                                  \
+        {"ignore-eos", no_argument, NULL, RC_OPT_IGNORE_EOS}
+
+#define RC_SAMPLING_HELP                                                                           \
+    "  --temperature F      0 = greedy (default); --temp is the same\n"                            \
+    "  --top-k N            keep the N most likely tokens (0 = off)\n"                             \
+    "  --top-p F            nucleus sampling (1 = off)\n"                                          \
+    "  --min-p F            keep tokens with p >= F * p_max (0 = off)\n"                           \
+    "  --repeat-penalty F   Hugging Face repetition penalty (1 = off)\n"                           \
+    "  --presence-penalty F, --frequency-penalty F   OpenAI-style penalties (0 = off)\n"            \
+    "  --repeat-last-n N    tokens the penalties look back over (0 = all)\n"                       \
+    "  --seed N             random seed (default 0); same seed, same text, at any TP size\n"       \
+    "  --stop S             stop before the string S (repeatable, up to 16)\n"                     \
+    "  --ignore-eos         keep going past end-of-sequence tokens\n"                              \
+    "  --max-context N      KV cache length (default: the model's, at most 4096)\n"
+
+/* handles an RC_OPT_* option: 0 handled, -1 bad value (err), 1 not ours */
+int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err, size_t errlen);
+
+struct rc_job {
+    struct ls_ctx ctx;
+    struct ls_comm *comm;
+    const struct ls_backend *be;
+    struct ls_model *model;
+    struct ls_engine *engine;
+};
+
+/* bootstrap, load the model on every rank, build the engine; on any rank's error every rank
+ * exits 1 (the failing rank says why) */
+void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_common_opts *o,
+                  const char *model_path, int max_ctx, int max_batch);
+void rc_job_end(struct rc_job *j);
+
+#endif

@@ -1,0 +1,199 @@
+/* See sampler.h. The random stream is xoshiro256** seeded through splitmix64: one draw per
+ * sampled token, nothing else consumes it, so runs are reproducible across machines. */
+#include "config.h"
+#include "sampler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ls_sampler {
+    struct ls_sampling p;
+    int vocab;
+    uint64_t rng[4];
+    int *idx;      /* [vocab] candidate ids */
+    float *prob;   /* [vocab] */
+    int *count;    /* [vocab] occurrences in the penalty window */
+};
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t next_u64(uint64_t *s)
+{
+    uint64_t r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return r;
+}
+
+/* uniform in [0, 1) with 53 bits */
+static double next_uniform(uint64_t *s)
+{
+    return (double)(next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void ls_sampling_defaults(struct ls_sampling *s)
+{
+    memset(s, 0, sizeof *s);
+    s->temperature = 0.0f;
+    s->top_p = 1.0f;
+    s->repetition_penalty = 1.0f;
+    s->seed = 0;
+}
+
+int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen)
+{
+    if (!(s->temperature >= 0 && s->temperature <= 100))
+        snprintf(err, errlen, "temperature: expected 0..100, found %g", s->temperature);
+    else if (s->top_k < 0)
+        snprintf(err, errlen, "top_k: expected >= 0, found %d", s->top_k);
+    else if (!(s->top_p > 0 && s->top_p <= 1))
+        snprintf(err, errlen, "top_p: expected a value in (0, 1], found %g", s->top_p);
+    else if (!(s->min_p >= 0 && s->min_p <= 1))
+        snprintf(err, errlen, "min_p: expected 0..1, found %g", s->min_p);
+    else if (!(s->repetition_penalty > 0 && s->repetition_penalty <= 100))
+        snprintf(err, errlen, "repetition_penalty: expected a value in (0, 100], found %g", s->repetition_penalty);
+    else if (!(fabsf(s->presence_penalty) <= 100))
+        snprintf(err, errlen, "presence_penalty: expected -100..100, found %g", s->presence_penalty);
+    else if (!(fabsf(s->frequency_penalty) <= 100))
+        snprintf(err, errlen, "frequency_penalty: expected -100..100, found %g", s->frequency_penalty);
+    else if (s->penalty_last_n < 0)
+        snprintf(err, errlen, "penalty_last_n: expected >= 0, found %d", s->penalty_last_n);
+    else
+        return 0;
+    return -1;
+}
+
+struct ls_sampler *ls_sampler_new(const struct ls_sampling *p, int vocab)
+{
+    struct ls_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    s->vocab = vocab;
+    s->idx = malloc((size_t)vocab * sizeof *s->idx);
+    s->prob = malloc((size_t)vocab * sizeof *s->prob);
+    s->count = calloc((size_t)vocab, sizeof *s->count);
+    if (!s->idx || !s->prob || !s->count) {
+        ls_sampler_free(s);
+        return NULL;
+    }
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    return s;
+}
+
+void ls_sampler_free(struct ls_sampler *s)
+{
+    if (!s) return;
+    free(s->idx);
+    free(s->prob);
+    free(s->count);
+    free(s);
+}
+
+int ls_argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void apply_penalties(struct ls_sampler *s, float *logits, const int *hist, int n)
+{
+    const struct ls_sampling *p = &s->p;
+    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    int from = p->penalty_last_n > 0 && n > p->penalty_last_n ? n - p->penalty_last_n : 0;
+    for (int i = from; i < n; i++)
+        if (hist[i] >= 0 && hist[i] < s->vocab) s->count[hist[i]]++;
+    for (int i = from; i < n; i++) {
+        int t = hist[i];
+        if (t < 0 || t >= s->vocab || s->count[t] == 0) continue;
+        float l = logits[t];
+        if (p->repetition_penalty != 1.0f) l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        l -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
+        logits[t] = l;
+        s->count[t] = 0; /* once per distinct token; also leaves the counts zeroed */
+    }
+}
+
+static int by_prob_desc(const void *a, const void *b, void *ctx)
+{
+    const float *prob = ctx;
+    int ia = *(const int *)a, ib = *(const int *)b;
+    if (prob[ia] > prob[ib]) return -1;
+    if (prob[ia] < prob[ib]) return 1;
+    return ia - ib; /* ties: lower id first, so the order is total and reproducible */
+}
+
+int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *hist, int n_hist)
+{
+    const struct ls_sampling *p = &s->p;
+    int V = s->vocab;
+    apply_penalties(s, logits, hist, n_hist);
+    if (p->temperature == 0.0f) return ls_argmax(logits, V);
+
+    /* softmax at temperature over all tokens, in double for the sum */
+    float mx = logits[ls_argmax(logits, V)];
+    double sum = 0;
+    for (int i = 0; i < V; i++) {
+        float e = expf((logits[i] - mx) / p->temperature);
+        s->prob[i] = e;
+        sum += e;
+    }
+    for (int i = 0; i < V; i++) {
+        s->prob[i] = (float)(s->prob[i] / sum);
+        s->idx[i] = i;
+    }
+    int n = V;
+    if (p->top_k > 0 && p->top_k < n) {
+        /* partial selection would do; a full sort of the vocab is a few ms and keeps it simple */
+        qsort_r(s->idx, (size_t)n, sizeof *s->idx, by_prob_desc, s->prob);
+        n = p->top_k;
+    } else {
+        qsort_r(s->idx, (size_t)n, sizeof *s->idx, by_prob_desc, s->prob);
+    }
+    /* renormalise over the kept set before top-p, as HF's warpers see the filtered distribution */
+    double kept = 0;
+    for (int i = 0; i < n; i++) kept += s->prob[s->idx[i]];
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        int keep = 0;
+        while (keep < n) {
+            cum += s->prob[s->idx[keep]] / kept;
+            keep++;
+            if (cum >= p->top_p) break;
+        }
+        n = keep;
+    }
+    if (p->min_p > 0) {
+        float floor = p->min_p * s->prob[s->idx[0]];
+        int keep = 1;
+        while (keep < n && s->prob[s->idx[keep]] >= floor) keep++;
+        n = keep;
+    }
+    double total = 0;
+    for (int i = 0; i < n; i++) total += s->prob[s->idx[i]];
+    double u = next_uniform(s->rng) * total, cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += s->prob[s->idx[i]];
+        if (u < cum) return s->idx[i];
+    }
+    return s->idx[n - 1];
+}

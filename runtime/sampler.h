@@ -1,0 +1,37 @@
+/* Token sampling from a full row of logits. Every rank holds the same logits (the LM head's
+ * vocab slices are all-gathered) and the same sampler state, so every rank draws the same token
+ * without a broadcast: same seed -> same output at any TP size.
+ * Order, as Hugging Face applies it: repetition / presence / frequency penalties, then
+ * temperature (0 = greedy argmax, lowest id on ties), top-k, top-p, min-p, then one uniform draw. */
+#ifndef LOCKSTEP_SAMPLER_H
+#define LOCKSTEP_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ls_sampling {
+    float temperature;        /* 0: greedy */
+    int top_k;                /* 0: off */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off; keep tokens with p >= min_p * p_max */
+    float repetition_penalty; /* 1: off; HF: logit / pen if > 0 else logit * pen, once per seen token */
+    float presence_penalty;   /* 0: off; logit -= pen once per seen token */
+    float frequency_penalty;  /* 0: off; logit -= pen * count */
+    int penalty_last_n;       /* window of history the penalties look at; 0: all of it */
+    uint64_t seed;
+};
+
+struct ls_sampler;
+
+void ls_sampling_defaults(struct ls_sampling *s);
+/* Checks ranges; returns -1 with a message naming the field on a bad value. */
+int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen);
+
+struct ls_sampler *ls_sampler_new(const struct ls_sampling *s, int vocab);
+void ls_sampler_free(struct ls_sampler *s);
+/* logits[vocab] is modified in place. history: the tokens so far (prompt and generated). */
+int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *history, int n_history);
+/* index of the largest value, the lowest index on ties */
+int ls_argmax(const float *x, int n);
+
+#endif

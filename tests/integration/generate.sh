@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# generate and batch end to end on CPU ranks: sampling reproducible across TP sizes, stop
+# strings, streaming, batch JSONL with per-line errors, and bad input of every kind ending every
+# rank with a clear error (never a crash or a hang).
+. "$(dirname "$0")/lib.sh"
+fx=$SRCDIR/tests/fixtures
+model=${LOCKSTEP_MODEL:-$SRCDIR/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+tiny=$fx/tiny-llama
+
+# ---- bad input that needs no real model
+run_mpi 2 "$LOCKSTEP" generate -m /nonexistent/model.gguf -p hi
+check "missing model file: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "missing model file: the error names the file" err_has "/nonexistent/model.gguf"
+
+mkdir -p "$tmp/m"
+cp "$tiny/config.json" "$tiny/model.safetensors" "$tmp/m/"
+jq '.num_hidden_layers = 3' "$tiny/config.json" >"$tmp/m/config.json"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tmp/m" --prompt-ids 1,2
+check "missing tensor (config has a layer more): non-zero" test "$rc" -ne 0 -a "$rc" -ne 124
+check "missing tensor: named" err_has "tensor 'model.layers.2.input_layernorm.weight' is missing"
+
+jq '.intermediate_size = 320' "$tiny/config.json" >"$tmp/m/config.json"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tmp/m" --prompt-ids 1,2
+check "shape mismatch with the config: expected and found shapes" err_has "expected shape \[320, 128\] from the config, found \[256, 128\]"
+
+jq 'del(.hidden_size)' "$tiny/config.json" >"$tmp/m/config.json"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tmp/m" --prompt-ids 1,2
+check "config without hidden_size: the field is named" err_has "hidden_size"
+check "config without hidden_size: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+
+cp "$tiny/config.json" "$tmp/m/config.json"
+head -c 100000 "$tiny/model.safetensors" >"$tmp/m/model.safetensors"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tmp/m" --prompt-ids 1,2
+check "truncated safetensors: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "truncated safetensors: the file is named" err_has "model.safetensors"
+
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,600
+check "prompt id outside the vocabulary: named" err_has "id 600 is outside the vocabulary \[0, 512)"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids "$(seq -s, 1 40)" --max-context 16
+check "prompt longer than the context: non-zero on every rank" test "$rc" -ne 0 -a "$rc" -ne 124
+check "prompt longer than the context: both counts named" err_has "the prompt has 40 tokens but the context holds 16"
+run_mpi 3 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 4 --temperature -1
+check "bad sampling value: the flag is named" err_has "temperature: expected 0..100"
+run "$LOCKSTEP" generate -p hi
+check "generate without --model: usage error" err_has "missing --model"
+run "$LOCKSTEP" generate -m x -p hi --prompt-ids 1
+check "generate with two prompts: usage error" err_has "exactly one of --prompt"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" -p "hello"
+check "text prompt for a model without a tokenizer: says to use --prompt-ids" err_has "has no tokenizer: give the prompt as --prompt-ids"
+
+if [ ! -f "$model" ]; then
+    skip "generate and batch on SmolLM2: model absent (launcher/fetch-model.sh fetches it)"
+    done_testing
+    exit 0
+fi
+
+# ---- corrupt real model files
+head -c 3000000 "$model" >"$tmp/trunc.gguf"
+run_mpi 2 "$LOCKSTEP" generate -m "$tmp/trunc.gguf" -p hi
+check "truncated GGUF: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "truncated GGUF: the error names the file" err_has "trunc.gguf"
+printf 'GGUF\x63\x00\x00\x00' | cat - <(tail -c +9 "$model" | head -c 1000000) >"$tmp/badver.gguf"
+run_mpi 2 "$LOCKSTEP" generate -m "$tmp/badver.gguf" -p hi
+check "GGUF with version 99: the version is named" err_has "version"
+
+# ---- prompts: invalid UTF-8, stdin
+printf 'caf\xc3 au lait' >"$tmp/bad.txt"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p - -n 4 <"$tmp/bad.txt"
+check "invalid UTF-8 prompt: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "invalid UTF-8 prompt: the byte offset is named" err_has "UTF-8.*3\|offset 3"
+printf 'The capital of France is' >"$tmp/p.txt"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p - -n 8 <"$tmp/p.txt"
+check "prompt from stdin: generates the reference continuation" out_has "Paris"
+check "timing line on stderr, printed once" test "$(count_in_err 'prompt 5 tokens')" -eq 1
+check "the text is printed once (rank 0 only)" test "$(count_in_out 'Paris')" -eq 1
+
+# ---- stop strings
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "The capital of France is" -n 32 --stop "." --json --quiet
+check "stop string: finish_reason stop" jq_ok '.finish_reason == "stop"'
+check "stop string: the text ends before it" jq_ok '.text == " Paris"'
+
+# ---- sampling: same seed, same text at every TP size; another seed, other text
+for tp in 1 2 3; do
+    run_mpi $tp "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 24 --temperature 0.9 \
+        --top-p 0.95 --top-k 50 --seed 1234 --repeat-penalty 1.1 --ignore-eos --json --quiet
+    jq -c .ids "$tmp/out" >"$tmp/ids.$tp"
+done
+check "seeded sampling: same tokens at TP=1 and TP=2" cmp -s "$tmp/ids.1" "$tmp/ids.2"
+check "seeded sampling: same tokens at TP=1 and TP=3" cmp -s "$tmp/ids.1" "$tmp/ids.3"
+check "seeded sampling: 24 tokens" test "$(jq length "$tmp/ids.1")" -eq 24
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 24 --temperature 0.9 \
+    --top-p 0.95 --top-k 50 --seed 99 --repeat-penalty 1.1 --ignore-eos --json --quiet
+check "seeded sampling: another seed gives other tokens" test "$(jq -c .ids "$tmp/out")" != "$(cat "$tmp/ids.1")"
+
+# ---- batch
+cat >"$tmp/in.jsonl" <<'JSONL'
+{"id": "a", "prompt": "The capital of France is", "max_tokens": 8}
+{"id": "b", "messages": [{"role": "user", "content": "What is the boiling point of water at sea level?"}], "max_tokens": 12}
+this is not json
+{"id": "d", "prompt": 42}
+{"id": "e", "prompt": "x", "temperature": -2}
+
+{"id": "g", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 0.8, "seed": 5, "stop": ["\n"]}
+{"id": "h", "prompt": "caf\u00e9", "max_tokens": 2, "top_p": 0}
+{"id": "i", "prompt": "hi", "stop": [1]}
+JSONL
+printf '{"id": "j", "prompt": "caf\xc3 x"}\n' >>"$tmp/in.jsonl"
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in.jsonl" --output "$tmp/res.jsonl"
+check "batch with bad lines: the job succeeds" test "$rc" -eq 0
+check "batch: one output line per non-empty input line" test "$(wc -l <"$tmp/res.jsonl")" -eq 9
+check "batch: every output line is JSON" jq_file "$tmp/res.jsonl" true
+sel() { jq -c "select(.id == \"$1\")" "$tmp/res.jsonl"; }
+check "batch: prompt line generates the reference text" test "$(sel a | jq -r .text)" = " Paris.
+
+The answer is:"
+check "batch: messages line uses the chat template" test "$(sel b | jq -r .text | head -c 20)" = "The boiling point of"
+check "batch: token counts and finish reason" test "$(sel a | jq -c '[.prompt_tokens, .completion_tokens, .finish_reason]')" = '[5,8,"length"]'
+check "batch: a line that is not JSON gets an error object naming the line" jq_file "$tmp/res.jsonl" '.error != null and (.error | test("line 3: not JSON"))' 
+check "batch: a prompt that is not a string is named" test -n "$(sel d | jq -r '.error // empty' | grep 'field "prompt"')"
+check "batch: a bad temperature is named" test -n "$(sel e | jq -r '.error // empty' | grep temperature)"
+check "batch: a bad top_p is named" test -n "$(sel h | jq -r '.error // empty' | grep top_p)"
+check "batch: a bad stop list is named" test -n "$(sel i | jq -r '.error // empty' | grep stop)"
+check "batch: invalid UTF-8 in a line is an error for that line" jq_file "$tmp/res.jsonl" '.error != null and (.error | test("line 10: not JSON: unable to decode byte 0xc3"))' 
+check "batch: lines keep their order" test "$(jq -r '.id // "null"' "$tmp/res.jsonl" | tr '\n' ' ')" = "a b null d e g h i null "
+check "batch: the stop string of a line is honoured" test "$(sel g | jq -r .text | grep -c .)" -le 1
+check "batch: summary on stderr" err_has "batch: 9 lines, 3 done, 6 errors"
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/nope.jsonl" --output "$tmp/x.jsonl"
+check "batch: a missing input file is a clear error on every rank" test "$rc" -ne 0 -a "$rc" -ne 124
+check "batch: the missing input file is named" err_has "nope.jsonl"
+done_testing

@@ -1,0 +1,200 @@
+/* The sampler: greedy ties, each filter against its definition, penalties as Hugging Face
+ * applies them, and reproducibility (same seed, same draws; other seed, other draws). */
+#include "config.h"
+#include "cunit_tap.h"
+#include "sampler.h"
+
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct ls_sampler *make(float temp, int top_k, float top_p, float min_p, uint64_t seed, int V)
+{
+    struct ls_sampling s;
+    ls_sampling_defaults(&s);
+    s.temperature = temp;
+    s.top_k = top_k;
+    s.top_p = top_p;
+    s.min_p = min_p;
+    s.seed = seed;
+    return ls_sampler_new(&s, V);
+}
+
+static void test_greedy_takes_the_lowest_id_on_ties(void)
+{
+    float l[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f, 2.0f};
+    struct ls_sampler *s = make(0, 0, 1, 0, 1, 6);
+    CU_ASSERT_EQUAL(ls_sampler_sample(s, l, NULL, 0), 1);
+    ls_sampler_free(s);
+    CU_ASSERT_EQUAL(ls_argmax(l, 6), 1);
+}
+
+static void test_top_k_one_is_greedy(void)
+{
+    srand(7);
+    float l[100], c[100];
+    for (int i = 0; i < 100; i++) l[i] = (float)rand() / RAND_MAX * 10;
+    struct ls_sampler *s = make(1.5f, 1, 1, 0, 42, 100);
+    for (int k = 0; k < 50; k++) {
+        memcpy(c, l, sizeof l);
+        CU_ASSERT_EQUAL(ls_sampler_sample(s, c, NULL, 0), ls_argmax(l, 100));
+    }
+    ls_sampler_free(s);
+}
+
+/* empirical frequencies match softmax(l / T) within 4 sigma */
+static void test_temperature_matches_softmax(void)
+{
+    float l[4] = {1.0f, 2.0f, 0.5f, -1.0f}, c[4];
+    const float T = 0.7f;
+    double p[4], z = 0;
+    for (int i = 0; i < 4; i++) z += p[i] = exp(l[i] / T);
+    struct ls_sampler *s = make(T, 0, 1, 0, 123, 4);
+    int counts[4] = {0}, N = 20000;
+    for (int k = 0; k < N; k++) {
+        memcpy(c, l, sizeof l);
+        counts[ls_sampler_sample(s, c, NULL, 0)]++;
+    }
+    for (int i = 0; i < 4; i++) {
+        double pi = p[i] / z, sd = sqrt(pi * (1 - pi) / N);
+        CU_ASSERT(fabs((double)counts[i] / N - pi) < 4 * sd + 1e-9);
+    }
+    ls_sampler_free(s);
+}
+
+static void test_top_p_keeps_the_smallest_nucleus(void)
+{
+    /* probabilities 0.5, 0.3, 0.15, 0.05 at T = 1: top_p 0.75 keeps ids 0 and 1 only */
+    float base[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)}, c[4];
+    struct ls_sampler *s = make(1, 0, 0.75f, 0, 9, 4);
+    int seen[4] = {0};
+    for (int k = 0; k < 5000; k++) {
+        memcpy(c, base, sizeof base);
+        seen[ls_sampler_sample(s, c, NULL, 0)]++;
+    }
+    CU_ASSERT(seen[0] > 0 && seen[1] > 0);
+    CU_ASSERT_EQUAL(seen[2], 0);
+    CU_ASSERT_EQUAL(seen[3], 0);
+    ls_sampler_free(s);
+}
+
+static void test_min_p_drops_unlikely_tokens(void)
+{
+    float base[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)}, c[4];
+    struct ls_sampler *s = make(1, 0, 1, 0.2f, 11, 4); /* floor 0.1: drops id 3 */
+    int seen[4] = {0};
+    for (int k = 0; k < 5000; k++) {
+        memcpy(c, base, sizeof base);
+        seen[ls_sampler_sample(s, c, NULL, 0)]++;
+    }
+    CU_ASSERT(seen[2] > 0);
+    CU_ASSERT_EQUAL(seen[3], 0);
+    ls_sampler_free(s);
+}
+
+static void test_same_seed_same_draws_other_seed_other_draws(void)
+{
+    float l[50], c[50];
+    for (int i = 0; i < 50; i++) l[i] = sinf((float)i);
+    struct ls_sampler *a = make(1, 0, 1, 0, 5, 50), *b = make(1, 0, 1, 0, 5, 50), *d = make(1, 0, 1, 0, 6, 50);
+    int same = 1, differ = 0;
+    for (int k = 0; k < 200; k++) {
+        memcpy(c, l, sizeof l);
+        int x = ls_sampler_sample(a, c, NULL, 0);
+        memcpy(c, l, sizeof l);
+        int y = ls_sampler_sample(b, c, NULL, 0);
+        memcpy(c, l, sizeof l);
+        int z = ls_sampler_sample(d, c, NULL, 0);
+        same &= x == y;
+        differ |= x != z;
+    }
+    CU_ASSERT_TRUE(same);
+    CU_ASSERT_TRUE(differ);
+    ls_sampler_free(a);
+    ls_sampler_free(b);
+    ls_sampler_free(d);
+}
+
+static void test_repetition_penalty_as_hugging_face(void)
+{
+    struct ls_sampling p;
+    ls_sampling_defaults(&p);
+    p.repetition_penalty = 2.0f;
+    struct ls_sampler *s = ls_sampler_new(&p, 4);
+    /* token 0 (positive logit) is divided, token 1 (negative) multiplied, once each though seen twice */
+    float l[4] = {3.0f, -1.0f, 2.9f, 1.0f};
+    int hist[4] = {0, 1, 0, 1};
+    CU_ASSERT_EQUAL(ls_sampler_sample(s, l, hist, 4), 2);
+    CU_ASSERT_DOUBLE_EQUAL(l[0], 1.5, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(l[1], -2.0, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(l[3], 1.0, 1e-6);
+    ls_sampler_free(s);
+}
+
+static void test_presence_and_frequency_penalties(void)
+{
+    struct ls_sampling p;
+    ls_sampling_defaults(&p);
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    struct ls_sampler *s = ls_sampler_new(&p, 3);
+    float l[3] = {1.0f, 1.0f, 1.0f};
+    int hist[3] = {2, 2, 1};
+    ls_sampler_sample(s, l, hist, 3);
+    CU_ASSERT_DOUBLE_EQUAL(l[0], 1.0, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(l[1], 1.0 - 0.5 - 0.25, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(l[2], 1.0 - 0.5 - 0.5, 1e-6);
+    ls_sampler_free(s);
+}
+
+static void test_penalty_window(void)
+{
+    struct ls_sampling p;
+    ls_sampling_defaults(&p);
+    p.presence_penalty = 1.0f;
+    p.penalty_last_n = 2;
+    struct ls_sampler *s = ls_sampler_new(&p, 3);
+    float l[3] = {0, 0, 0};
+    int hist[3] = {0, 1, 2}; /* only the last two count */
+    ls_sampler_sample(s, l, hist, 3);
+    CU_ASSERT_DOUBLE_EQUAL(l[0], 0.0, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(l[1], -1.0, 1e-6);
+    ls_sampler_free(s);
+}
+
+static void test_validation_names_the_field(void)
+{
+    struct ls_sampling p;
+    char err[128];
+    ls_sampling_defaults(&p);
+    CU_ASSERT_EQUAL(ls_sampling_validate(&p, err, sizeof err), 0);
+    p.top_p = 0;
+    CU_ASSERT_EQUAL(ls_sampling_validate(&p, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "top_p"));
+    ls_sampling_defaults(&p);
+    p.temperature = -1;
+    CU_ASSERT_EQUAL(ls_sampling_validate(&p, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "temperature"));
+    ls_sampling_defaults(&p);
+    p.repetition_penalty = 0;
+    CU_ASSERT_EQUAL(ls_sampling_validate(&p, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "repetition_penalty"));
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+    CU_pSuite s = CU_add_suite("sampler", NULL, NULL);
+    CU_add_test(s, "greedy takes the lowest id on ties", test_greedy_takes_the_lowest_id_on_ties);
+    CU_add_test(s, "top-k 1 is greedy at any temperature", test_top_k_one_is_greedy);
+    CU_add_test(s, "temperature sampling matches softmax(l/T)", test_temperature_matches_softmax);
+    CU_add_test(s, "top-p keeps the smallest nucleus", test_top_p_keeps_the_smallest_nucleus);
+    CU_add_test(s, "min-p drops tokens below min_p * p_max", test_min_p_drops_unlikely_tokens);
+    CU_add_test(s, "same seed same draws, other seed other draws", test_same_seed_same_draws_other_seed_other_draws);
+    CU_add_test(s, "repetition penalty as Hugging Face", test_repetition_penalty_as_hugging_face);
+    CU_add_test(s, "presence and frequency penalties", test_presence_and_frequency_penalties);
+    CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
+    CU_add_test(s, "validation names the field", test_validation_names_the_field);
+    return ls_cunit_run_tap();
+}
