@@ -4,6 +4,7 @@
 #                                      a 2-rank generation (GPUs when present, else CPUs)
 #   bash launcher/quickstart.sh test   packages, build, default model, then the whole test suite
 # Environment: BUILD_DIR (default <repo>/build), CONFIGURE_FLAGS (extra configure flags),
+# PROMPT (the run mode's prompt),
 # FUZZ_SECONDS (per fuzz target in test mode, default 20; 0 skips fuzzing).
 set -euo pipefail
 mode=${1:-run}
@@ -54,7 +55,8 @@ if [ "$mode" = run ]; then
         devices=""
     fi
     # shellcheck disable=SC2086
-    exec "$top/launcher/lockstep-run" --tp 2 $devices -- info
+    exec "$top/launcher/lockstep-run" --tp 2 $devices -- generate -m "$model" --chat -n 128 \
+        -p "${PROMPT:-Explain in a few sentences why the sky is blue.}"
 fi
 
 # ---- test mode ----
