@@ -1,0 +1,33 @@
+# runtime/tokenizer.mk: tokenizer (byte-level and SentencePiece BPE, from GGUF metadata or a
+# tokenizer.json) and chat templates.
+TOKENIZER_SRC = runtime/tokenizer.c runtime/tokenizer.h runtime/tok_internal.h \
+	runtime/tok_decode.c runtime/tok_spec.c runtime/tok_json.c
+liblockstep_a_SOURCES += $(TOKENIZER_SRC) runtime/chat.c runtime/chat.h
+
+check_PROGRAMS += tests/unit/test_tokenizer tests/unit/test_chat
+TESTS += tests/unit/test_tokenizer tests/unit/test_chat
+
+tests_unit_test_tokenizer_SOURCES = tests/unit/test_tokenizer.c tests/unit/cunit_tap.c \
+	tests/unit/cunit_tap.h $(TOKENIZER_SRC) runtime/log.c
+tests_unit_test_tokenizer_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS)
+tests_unit_test_tokenizer_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+
+tests_unit_test_chat_SOURCES = tests/unit/test_chat.c tests/unit/cunit_tap.c \
+	tests/unit/cunit_tap.h runtime/chat.c runtime/chat.h runtime/log.c
+tests_unit_test_chat_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS)
+tests_unit_test_chat_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+
+# fixtures: regenerate with tests/fixtures/make_tokenizer_fixtures.py (pip requirements inside)
+EXTRA_DIST += tests/fixtures/make_tokenizer_fixtures.py tests/fixtures/tokenizer \
+	tests/fuzz/corpus/tokenizer_json
+
+if ENABLE_FUZZ
+# libFuzzer target on tok_load_json_buf (configure --enable-fuzz CC=clang); built by make check,
+# run by hand: tests/fuzz/fuzz_tokenizer_json -max_total_time=60 tests/fuzz/corpus/tokenizer_json
+check_PROGRAMS += tests/fuzz/fuzz_tokenizer_json
+tests_fuzz_fuzz_tokenizer_json_SOURCES = tests/fuzz/fuzz_tokenizer_json.c $(TOKENIZER_SRC)
+tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(AM_CFLAGS) -g -O1 \
+	-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
+tests_fuzz_fuzz_tokenizer_json_LDFLAGS = -fsanitize=fuzzer,address,undefined
+tests_fuzz_fuzz_tokenizer_json_LDADD = $(JANSSON_LIBS) $(PCRE2_LIBS)
+endif
