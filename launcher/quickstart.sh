@@ -69,5 +69,16 @@ pass=$(sed -n 's/^# PASS: *//p' "$build/check.out" | tail -n1)
 skipped=$(sed -n 's/^# SKIP: *//p' "$build/check.out" | tail -n1)
 failed=$(($(sed -n 's/^# FAIL: *//p' "$build/check.out" | tail -n1) + $(sed -n 's/^# ERROR: *//p' "$build/check.out" | tail -n1)))
 [ "$status" -ne 0 ] && [ -f test-suite.log ] && grep -B2 -A30 '^FAIL\|^ERROR' test-suite.log | head -n 200
+
+# the parsers' fuzz targets, a bounded time each (libFuzzer needs clang)
+if [ "${FUZZ_SECONDS:-20}" -gt 0 ]; then
+    fuzz_status=0
+    fuzz_out=$("$top/tests/fuzz/run.sh" "$build-fuzz" "${FUZZ_SECONDS:-20}") || fuzz_status=$?
+    echo "$fuzz_out"
+    pass=$((${pass:-0} + $(grep -c '^fuzz ok' <<<"$fuzz_out")))
+    failed=$((failed + $(grep -c '^fuzz FAILED' <<<"$fuzz_out")))
+    total=$((${total:-0} + 3))
+    [ $fuzz_status -ne 0 ] && status=1
+fi
 echo "tests: ${pass:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped (of ${total:-0})"
 exit "$status"

@@ -16,13 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_CHAT = 1300, OPT_SYSTEM, OPT_PROMPT_IDS, OPT_JSON, OPT_TOP_LOGITS, OPT_TOP_STEPS, OPT_QUIET };
+enum { OPT_DUMMY = 1299, OPT_CHAT = 1300, OPT_SYSTEM, OPT_PROMPT_IDS, OPT_JSON, OPT_TOP_LOGITS, OPT_TOP_STEPS, OPT_QUIET };
 
 static const char generate_help[] =
     "usage: lockstep generate -m MODEL -p PROMPT [-n N] [sampling flags] [--chat] [--system S]\n"
     "Run under mpirun (one rank per GPU, or CPU ranks): rank 0 streams the text to stdout and\n"
     "the timing to stderr.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
+    "  --dummy PRESET|FILE  random weights (seeded) of a preset shape (llama-3.1-8b, llama-3.1-70b,\n"
+    "                       qwen2.5-7b, smollm2-135m) or of a config.json; no checkpoint needed\n"
     "  -p, --prompt TEXT    the prompt; '-' reads it from stdin\n"
     "  --prompt-ids LIST    the prompt as token ids, \"1,2,3\" (models without a tokenizer)\n"
     "  -n, --max-tokens N   tokens to generate at most (default 256)\n"
@@ -178,6 +180,7 @@ int cmd_generate(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'}, {"prompt", required_argument, NULL, 'p'},
+        {"dummy", required_argument, NULL, OPT_DUMMY},
         {"max-tokens", required_argument, NULL, 'n'}, {"help", no_argument, NULL, 'h'},
         {"chat", no_argument, NULL, OPT_CHAT}, {"system", required_argument, NULL, OPT_SYSTEM},
         {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS}, {"json", no_argument, NULL, OPT_JSON},
@@ -192,10 +195,14 @@ int cmd_generate(int argc, char **argv)
     const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *system = NULL;
     int chat = 0, json = 0, quiet = 0, max_ctx = 0, reset = 1, opt, rc;
     long v;
-    char err[1024];
+    char err[1024], dummy[4200];
     while ((opt = ls_getopt(argc, argv, "m:p:n:h", longopts, &reset, err, sizeof err)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
+        case OPT_DUMMY:
+            snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
+            model = dummy;
+            break;
         case 'p': prompt = optarg; break;
         case 'n':
             if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err)) return ls_usage_error("generate", err);
@@ -226,7 +233,7 @@ int cmd_generate(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s' (quote the prompt: -p \"...\")", argv[optind]);
         return ls_usage_error("generate", err);
     }
-    if (!model) return ls_usage_error("generate", "missing --model (-m)");
+    if (!model) return ls_usage_error("generate", "missing --model (-m) or --dummy");
     if (!prompt == !ids_arg) return ls_usage_error("generate", "give exactly one of --prompt (-p) and --prompt-ids");
     if (ids_arg && chat) return ls_usage_error("generate", "--chat needs a text prompt, not --prompt-ids");
     if (system && !chat) return ls_usage_error("generate", "--system needs --chat");

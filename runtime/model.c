@@ -18,6 +18,7 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -27,21 +28,96 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Where weights come from: a GGUF file, safetensors file(s), or random numbers (--dummy). */
 struct source {
     struct gguf_file *g;
     struct st_model *st;
+    int dummy;
+    uint64_t seed;
 };
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Random weights that depend only on (seed, tensor name, row, column), so every rank's shard is
+ * the slice of one and the same model, whatever the TP size. Norm weights are 1; matrices are
+ * uniform in +-sqrt(3 / cols) (unit variance of outputs for unit inputs), biases small. */
+static void dummy_fill(const struct source *s, const char *name, int64_t full_cols, int64_t r0, int64_t nr,
+                       int64_t c0, int64_t nc, float *dst)
+{
+    uint64_t h = s->seed * 0x9e3779b97f4a7c15ULL;
+    for (const char *p = name; *p; p++) h = mix64(h ^ (uint64_t)(unsigned char)*p);
+    int norm = strstr(name, "norm") != NULL, bias = strstr(name, "bias") != NULL;
+    float scale = bias ? 0.02f : sqrtf(3.0f / (float)full_cols);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < nr; r++)
+        for (int64_t c = 0; c < nc; c++) {
+            float *o = dst + r * nc + c;
+            if (norm) {
+                *o = 1.0f;
+                continue;
+            }
+            uint64_t x = mix64(h + (uint64_t)((r0 + r) * full_cols + c0 + c));
+            *o = scale * (float)((double)(x >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+        }
+}
 
 static int src_shape(struct source *s, const char *name, int64_t *rows, int64_t *cols)
 {
     return s->g ? gguf_tensor_shape(s->g, name, rows, cols) : st_tensor_shape(s->st, name, rows, cols);
 }
 
-static int src_read(struct source *s, const char *name, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                    float *dst, char *err, size_t errlen)
+static int src_read(struct source *s, const char *name, int64_t full_cols, int64_t r0, int64_t nr, int64_t c0,
+                    int64_t nc, float *dst, char *err, size_t errlen)
 {
+    if (s->dummy) {
+        dummy_fill(s, name, full_cols, r0, nr, c0, nc, dst);
+        return 0;
+    }
     return s->g ? gguf_read_f32(s->g, name, r0, nr, c0, nc, dst, err, errlen)
                 : st_read_f32(s->st, name, r0, nr, c0, nc, dst, err, errlen);
+}
+
+/* ---------------------------------------------------------------- --dummy presets ---- */
+
+static const struct {
+    const char *name;
+    struct ls_model_config c;
+} presets[] = {
+    {"llama-3.1-8b", {.arch = "llama", .n_layers = 32, .dim = 4096, .n_heads = 32, .n_kv_heads = 8,
+                      .head_dim = 128, .ffn = 14336, .vocab = 128256, .max_pos = 131072, .norm_eps = 1e-5f,
+                      .rope_theta = 500000.0f, .rope_scaling = LS_ROPE_SCALING_LLAMA3, .rope_factor = 8.0f,
+                      .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f, .rope_orig_max_pos = 8192,
+                      .bos_id = 128000, .eos_ids = {128001, 128008, 128009}, .n_eos = 3}},
+    {"llama-3.1-70b", {.arch = "llama", .n_layers = 80, .dim = 8192, .n_heads = 64, .n_kv_heads = 8,
+                       .head_dim = 128, .ffn = 28672, .vocab = 128256, .max_pos = 131072, .norm_eps = 1e-5f,
+                       .rope_theta = 500000.0f, .rope_scaling = LS_ROPE_SCALING_LLAMA3, .rope_factor = 8.0f,
+                       .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f, .rope_orig_max_pos = 8192,
+                       .bos_id = 128000, .eos_ids = {128001, 128008, 128009}, .n_eos = 3}},
+    {"qwen2.5-7b", {.arch = "qwen2", .n_layers = 28, .dim = 3584, .n_heads = 28, .n_kv_heads = 4,
+                    .head_dim = 128, .ffn = 18944, .vocab = 152064, .max_pos = 32768, .norm_eps = 1e-6f,
+                    .rope_theta = 1000000.0f, .qkv_bias = 1, .bos_id = -1, .eos_ids = {151645, 151643}, .n_eos = 2}},
+    {"smollm2-135m", {.arch = "llama", .n_layers = 30, .dim = 576, .n_heads = 9, .n_kv_heads = 3,
+                      .head_dim = 64, .ffn = 1536, .vocab = 49152, .max_pos = 8192, .norm_eps = 1e-5f,
+                      .rope_theta = 100000.0f, .tied_embeddings = 1, .bos_id = 1, .eos_ids = {2}, .n_eos = 1}},
+};
+
+static int dummy_config(const char *what, struct ls_model_config *c, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(what, presets[i].name)) {
+            *c = presets[i].c;
+            c->rope_style = LS_ROPE_NEOX;
+            return 0;
+        }
+    if (access(what, R_OK) == 0) return hf_config_load(what, c, err, errlen);
+    snprintf(err, errlen, "--dummy: '%s' is neither a preset (llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, "
+             "smollm2-135m) nor a readable config.json", what);
+    return -1;
 }
 
 /* ---------------------------------------------------------------- config from GGUF ---- */
@@ -203,8 +279,8 @@ static double now_s(void)
 static float *load_part(struct loader *ld, const char *name, int64_t full_rows, int64_t full_cols,
                         int64_t r0, int64_t nr, int64_t c0, int64_t nc, char *err, size_t errlen)
 {
-    int64_t rows = 0, cols = 0;
-    if (src_shape(&ld->src, name, &rows, &cols) != 0) {
+    int64_t rows = full_rows, cols = full_cols;
+    if (!ld->src.dummy && src_shape(&ld->src, name, &rows, &cols) != 0) {
         snprintf(err, errlen, "%s: tensor '%s' is missing", ld->file, name);
         return NULL;
     }
@@ -219,7 +295,7 @@ static float *load_part(struct loader *ld, const char *name, int64_t full_rows, 
                  (long long)(nr * nc));
         return NULL;
     }
-    if (src_read(&ld->src, name, r0, nr, c0, nc, dst, err, errlen) != 0) {
+    if (src_read(&ld->src, name, full_cols, r0, nr, c0, nc, dst, err, errlen) != 0) {
         free(dst);
         return NULL;
     }
@@ -441,7 +517,12 @@ struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct 
     m->tp = tp;
     m->be = be;
     struct loader ld = {.m = m, .file = path, .progress = show_progress, .t0 = now_s()};
-    if (ends_with(path, ".gguf")) {
+    if (!strncmp(path, "dummy:", 6)) {
+        snprintf(m->format, sizeof m->format, "dummy");
+        ld.src.dummy = 1;
+        ld.src.seed = 1;
+        if (dummy_config(path + 6, &m->cfg, err, errlen)) goto fail;
+    } else if (ends_with(path, ".gguf")) {
         snprintf(m->format, sizeof m->format, "gguf");
         ld.src.g = gguf_open(path, err, errlen);
         if (!ld.src.g || config_from_gguf(ld.src.g, path, &m->cfg, err, errlen) ||

@@ -42,11 +42,25 @@ check "prompt longer than the context: both counts named" err_has "the prompt ha
 run_mpi 3 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 4 --temperature -1
 check "bad sampling value: the flag is named" err_has "temperature: expected 0..100"
 run "$LOCKSTEP" generate -p hi
-check "generate without --model: usage error" err_has "missing --model"
+check "generate without --model: usage error" err_has "missing --model (-m) or --dummy"
 run "$LOCKSTEP" generate -m x -p hi --prompt-ids 1
 check "generate with two prompts: usage error" err_has "exactly one of --prompt"
 run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" -p "hello"
 check "text prompt for a model without a tokenizer: says to use --prompt-ids" err_has "has no tokenizer: give the prompt as --prompt-ids"
+
+# ---- --dummy: random weights that depend on the tensor and element only, so every TP size
+# computes the same model
+for tp in 1 2 3; do
+    run_mpi $tp "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 1,2,3,4 -n 8 --ignore-eos --json --quiet
+    jq -c .ids "$tmp/out" >"$tmp/dummy.$tp"
+done
+check "--dummy smollm2-135m: 8 tokens" test "$(jq length "$tmp/dummy.1" 2>/dev/null)" = 8
+check "--dummy smollm2-135m: same greedy tokens at TP=1, 2, 3" \
+    test "$(cat "$tmp/dummy.1")" = "$(cat "$tmp/dummy.2")" -a "$(cat "$tmp/dummy.1")" = "$(cat "$tmp/dummy.3")"
+run_mpi 2 "$LOCKSTEP" generate --cpu --dummy "$fx/tiny-qwen2/config.json" --prompt-ids 1,2 -n 4 --json --quiet
+check "--dummy with a config.json runs" jq_ok '.generated_tokens >= 0'
+run_mpi 2 "$LOCKSTEP" generate --cpu --dummy llama-9000 --prompt-ids 1
+check "--dummy with an unknown preset: the presets are listed" err_has "neither a preset (llama-3.1-8b"
 
 if [ ! -f "$model" ]; then
     skip "generate and batch on SmolLM2: model absent (launcher/fetch-model.sh fetches it)"
