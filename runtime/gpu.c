@@ -66,6 +66,7 @@ static struct {
     int (*link_state)(nvml_device, unsigned, unsigned *);
     int (*remote_pci)(nvml_device, unsigned, nvml_pci_info *);
     int (*p2p_status)(nvml_device, nvml_device, int, int *);
+    int (*pci_info)(nvml_device, nvml_pci_info *);
 } nvml;
 
 static int nvml_load(void)
@@ -79,6 +80,8 @@ static int nvml_load(void)
     *(void **)&nvml.link_state = dlsym(h, "nvmlDeviceGetNvLinkState");
     *(void **)&nvml.remote_pci = dlsym(h, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     *(void **)&nvml.p2p_status = dlsym(h, "nvmlDeviceGetP2PStatus");
+    *(void **)&nvml.pci_info = dlsym(h, "nvmlDeviceGetPciInfo_v3");
+    if (!nvml.pci_info) *(void **)&nvml.pci_info = dlsym(h, "nvmlDeviceGetPciInfo_v2");
     nvml.ok = nvml.init && nvml.by_pci && nvml.link_state && nvml.remote_pci && nvml.init() == 0;
     return nvml.ok;
 }
@@ -103,6 +106,10 @@ void ls_gpu_link(int a, int b, char *out, size_t outlen)
     if (nvml_load()) {
         nvml_device da, db;
         if (nvml.by_pci(pa, &da) == 0 && nvml.by_pci(pb, &db) == 0) {
+            /* NVML reports a link's remote end by the bus id NVML itself uses for the peer, which
+             * in a VM is not the guest's id that CUDA reports: compare with NVML's view of b */
+            nvml_pci_info bi;
+            if (nvml.pci_info && nvml.pci_info(db, &bi) == 0) snprintf(pb, sizeof pb, "%s", bi.bus_id);
             int links = 0;
             for (unsigned l = 0; l < NVML_MAX_LINKS; l++) {
                 unsigned active = 0;
