@@ -11,6 +11,13 @@
 
 struct ls_backend {
     const char *name;
+    int weight_bytes;               /* bytes per weight element: 4 (fp32) or 2 (bf16) */
+    void *(*stream)(void);          /* the stream collectives must run on (NULL on the CPU) */
+    void (*sync)(void);             /* wait for all work issued so far */
+    /* streaming read and copy of `bytes` of the backend's memory, GB/s (bytes moved / time;
+     * a copy counts bytes read + written) */
+    double (*read_bandwidth)(size_t bytes);
+    double (*copy_bandwidth)(size_t bytes);
     void *(*alloc)(size_t bytes);   /* zeroed; NULL when out of memory */
     void (*free)(void *p);
     void (*to_host)(void *dst, const void *src, size_t bytes);

@@ -11,6 +11,8 @@
 #include <mpi.h>
 #include <stddef.h>
 
+struct ls_backend;
+
 enum ls_dtype { LS_F32, LS_BF16, LS_I32 };
 
 struct ls_comm {
@@ -32,6 +34,10 @@ struct ls_comm *ls_comm_mpi_create(MPI_Comm world);
 /* NCCL communicator for device `dev`: rank 0 makes the unique id, MPI_Bcast shares it.
  * Returns NULL in CPU-only builds. */
 struct ls_comm *ls_comm_nccl_create(MPI_Comm world, int dev);
+
+/* Collectives that move nothing: allreduce leaves the buffer as it is, allgather puts this
+ * rank's part in its slot only. For timing a step without its communication (bench). */
+struct ls_comm *ls_comm_null_create(int rank, int size, const struct ls_backend *be);
 
 size_t ls_dtype_size(enum ls_dtype t);
 

@@ -9,5 +9,6 @@ int cmd_launch(int argc, char **argv);   /* launcher/launch.c: compose and run m
 int cmd_selftest(int argc, char **argv); /* runtime/selftest.c: fault drills for the tests */
 int cmd_generate(int argc, char **argv); /* runtime/generate_cli.c: one prompt, streamed text */
 int cmd_batch(int argc, char **argv);    /* runtime/batch.c: JSONL prompts in, JSONL results out */
+int cmd_bench(int argc, char **argv);    /* runtime/bench.c: roofline, prefill and decode speed */
 
 #endif

@@ -14,6 +14,7 @@ struct ls_engine {
     struct ls_model *m;
     struct ls_comm *comm;
     const struct ls_backend *be;
+    void *stream;        /* the backend's stream, for the collectives */
     int max_ctx, max_batch, pos;
     int vpad;            /* vocab rows per rank in the gather (the largest slice) */
     int *kv_of;          /* [q_heads]: local KV head of each local query head */
@@ -46,6 +47,7 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const 
     e->m = m;
     e->comm = comm;
     e->be = be;
+    e->stream = be->stream ? be->stream() : NULL;
     e->max_ctx = max_ctx;
     e->max_batch = max_batch;
     for (int r = 0; r < m->tp; r++)
@@ -107,6 +109,13 @@ void ls_engine_free(struct ls_engine *e)
     free(e);
 }
 
+struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm)
+{
+    struct ls_comm *old = e->comm;
+    e->comm = comm;
+    return old;
+}
+
 void ls_engine_reset(struct ls_engine *e)
 {
     e->pos = 0;
@@ -143,7 +152,7 @@ static void layer_forward(struct ls_engine *e, int l, int T)
     be->kv_store(e->kc[l], e->vc[l], e->k, e->v, e->pos, T, kd);
     be->attention(e->att, e->q, e->kc[l], e->vc[l], e->pos, T, hq, hkv, hd, e->kv_of);
     be->matmul(e->proj, e->att, L->wo, NULL, T, qd, D);
-    e->comm->allreduce_sum(e->comm, e->proj, (size_t)T * D, LS_F32, NULL); /* TP all-reduce: attention */
+    e->comm->allreduce_sum(e->comm, e->proj, (size_t)T * D, LS_F32, e->stream); /* TP all-reduce: attention */
     be->add(e->x, e->proj, (size_t)T * D);
 
     be->rmsnorm(e->xn, e->x, L->ffn_norm, T, D, eps);
@@ -151,7 +160,7 @@ static void layer_forward(struct ls_engine *e, int l, int T)
     be->matmul(e->up, e->xn, L->w_up, NULL, T, D, F);
     be->swiglu(e->gate, e->gate, e->up, (size_t)T * F);
     be->matmul(e->proj, e->gate, L->w_down, NULL, T, F, D);
-    e->comm->allreduce_sum(e->comm, e->proj, (size_t)T * D, LS_F32, NULL); /* TP all-reduce: MLP */
+    e->comm->allreduce_sum(e->comm, e->proj, (size_t)T * D, LS_F32, e->stream); /* TP all-reduce: MLP */
     be->add(e->x, e->proj, (size_t)T * D);
 }
 
@@ -164,7 +173,7 @@ static void head_forward(struct ls_engine *e, int T, float *logits)
     float *last = e->x + (size_t)(T - 1) * D;
     be->rmsnorm(e->xn, last, m->final_norm, 1, D, m->cfg.norm_eps);
     be->matmul(e->logits_local, e->xn, m->lm_head, NULL, 1, D, m->shard.vocab_rows);
-    e->comm->allgather(e->comm, e->logits_local, e->logits_all, (size_t)e->vpad, LS_F32, NULL);
+    e->comm->allgather(e->comm, e->logits_local, e->logits_all, (size_t)e->vpad, LS_F32, e->stream);
     for (int r = 0; r < m->tp; r++)
         be->to_host(logits + m->plan[r].vocab_first, e->logits_all + (size_t)r * e->vpad,
                     (size_t)m->plan[r].vocab_rows * sizeof(float));

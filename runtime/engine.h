@@ -16,6 +16,9 @@ struct ls_engine;
 struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const struct ls_backend *be,
                                 int max_ctx, int max_batch, char *err, size_t errlen);
 void ls_engine_free(struct ls_engine *e);
+/* swap the communicator (bench: a null one measures the step without collectives); returns
+ * the previous one */
+struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm);
 /* forget the context: the next token goes to position 0 */
 void ls_engine_reset(struct ls_engine *e);
 int ls_engine_pos(const struct ls_engine *e);

@@ -15,6 +15,7 @@ static const struct {
 } commands[] = {
     {"generate", cmd_generate, "generate text from a prompt (streamed on rank 0)"},
     {"batch", cmd_batch, "generate for every prompt of a JSONL file, results as JSONL"},
+    {"bench", cmd_bench, "measure the read roofline, prefill and decode speed"},
     {"info", cmd_info, "placement, GPUs, binding and library versions of every rank"},
     {"plan", cmd_plan, "the tensor-parallel shard plan for a model shape"},
     {"launch", cmd_launch, "compose and run mpirun for a TP job (what launcher/lockstep-run calls)"},

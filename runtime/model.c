@@ -555,8 +555,8 @@ struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct 
     const struct ls_model_config *c = &m->cfg;
     struct ls_plan_input in = {
         .heads = c->n_heads, .kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .dim = c->dim,
-        .ffn = c->ffn, .vocab = c->vocab, .layers = c->n_layers, .tp = tp, .weight_bytes = 4,
-        .kv_bytes = 4, .tied = c->tied_embeddings, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm};
+        .ffn = c->ffn, .vocab = c->vocab, .layers = c->n_layers, .tp = tp, .weight_bytes = be->weight_bytes,
+        .kv_bytes = be->weight_bytes, .tied = c->tied_embeddings, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm};
     m->plan = calloc((size_t)tp, sizeof *m->plan);
     if (!m->plan) goto fail;
     char perr[512];

@@ -1,0 +1,212 @@
+/* lockstep bench: how close a decode step comes to the memory roofline, measured in one run.
+ * First the backend's own read and copy bandwidth (a streaming read of >= 4 GiB on a GPU), then
+ * prefill tokens/s and decode ms/token over --gen steps after a warm-up, then the same decode
+ * with a null communicator, whose difference is the all-reduce share of the step. The bytes a
+ * decode step must read are the rank's weights (all but the embedding table, of which one row
+ * is read) plus its KV cache up to the position; roofline tokens/s = read bandwidth / bytes.
+ * The random prompt and the greedy decode are seeded, so two runs do the same work. */
+#include "config.h"
+#include "args.h"
+#include "backend.h"
+#include "check.h"
+#include "commands.h"
+#include "log.h"
+#include "run_common.h"
+#include "sampler.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OPT_DUMMY = 1500, OPT_PROMPT_LEN, OPT_GEN, OPT_BATCH, OPT_JSON, OPT_BW_BYTES, OPT_WARMUP };
+
+static const char bench_help[] =
+    "usage: lockstep bench (-m MODEL | --dummy PRESET) [--prompt-len P] [--gen N] [--batch 1] [--json FILE]\n"
+    "Measures the read roofline, prefill tokens/s and decode ms/token in one run, on every rank;\n"
+    "rank 0 prints a table.\n"
+    "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
+    "  --dummy PRESET|FILE  random weights of a preset shape (llama-3.1-8b, llama-3.1-70b,\n"
+    "                       qwen2.5-7b, smollm2-135m) or of a config.json\n"
+    "  --prompt-len P       prompt tokens (default 128)\n"
+    "  --gen N              timed decode steps (default 256)\n"
+    "  --warmup N           untimed decode steps first (default 16)\n"
+    "  --batch B            sequences per step; only 1 is supported\n"
+    "  --bw-bytes N         bytes for the bandwidth measurement (default 4 GiB on GPUs, 512 MiB on CPUs)\n"
+    "  --json FILE          also write the results as JSON\n" LS_COMMON_HELP;
+
+struct decode_run {
+    double seconds;     /* for the timed steps */
+    int steps;
+};
+
+static double now_s(void)
+{
+    return MPI_Wtime();
+}
+
+/* greedy decode of `steps` tokens after `warmup`, from the current position */
+static struct decode_run timed_decode(struct rc_job *j, float *logits, int first, int warmup, int steps)
+{
+    struct decode_run r = {0, steps};
+    int tok = first;
+    for (int s = 0; s < warmup + steps; s++) {
+        if (s == warmup) {
+            j->be->sync();
+            j->comm->barrier(j->comm);
+            r.seconds = now_s();
+        }
+        if (ls_engine_forward(j->engine, &tok, 1, logits) != 0)
+            ls_die(__FILE__, __LINE__, "ls_engine_forward", "context full during bench");
+        tok = ls_argmax(logits, j->model->cfg.vocab);
+    }
+    j->be->sync();
+    r.seconds = now_s() - r.seconds;
+    return r;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'}, {"dummy", required_argument, NULL, OPT_DUMMY},
+        {"prompt-len", required_argument, NULL, OPT_PROMPT_LEN}, {"gen", required_argument, NULL, OPT_GEN},
+        {"warmup", required_argument, NULL, OPT_WARMUP}, {"batch", required_argument, NULL, OPT_BATCH},
+        {"bw-bytes", required_argument, NULL, OPT_BW_BYTES}, {"json", required_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'}, LS_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    struct ls_common_opts common;
+    ls_common_defaults(&common);
+    const char *model = NULL, *json_path = NULL;
+    char dummy[4200], err[512];
+    long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, v;
+    int reset = 1, opt;
+    while ((opt = ls_getopt(argc, argv, "m:h", longopts, &reset, err, sizeof err)) != -1) {
+        switch (opt) {
+        case 'm': model = optarg; break;
+        case OPT_DUMMY:
+            snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
+            model = dummy;
+            break;
+        case OPT_PROMPT_LEN:
+            if (ls_parse_long("--prompt-len", optarg, 1, 1 << 20, &prompt_len, err, sizeof err)) return ls_usage_error("bench", err);
+            break;
+        case OPT_GEN:
+            if (ls_parse_long("--gen", optarg, 1, 1 << 20, &gen, err, sizeof err)) return ls_usage_error("bench", err);
+            break;
+        case OPT_WARMUP:
+            if (ls_parse_long("--warmup", optarg, 0, 1 << 20, &warmup, err, sizeof err)) return ls_usage_error("bench", err);
+            break;
+        case OPT_BATCH:
+            if (ls_parse_long("--batch", optarg, 1, 1, &batch, err, sizeof err)) return ls_usage_error("bench", err);
+            break;
+        case OPT_BW_BYTES:
+            if (ls_parse_long("--bw-bytes", optarg, 1 << 20, 1L << 40, &bw_bytes, err, sizeof err)) return ls_usage_error("bench", err);
+            break;
+        case OPT_JSON: json_path = optarg; break;
+        case 'h': ls_print0("%s", bench_help); return 0;
+        case '?': return ls_usage_error("bench", err);
+        default:
+            if (ls_common_opt(opt, optarg, &common, err, sizeof err) != 0) return ls_usage_error("bench", err);
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
+        return ls_usage_error("bench", err);
+    }
+    if (!model) return ls_usage_error("bench", "missing --model (-m) or --dummy");
+    (void)v;
+
+    struct rc_job j;
+    int ctx_len = (int)(prompt_len + warmup + gen + 1);
+    rc_job_start(&j, &argc, &argv, &common, model, ctx_len, (int)(prompt_len < 512 ? prompt_len : 512));
+    const struct ls_model *m = j.model;
+    const struct ls_model_config *c = &m->cfg;
+    const struct ls_shard *s = &m->shard;
+
+    /* 1. the roofline */
+    size_t bw = bw_bytes ? (size_t)bw_bytes : (strcmp(j.be->name, "cpu") ? (size_t)4 << 30 : (size_t)512 << 20);
+    double read_gbs = j.be->read_bandwidth(bw), copy_gbs = j.be->copy_bandwidth(bw / 2);
+
+    /* 2. prefill: a seeded random prompt, best of 3 */
+    int *prompt = malloc((size_t)prompt_len * sizeof *prompt);
+    float *logits = malloc((size_t)c->vocab * sizeof *logits);
+    CHECK_ALLOC(prompt);
+    CHECK_ALLOC(logits);
+    uint64_t x = 12345;
+    for (long i = 0; i < prompt_len; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        prompt[i] = (int)((x >> 33) % (uint64_t)c->vocab);
+    }
+    double prefill = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        ls_engine_reset(j.engine);
+        j.be->sync();
+        j.comm->barrier(j.comm);
+        double t0 = now_s();
+        ls_engine_forward(j.engine, prompt, (int)prompt_len, logits);
+        j.be->sync();
+        double dt = now_s() - t0;
+        if (dt < prefill) prefill = dt;
+    }
+
+    /* 3. decode with the real collectives, then without any */
+    int first = ls_argmax(logits, c->vocab);
+    struct decode_run full = timed_decode(&j, logits, first, (int)warmup, (int)gen);
+    struct ls_comm *none = ls_comm_null_create(j.ctx.rank, j.ctx.size, j.be);
+    struct ls_comm *real = ls_engine_set_comm(j.engine, none);
+    ls_engine_reset(j.engine);
+    ls_engine_forward(j.engine, prompt, (int)prompt_len, logits);
+    struct decode_run alone = timed_decode(&j, logits, first, (int)warmup, (int)gen);
+    ls_engine_set_comm(j.engine, real);
+    none->destroy(none);
+
+    /* bytes one decode step reads on this rank: weights without the embedding table (one row of
+     * it is read), plus the KV cache up to the mean position of the timed steps */
+    size_t wb = (size_t)j.be->weight_bytes;
+    size_t embed = (size_t)c->vocab * c->dim * wb;
+    size_t weights = s->weight_bytes - embed + (c->tied_embeddings ? (size_t)s->vocab_rows * c->dim * wb : 0);
+    double mean_pos = (double)prompt_len + (double)warmup + (double)gen / 2.0;
+    double step_bytes = (double)weights + mean_pos * (double)s->kv_bytes_token;
+    double ms_tok = full.seconds / full.steps * 1e3, ms_alone = alone.seconds / alone.steps * 1e3;
+    double achieved = step_bytes / (ms_tok * 1e-3) / 1e9;
+
+    /* the slowest rank sets the pace: report rank 0's view plus the job's worst */
+    double worst_ms = 0;
+    CHECK_MPI(MPI_Allreduce(&ms_tok, &worst_ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    double min_read = 0;
+    CHECK_MPI(MPI_Allreduce(&read_gbs, &min_read, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+
+    if (j.ctx.rank == 0) {
+        double share = ms_tok > 0 ? (ms_tok - ms_alone) / ms_tok : 0;
+        printf("lockstep bench: %s, %s, TP=%d (%s backend, %s collectives), batch 1\n", m->path, c->arch,
+               j.ctx.size, j.be->name, j.comm->name);
+        printf("  %-38s %10.1f GB/s   (%.2f GiB, streaming)\n", "read bandwidth (roofline)", read_gbs,
+               (double)bw / (1 << 30));
+        printf("  %-38s %10.1f GB/s   (read + written)\n", "copy bandwidth", copy_gbs);
+        printf("  %-38s %10.3f GB\n", "weights per rank", (double)s->weight_bytes / 1e9);
+        printf("  %-38s %10.3f GB\n", "bytes read per decode step per rank", step_bytes / 1e9);
+        printf("  %-38s %10.1f tok/s  (%d tokens in %.3f ms)\n", "prefill", prompt_len / prefill,
+               (int)prompt_len, prefill * 1e3);
+        printf("  %-38s %10.3f ms/token = %.1f tok/s (slowest rank %.3f ms)\n", "decode", ms_tok, 1e3 / ms_tok, worst_ms);
+        printf("  %-38s %10.1f GB/s = %.1f%% of the read roofline (ceiling %.1f tok/s)\n", "achieved", achieved,
+               100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
+        printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives", ms_alone, 100.0 * share);
+        if (json_path) {
+            json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                                  "model", m->path, "arch", c->arch, "tp", j.ctx.size, "backend", j.be->name,
+                                  "collectives", j.comm->name, "prompt_len", (int)prompt_len, "gen", (int)gen,
+                                  "batch", 1, "read_gbs", read_gbs, "read_gbs_min_rank", min_read, "copy_gbs", copy_gbs,
+                                  "weight_bytes_per_rank", (double)s->weight_bytes, "step_bytes_per_rank", step_bytes,
+                                  "prefill_tok_s", prompt_len / prefill, "decode_ms_per_token", ms_tok,
+                                  "decode_ms_per_token_slowest_rank", worst_ms, "decode_tok_s", 1e3 / ms_tok,
+                                  "roofline_fraction", achieved / read_gbs, "decode_ms_without_collectives", ms_alone);
+            json_object_set_new(o, "allreduce_share", json_real(share));
+            if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0) ls_error("bench: cannot write --json %s", json_path);
+            json_decref(o);
+        }
+        fflush(stdout);
+    }
+    free(prompt);
+    free(logits);
+    rc_job_end(&j);
+    return 0;
+}

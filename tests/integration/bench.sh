@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# lockstep bench on CPU ranks: it runs end to end, prints the roofline and the figures on rank 0
+# only, and writes JSON whose numbers are consistent (positive, a fraction of the roofline, an
+# all-reduce share in [-1, 1]). Timings here are CPU timings on a shared machine: the test checks
+# the measurement, not a speed.
+. "$(dirname "$0")/lib.sh"
+run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --warmup 2 --bw-bytes 67108864 --json "$tmp/b.json"
+check "bench on 2 CPU ranks exits 0" test "$rc" -eq 0
+check "bench prints the table once" test "$(count_in_out 'read bandwidth (roofline)')" -eq 1
+check "bench prints decode ms/token and % of roofline" out_has "of the read roofline"
+check "bench JSON: positive bandwidth, prefill and decode figures" \
+    jq_file "$tmp/b.json" '.read_gbs > 0 and .copy_gbs > 0 and .prefill_tok_s > 0 and .decode_ms_per_token > 0'
+check "bench JSON: TP=2, batch 1, 8 timed steps" jq_file "$tmp/b.json" '.tp == 2 and .batch == 1 and .gen == 8'
+check "bench JSON: per-rank weights of the SmolLM2 shape split in two (0.2..0.4 GB in fp32)" \
+    jq_file "$tmp/b.json" '.weight_bytes_per_rank > 2e8 and .weight_bytes_per_rank < 4e8'
+check "bench JSON: all-reduce share within [-1, 1]" jq_file "$tmp/b.json" '.allreduce_share >= -1 and .allreduce_share <= 1'
+run "$LOCKSTEP" bench --batch 4 --dummy smollm2-135m
+check "bench --batch 4: a clear usage error" err_has "--batch: expected 1..1, found 4"
+run "$LOCKSTEP" bench
+check "bench without a model: a clear usage error" err_has "missing --model (-m) or --dummy"
+done_testing
