@@ -3,6 +3,8 @@
 #include "args.h"
 #include "log.h"
 
+#include <mpi.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,8 +78,26 @@ int ls_parse_long(const char *flag, const char *s, long lo, long hi, long *out, 
     return 0;
 }
 
+int ls_report_once(const char *msg)
+{
+    /* Under a launcher every rank reaches this with the same message. Rank 0 prints it; the
+     * others must not exit first, or mpirun may kill rank 0 before its line is out. So, under a
+     * launcher, all ranks meet in a barrier after rank 0 has printed. */
+    int launched = ls_env_rank() >= 0, init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (launched && !init && !fin && MPI_Init(NULL, NULL) == MPI_SUCCESS) init = 1;
+    if (ls_self_rank() == 0) ls_error("%s", msg);
+    if (launched && init && !fin) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Finalize();
+    }
+    return 2;
+}
+
 int ls_usage_error(const char *cmd, const char *msg)
 {
-    if (ls_self_rank() == 0) ls_error("%s: %s; see 'lockstep %s --help'", cmd, msg, cmd);
-    return 2;
+    char line[2048];
+    snprintf(line, sizeof line, "%s: %s; see 'lockstep %s --help'", cmd, msg, cmd);
+    return ls_report_once(line);
 }

@@ -37,5 +37,7 @@ int ls_parse_long(const char *flag, const char *s, long lo, long hi, long *out, 
 
 /* one-line usage error on rank 0: "<cmd>: <msg>; see 'lockstep <cmd> --help'", returns 2 */
 int ls_usage_error(const char *cmd, const char *msg);
+/* msg printed once, by rank 0, before any rank exits (a barrier under a launcher); returns 2 */
+int ls_report_once(const char *msg);
 
 #endif

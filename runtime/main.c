@@ -2,6 +2,7 @@
  * parses its own flags, and multi-rank ones start MPI themselves (ls_bootstrap) after their
  * flags are known to be good, so a typo fails fast on every rank without a collective. */
 #include "config.h"
+#include "args.h"
 #include "commands.h"
 #include "log.h"
 
@@ -47,8 +48,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(name, commands[i].name)) return commands[i].run(argc - 1, argv + 1);
-    if (ls_self_rank() == 0) {
-        ls_error("unknown command '%s'; run 'lockstep --help' for the list", name);
-    }
-    return 2;
+    char msg[512];
+    snprintf(msg, sizeof msg, "unknown command '%.200s'; run 'lockstep --help' for the list", name);
+    return ls_report_once(msg);
 }
