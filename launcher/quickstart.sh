@@ -67,7 +67,9 @@ make -j"$jobs" check 2>&1 | tee "$build/check.out" || status=$?
 total=$(sed -n 's/^# TOTAL: *//p' "$build/check.out" | tail -n1)
 pass=$(sed -n 's/^# PASS: *//p' "$build/check.out" | tail -n1)
 skipped=$(sed -n 's/^# SKIP: *//p' "$build/check.out" | tail -n1)
-failed=$(($(sed -n 's/^# FAIL: *//p' "$build/check.out" | tail -n1) + $(sed -n 's/^# ERROR: *//p' "$build/check.out" | tail -n1)))
+nfail=$(sed -n 's/^# FAIL: *//p' "$build/check.out" | tail -n1)
+nerror=$(sed -n 's/^# ERROR: *//p' "$build/check.out" | tail -n1)
+failed=$((${nfail:-0} + ${nerror:-0}))
 [ "$status" -ne 0 ] && [ -f test-suite.log ] && grep -B2 -A30 '^FAIL\|^ERROR' test-suite.log | head -n 200
 
 # the parsers' fuzz targets, a bounded time each (libFuzzer needs clang)
