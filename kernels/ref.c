@@ -64,8 +64,8 @@ void ref_rope(float *x, const int *pos, int T, int heads, int hd, const float *i
         }
 }
 
-void ref_attention(float *out, const float *q, const float *kc, const float *vc, int pos0, int T,
-                   int hq, int hkv, int hd, const int *kv_of)
+void ref_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc, int pos0,
+                   int T, int hq, int hkv, int hd, const int *kv_of)
 {
     const float scale = 1.0f / sqrtf((float)hd);
     const int ctx = pos0 + T;
@@ -75,7 +75,7 @@ void ref_attention(float *out, const float *q, const float *kc, const float *vc,
 #pragma omp for collapse(2) schedule(static)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < hq; h++) {
-                const float *qv = q + ((size_t)t * hq + h) * hd;
+                const float *qv = q + (size_t)t * q_stride + (size_t)h * hd;
                 int kvh = kv_of[h], n = pos0 + t + 1;
                 float mx = -INFINITY;
                 for (int p = 0; p < n; p++) {

@@ -1,9 +1,14 @@
 /* The operations of the forward pass as one table of function pointers. The engine calls only
  * these, so the same forward runs on the CPU backend (kernels/ref.c, fp32, host memory) and on
- * the CUDA backend (device memory, a stream). Pointers are the backend's own memory; ids and
- * positions are host arrays. Shapes as in kernels/ref.h.
- * Matrices, the embedding table and the KV cache are `void *` in the backend's own format
- * (fp32 on the CPU, bf16 on the GPU); vectors (norm weights, biases) and activations are fp32. */
+ * the CUDA backend (device memory, one stream, bf16 weights and KV cache).
+ *
+ * Memory: every pointer is the backend's own memory, positions and token ids included, so a
+ * decode step needs nothing from the host and can be captured once into a CUDA graph and
+ * replayed: the step reads its position from `pos` and its token from `ids`, and ends by
+ * writing the next token into `ids` and advancing `pos`.
+ * Formats: matrices, the embedding table and the KV cache are `void *` in the backend's format
+ * (fp32 on the CPU; bf16 on the GPU, cache layout of its choosing); vectors (norm weights,
+ * biases, inverse frequencies) and activations are fp32. */
 #ifndef LOCKSTEP_BACKEND_H
 #define LOCKSTEP_BACKEND_H
 
@@ -11,37 +16,62 @@
 
 struct ls_backend {
     const char *name;
-    int weight_bytes;               /* bytes per weight element: 4 (fp32) or 2 (bf16) */
+    int weight_bytes;               /* bytes per weight and KV cache element: 4 (fp32) or 2 (bf16) */
     void *(*stream)(void);          /* the stream collectives must run on (NULL on the CPU) */
     void (*sync)(void);             /* wait for all work issued so far */
-    /* streaming read and copy of `bytes` of the backend's memory, GB/s (bytes moved / time;
-     * a copy counts bytes read + written) */
+    /* streaming read and copy of `bytes` of the backend's memory, GB/s (a copy counts bytes read
+     * and written) */
     double (*read_bandwidth)(size_t bytes);
     double (*copy_bandwidth)(size_t bytes);
+
     void *(*alloc)(size_t bytes);   /* zeroed; NULL when out of memory */
     void (*free)(void *p);
-    void (*to_host)(void *dst, const void *src, size_t bytes);
-    void (*to_device)(void *dst, const void *src, size_t bytes);
+    void (*to_host)(void *dst, const void *src, size_t bytes);   /* synchronous */
+    void (*to_device)(void *dst, const void *src, size_t bytes); /* synchronous */
+    void (*copy)(void *dst, const void *src, size_t bytes);      /* within the backend, ordered */
     /* Weights from host fp32, which the backend takes over (frees or keeps): a [rows][cols]
      * matrix in the backend's format, or a vector of n floats. NULL when out of memory. */
     void *(*upload_matrix)(float *host, size_t rows, size_t cols);
     float *(*upload_vector)(float *host, size_t n);
     /* pointer to row `row` of a matrix of `cols` columns (for the tied LM head's vocab slice) */
     void *(*matrix_row)(void *m, size_t row, size_t cols);
-    /* KV cache of n elements in the backend's format, zeroed */
-    void *(*alloc_cache)(size_t n);
+    /* KV cache of one layer for hkv heads x max_ctx positions x hd, zeroed */
+    void *(*alloc_cache)(int hkv, int max_ctx, int hd);
+
+    /* out[t] = table[ids[t]], [T][dim] */
     void (*embed)(float *out, const void *table, const int *ids, int T, int dim);
     void (*rmsnorm)(float *out, const float *x, const float *w, int rows, int dim, float eps);
+    /* out[T][n] = in[T][k] . W[n][k]^T (+ bias) */
     void (*matmul)(float *out, const float *in, const void *W, const float *bias, int T, int k, int n);
-    void (*rope)(float *x, const int *pos, int T, int heads, int hd, const float *inv_freq, int interleaved);
-    /* kc/vc rows pos0 .. pos0+T-1 = k/v rows (width floats each) */
-    void (*kv_store)(void *kc, void *vc, const float *k, const float *v, int pos0, int T, int width);
-    void (*attention)(float *out, const float *q, const void *kc, const void *vc, int pos0, int T,
-                      int hq, int hkv, int hd, const int *kv_of);
-    void (*swiglu)(float *out, const float *gate, const float *up, size_t n);
+    /* out[T][n] = (silu(g) * u)[T][f] . W[n][f]^T, with gu[T][2f] = gate | up */
+    void (*matmul_swiglu)(float *out, const float *gu, const void *W, int T, int f, int n);
+    /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
+     * positions pos[t], k and v stored in the caches at pos[t] */
+    void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos, const float *inv_freq,
+                    int T, int hq, int hkv, int hd, int max_ctx, int interleaved, const float *q_norm,
+                    const float *k_norm, float eps);
+    /* causal attention of the T positions pos[0] .. pos[0] + T - 1 (pos0 is pos[0] as known to
+     * the host; a decode step of a graph reads pos instead); q at qkv + t * stride; out
+     * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */
+    void (*attention)(float *out, const float *qkv, int stride, const void *kc, const void *vc,
+                      const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx);
     void (*add)(float *x, const float *y, size_t n);
+    /* *out = index of the largest of x[n], lowest on ties */
+    void (*argmax)(int *out, const float *x, int n);
+    /* pos[0] += 1 */
+    void (*advance)(int *pos);
+
+    /* Optional (NULL on the CPU): capture the work issued between begin and end into a graph
+     * that launch replays; free releases it. */
+    void (*graph_begin)(void);
+    void *(*graph_end)(void);
+    void (*graph_launch)(void *graph);
+    void (*graph_free)(void *graph);
 };
 
 extern const struct ls_backend ls_backend_cpu;
+#ifdef HAVE_CUDA
+extern const struct ls_backend ls_backend_cuda;
+#endif
 
 #endif

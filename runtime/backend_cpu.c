@@ -1,5 +1,5 @@
-/* The CPU backend: host memory and the reference kernels of kernels/ref.c. It is the reference
- * the CUDA backend must match. */
+/* The CPU backend: host memory, fp32 everywhere, and the reference kernels of kernels/ref.c.
+ * It is the reference the CUDA backend must match. KV cache layout: [max_ctx][hkv][hd]. */
 #include "config.h"
 #include "backend.h"
 #include "kernels/ref.h"
@@ -16,7 +16,7 @@ static void *cpu_alloc(size_t bytes)
 
 static void cpu_copy(void *dst, const void *src, size_t bytes)
 {
-    memcpy(dst, src, bytes);
+    memmove(dst, src, bytes);
 }
 
 static void *cpu_upload_matrix(float *host, size_t rows, size_t cols)
@@ -36,15 +36,9 @@ static void *cpu_matrix_row(void *m, size_t row, size_t cols)
     return (float *)m + row * cols;
 }
 
-static void *cpu_alloc_cache(size_t n)
+static void *cpu_alloc_cache(int hkv, int max_ctx, int hd)
 {
-    return calloc(n ? n : 1, sizeof(float));
-}
-
-static void cpu_kv_store(void *kc, void *vc, const float *k, const float *v, int pos0, int T, int width)
-{
-    memcpy((float *)kc + (size_t)pos0 * width, k, (size_t)T * width * sizeof(float));
-    memcpy((float *)vc + (size_t)pos0 * width, v, (size_t)T * width * sizeof(float));
+    return calloc((size_t)hkv * max_ctx * hd + 1, sizeof(float));
 }
 
 static void cpu_embed(float *out, const void *table, const int *ids, int T, int dim)
@@ -57,10 +51,61 @@ static void cpu_matmul(float *out, const float *in, const void *W, const float *
     ref_matmul(out, in, W, bias, T, k, n);
 }
 
-static void cpu_attention(float *out, const float *q, const void *kc, const void *vc, int pos0, int T,
-                          int hq, int hkv, int hd, const int *kv_of)
+/* scratch for silu(g) * u; grows on first use at a size, never inside a steady decode */
+static float *act;
+static size_t act_cap;
+
+static void cpu_matmul_swiglu(float *out, const float *gu, const void *W, int T, int f, int n)
 {
-    ref_attention(out, q, kc, vc, pos0, T, hq, hkv, hd, kv_of);
+    size_t need = (size_t)T * f;
+    if (need > act_cap) {
+        free(act);
+        act = malloc(need * sizeof *act);
+        act_cap = act ? need : 0;
+        if (!act) abort();
+    }
+    for (int t = 0; t < T; t++)
+        ref_swiglu(act + (size_t)t * f, gu + (size_t)t * 2 * f, gu + (size_t)t * 2 * f + f, (size_t)f);
+    ref_matmul(out, act, W, NULL, T, f, n);
+}
+
+static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos, const float *inv_freq,
+                        int T, int hq, int hkv, int hd, int max_ctx, int interleaved, const float *q_norm,
+                        const float *k_norm, float eps)
+{
+    (void)max_ctx;
+    for (int t = 0; t < T; t++) {
+        float *q = qkv + (size_t)t * stride, *k = q + (size_t)hq * hd, *v = k + (size_t)hkv * hd;
+        if (q_norm) ref_rmsnorm(q, q, q_norm, hq, hd, eps);
+        if (k_norm) ref_rmsnorm(k, k, k_norm, hkv, hd, eps);
+        ref_rope(q, &pos[t], 1, hq, hd, inv_freq, interleaved);
+        ref_rope(k, &pos[t], 1, hkv, hd, inv_freq, interleaved);
+        size_t row = (size_t)pos[t] * hkv * hd;
+        memcpy((float *)kc + row, k, (size_t)hkv * hd * sizeof(float));
+        memcpy((float *)vc + row, v, (size_t)hkv * hd * sizeof(float));
+    }
+}
+
+static void cpu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
+                          const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx)
+{
+    (void)pos, (void)max_ctx;
+    int kv_of[1024];
+    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
+    ref_attention(out, qkv, stride, kc, vc, pos0, T, hq, hkv, hd, kv_of);
+}
+
+static void cpu_argmax(int *out, const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    *out = best;
+}
+
+static void cpu_advance(int *pos)
+{
+    pos[0] += 1;
 }
 
 static void cpu_sync(void)
@@ -134,6 +179,7 @@ const struct ls_backend ls_backend_cpu = {
     .free = free,
     .to_host = cpu_copy,
     .to_device = cpu_copy,
+    .copy = cpu_copy,
     .upload_matrix = cpu_upload_matrix,
     .upload_vector = cpu_upload_vector,
     .matrix_row = cpu_matrix_row,
@@ -141,9 +187,10 @@ const struct ls_backend ls_backend_cpu = {
     .embed = cpu_embed,
     .rmsnorm = ref_rmsnorm,
     .matmul = cpu_matmul,
-    .rope = ref_rope,
-    .kv_store = cpu_kv_store,
+    .matmul_swiglu = cpu_matmul_swiglu,
+    .rope_kv = cpu_rope_kv,
     .attention = cpu_attention,
-    .swiglu = ref_swiglu,
     .add = ref_add,
+    .argmax = cpu_argmax,
+    .advance = cpu_advance,
 };

@@ -45,8 +45,9 @@ static double now_s(void)
     return MPI_Wtime();
 }
 
-/* greedy decode of `steps` tokens after `warmup`, from the current position */
-static struct decode_run timed_decode(struct rc_job *j, float *logits, int first, int warmup, int steps)
+/* greedy decode of `steps` tokens after `warmup`, from the current position: the step as
+ * generate runs it (a graph replay on GPUs, the token read back each step) */
+static struct decode_run timed_decode(struct rc_job *j, int first, int warmup, int steps)
 {
     struct decode_run r = {0, steps};
     int tok = first;
@@ -56,9 +57,8 @@ static struct decode_run timed_decode(struct rc_job *j, float *logits, int first
             j->comm->barrier(j->comm);
             r.seconds = now_s();
         }
-        if (ls_engine_forward(j->engine, &tok, 1, logits) != 0)
-            ls_die(__FILE__, __LINE__, "ls_engine_forward", "context full during bench");
-        tok = ls_argmax(logits, j->model->cfg.vocab);
+        if (ls_engine_decode_greedy(j->engine, tok, &tok) != 0)
+            ls_die(__FILE__, __LINE__, "ls_engine_decode_greedy", "context full during bench");
     }
     j->be->sync();
     r.seconds = now_s() - r.seconds;
@@ -150,12 +150,12 @@ int cmd_bench(int argc, char **argv)
 
     /* 3. decode with the real collectives, then without any */
     int first = ls_argmax(logits, c->vocab);
-    struct decode_run full = timed_decode(&j, logits, first, (int)warmup, (int)gen);
+    struct decode_run full = timed_decode(&j, first, (int)warmup, (int)gen);
     struct ls_comm *none = ls_comm_null_create(j.ctx.rank, j.ctx.size, j.be);
     struct ls_comm *real = ls_engine_set_comm(j.engine, none);
     ls_engine_reset(j.engine);
     ls_engine_forward(j.engine, prompt, (int)prompt_len, logits);
-    struct decode_run alone = timed_decode(&j, logits, first, (int)warmup, (int)gen);
+    struct decode_run alone = timed_decode(&j, first, (int)warmup, (int)gen);
     ls_engine_set_comm(j.engine, real);
     none->destroy(none);
 

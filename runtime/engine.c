@@ -1,11 +1,11 @@
 /* See engine.h. The forward reads top to bottom: one line per operation, the two tensor-
  * parallel all-reduces per layer as their own lines. Activations are [T][width] for the chunk
- * of T positions; the KV cache of each layer is [max_ctx][kv_heads_local][head_dim]. */
+ * of T positions. Token ids and positions live in backend memory (ids, pos), so the same code
+ * is the eager prefill and the captured decode step. */
 #include "config.h"
 #include "engine.h"
 #include "check.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,19 +15,23 @@ struct ls_engine {
     struct ls_comm *comm;
     const struct ls_backend *be;
     void *stream;        /* the backend's stream, for the collectives */
-    int max_ctx, max_batch, pos;
+    int max_ctx, max_batch;
+    int pos;             /* positions filled in the KV cache (host's count) */
     int vpad;            /* vocab rows per rank in the gather (the largest slice) */
-    int *kv_of;          /* [q_heads]: local KV head of each local query head */
-    int *pos_ids;        /* [max_batch] */
+    int *ids, *posb;     /* [max_batch] token ids and positions of the chunk (backend memory) */
+    int *host_pos;       /* [max_batch] staging */
     float *x, *xn;       /* [max_batch][dim] residual stream and its norm */
-    float *q;            /* [max_batch][q_heads * head_dim] */
-    float *k, *v;        /* [max_batch][kv_heads * head_dim] */
+    float *qkv;          /* [max_batch][(q_heads + 2 kv_heads) * head_dim] */
     float *att;          /* [max_batch][q_heads * head_dim] */
     float *proj;         /* [max_batch][dim] partial sums before each all-reduce */
-    float *gate, *up;    /* [max_batch][ffn_cols] */
-    float *logits_local; /* [vpad] */
-    float *logits_all;   /* [tp][vpad] */
-    void **kc, **vc;     /* [n_layers] -> [max_ctx][kv_heads][head_dim], backend format */
+    float *gu;           /* [max_batch][2 * ffn_cols] gate | up */
+    float *logits_local; /* [vpad] this rank's vocab slice */
+    float *logits_all;   /* [tp][vpad] every rank's slice */
+    float *logits;       /* [vocab] */
+    void **kc, **vc;     /* [n_layers] KV cache, backend format */
+    void *graph;         /* captured greedy decode step, or NULL */
+    int graph_synced;    /* posb[0] holds pos and ids[0] holds last_out for the next step */
+    int last_out;        /* the token the last greedy step wrote to ids[0] */
 };
 
 static float *balloc(struct ls_engine *e, size_t n, int *failed)
@@ -53,38 +57,36 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const 
     for (int r = 0; r < m->tp; r++)
         if (m->plan[r].vocab_rows > e->vpad) e->vpad = m->plan[r].vocab_rows;
     int hd = c->head_dim, qd = s->q_heads * hd, kd = s->kv_heads * hd, D = c->dim, F = s->ffn_cols;
-    e->kv_of = malloc((size_t)s->q_heads * sizeof *e->kv_of);
-    e->pos_ids = malloc((size_t)max_batch * sizeof *e->pos_ids);
-    CHECK_ALLOC(e->kv_of);
-    CHECK_ALLOC(e->pos_ids);
-    int group = c->n_heads / c->n_kv_heads;
-    for (int h = 0; h < s->q_heads; h++) e->kv_of[h] = (s->q_first + h) / group - s->kv_first;
+    e->host_pos = malloc((size_t)max_batch * sizeof *e->host_pos);
+    CHECK_ALLOC(e->host_pos);
     int failed = 0;
     size_t B = (size_t)max_batch;
+    e->ids = be->alloc(B * sizeof(int));
+    e->posb = be->alloc(B * sizeof(int));
+    if (!e->ids || !e->posb) failed = 1;
     e->x = balloc(e, B * D, &failed);
     e->xn = balloc(e, B * D, &failed);
-    e->q = balloc(e, B * qd, &failed);
-    e->k = balloc(e, B * kd, &failed);
-    e->v = balloc(e, B * kd, &failed);
+    e->qkv = balloc(e, B * (qd + 2 * kd), &failed);
     e->att = balloc(e, B * qd, &failed);
     e->proj = balloc(e, B * D, &failed);
-    e->gate = balloc(e, B * F, &failed);
-    e->up = balloc(e, B * F, &failed);
+    e->gu = balloc(e, B * 2 * F, &failed);
     e->logits_local = balloc(e, (size_t)e->vpad, &failed);
     e->logits_all = balloc(e, (size_t)e->vpad * m->tp, &failed);
+    e->logits = balloc(e, (size_t)c->vocab, &failed);
     e->kc = calloc((size_t)c->n_layers, sizeof *e->kc);
     e->vc = calloc((size_t)c->n_layers, sizeof *e->vc);
     CHECK_ALLOC(e->kc);
     CHECK_ALLOC(e->vc);
     for (int l = 0; l < c->n_layers && !failed; l++) {
-        e->kc[l] = be->alloc_cache((size_t)max_ctx * kd);
-        e->vc[l] = be->alloc_cache((size_t)max_ctx * kd);
+        e->kc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
+        e->vc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
         if (!e->kc[l] || !e->vc[l]) failed = 1;
     }
     if (failed) {
-        double need = ((double)max_ctx * kd * 2 * c->n_layers + (double)B * (3.0 * D + 2.0 * qd + 2.0 * kd + 2.0 * F)) * 4;
-        snprintf(err, errlen, "out of %s memory for the KV cache and activations: %.2f GB needed for --max-context %d; "
-                 "lower --max-context", be->name, need / 1e9, max_ctx);
+        double need = ((double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes +
+                       (double)B * (3.0 * D + 2.0 * qd + 2.0 * kd + 2.0 * F) * 4);
+        snprintf(err, errlen, "out of %s memory for the KV cache and activations: %.2f GB needed for "
+                 "--max-context %d; lower --max-context", be->name, need / 1e9, max_ctx);
         ls_engine_free(e);
         return NULL;
     }
@@ -95,7 +97,9 @@ void ls_engine_free(struct ls_engine *e)
 {
     if (!e) return;
     const struct ls_backend *be = e->be;
-    float *bufs[] = {e->x, e->xn, e->q, e->k, e->v, e->att, e->proj, e->gate, e->up, e->logits_local, e->logits_all};
+    if (e->graph) be->graph_free(e->graph);
+    void *bufs[] = {e->ids, e->posb, e->x, e->xn, e->qkv, e->att, e->proj, e->gu,
+                    e->logits_local, e->logits_all, e->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     for (int l = 0; e->kc && l < e->m->cfg.n_layers; l++) {
@@ -104,8 +108,7 @@ void ls_engine_free(struct ls_engine *e)
     }
     free(e->kc);
     free(e->vc);
-    free(e->kv_of);
-    free(e->pos_ids);
+    free(e->host_pos);
     free(e);
 }
 
@@ -113,12 +116,17 @@ struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm)
 {
     struct ls_comm *old = e->comm;
     e->comm = comm;
+    if (e->graph) {
+        e->be->graph_free(e->graph);
+        e->graph = NULL;
+    }
     return old;
 }
 
 void ls_engine_reset(struct ls_engine *e)
 {
     e->pos = 0;
+    e->graph_synced = 0;
 }
 
 int ls_engine_pos(const struct ls_engine *e)
@@ -131,65 +139,104 @@ int ls_engine_max_ctx(const struct ls_engine *e)
     return e->max_ctx;
 }
 
-static void layer_forward(struct ls_engine *e, int l, int T)
+static void layer_forward(struct ls_engine *e, int l, int T, int pos0)
 {
     const struct ls_backend *be = e->be;
     const struct ls_model_config *c = &e->m->cfg;
     const struct ls_shard *s = &e->m->shard;
     const struct ls_layer *L = &e->m->layers[l];
     const int D = c->dim, hd = c->head_dim, hq = s->q_heads, hkv = s->kv_heads, F = s->ffn_cols;
-    const int qd = hq * hd, kd = hkv * hd, rope_il = c->rope_style == LS_ROPE_INTERLEAVED;
+    const int qd = hq * hd, stride = (hq + 2 * hkv) * hd, rope_il = c->rope_style == LS_ROPE_INTERLEAVED;
     const float eps = c->norm_eps;
 
     be->rmsnorm(e->xn, e->x, L->attn_norm, T, D, eps);
-    be->matmul(e->q, e->xn, L->wq, L->bq, T, D, qd);
-    be->matmul(e->k, e->xn, L->wk, L->bk, T, D, kd);
-    be->matmul(e->v, e->xn, L->wv, L->bv, T, D, kd);
-    if (L->q_norm) be->rmsnorm(e->q, e->q, L->q_norm, T * hq, hd, eps);
-    if (L->k_norm) be->rmsnorm(e->k, e->k, L->k_norm, T * hkv, hd, eps);
-    be->rope(e->q, e->pos_ids, T, hq, hd, e->m->inv_freq, rope_il);
-    be->rope(e->k, e->pos_ids, T, hkv, hd, e->m->inv_freq, rope_il);
-    be->kv_store(e->kc[l], e->vc[l], e->k, e->v, e->pos, T, kd);
-    be->attention(e->att, e->q, e->kc[l], e->vc[l], e->pos, T, hq, hkv, hd, e->kv_of);
+    be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
+    be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd, e->max_ctx,
+                rope_il, L->q_norm, L->k_norm, eps);
+    be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd, e->max_ctx);
     be->matmul(e->proj, e->att, L->wo, NULL, T, qd, D);
     e->comm->allreduce_sum(e->comm, e->proj, (size_t)T * D, LS_F32, e->stream); /* TP all-reduce: attention */
     be->add(e->x, e->proj, (size_t)T * D);
 
     be->rmsnorm(e->xn, e->x, L->ffn_norm, T, D, eps);
-    be->matmul(e->gate, e->xn, L->w_gate, NULL, T, D, F);
-    be->matmul(e->up, e->xn, L->w_up, NULL, T, D, F);
-    be->swiglu(e->gate, e->gate, e->up, (size_t)T * F);
-    be->matmul(e->proj, e->gate, L->w_down, NULL, T, F, D);
+    be->matmul(e->gu, e->xn, L->w_gu, NULL, T, D, 2 * F);
+    be->matmul_swiglu(e->proj, e->gu, L->w_down, T, F, D);
     e->comm->allreduce_sum(e->comm, e->proj, (size_t)T * D, LS_F32, e->stream); /* TP all-reduce: MLP */
     be->add(e->x, e->proj, (size_t)T * D);
 }
 
 /* final norm and LM head of the last position; every rank's vocab slice gathered into logits */
-static void head_forward(struct ls_engine *e, int T, float *logits)
+static void head_forward(struct ls_engine *e, int T)
 {
     const struct ls_backend *be = e->be;
     const struct ls_model *m = e->m;
     const int D = m->cfg.dim;
-    float *last = e->x + (size_t)(T - 1) * D;
-    be->rmsnorm(e->xn, last, m->final_norm, 1, D, m->cfg.norm_eps);
+    be->rmsnorm(e->xn, e->x + (size_t)(T - 1) * D, m->final_norm, 1, D, m->cfg.norm_eps);
     be->matmul(e->logits_local, e->xn, m->lm_head, NULL, 1, D, m->shard.vocab_rows);
     e->comm->allgather(e->comm, e->logits_local, e->logits_all, (size_t)e->vpad, LS_F32, e->stream);
     for (int r = 0; r < m->tp; r++)
-        be->to_host(logits + m->plan[r].vocab_first, e->logits_all + (size_t)r * e->vpad,
-                    (size_t)m->plan[r].vocab_rows * sizeof(float));
+        be->copy(e->logits + m->plan[r].vocab_first, e->logits_all + (size_t)r * e->vpad,
+                 (size_t)m->plan[r].vocab_rows * sizeof(float));
+}
+
+/* the forward of T positions whose ids and positions are in e->ids and e->posb */
+static void chunk_forward(struct ls_engine *e, int T, int pos0)
+{
+    e->be->embed(e->x, e->m->embed, e->ids, T, e->m->cfg.dim);
+    for (int l = 0; l < e->m->cfg.n_layers; l++) layer_forward(e, l, T, pos0);
+    head_forward(e, T);
 }
 
 int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
 {
     if (n <= 0 || e->pos + n > e->max_ctx) return -1;
+    e->graph_synced = 0;
     for (int done = 0; done < n;) {
         int T = n - done < e->max_batch ? n - done : e->max_batch;
-        for (int t = 0; t < T; t++) e->pos_ids[t] = e->pos + t;
-        e->be->embed(e->x, e->m->embed, ids + done, T, e->m->cfg.dim);
-        for (int l = 0; l < e->m->cfg.n_layers; l++) layer_forward(e, l, T);
+        for (int t = 0; t < T; t++) e->host_pos[t] = e->pos + t;
+        e->be->to_device(e->posb, e->host_pos, (size_t)T * sizeof(int));
+        e->be->to_device(e->ids, ids + done, (size_t)T * sizeof(int));
+        chunk_forward(e, T, e->pos);
         e->pos += T;
         done += T;
-        if (done == n) head_forward(e, T, logits);
     }
+    e->be->to_host(logits, e->logits, (size_t)e->m->cfg.vocab * sizeof(float));
+    return 0;
+}
+
+/* the greedy decode step: reads ids[0] at posb[0], writes the next token to ids[0], advances */
+static void decode_step(struct ls_engine *e)
+{
+    chunk_forward(e, 1, e->pos);
+    e->be->argmax(e->ids, e->logits, e->m->cfg.vocab);
+    e->be->advance(e->posb);
+}
+
+int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out)
+{
+    const struct ls_backend *be = e->be;
+    if (e->pos + 1 > e->max_ctx) return -1;
+    if (!e->graph_synced) {
+        e->host_pos[0] = e->pos;
+        be->to_device(e->posb, e->host_pos, sizeof(int));
+        be->to_device(e->ids, &in, sizeof(int));
+        e->graph_synced = 1;
+    } else if (in != e->last_out) {
+        /* the previous step left its argmax in ids[0]; the caller chose another token */
+        be->to_device(e->ids, &in, sizeof(int));
+    }
+    if (be->graph_begin) {
+        if (!e->graph) {
+            be->graph_begin();
+            decode_step(e);
+            e->graph = be->graph_end();
+        }
+        be->graph_launch(e->graph);
+    } else {
+        decode_step(e);
+    }
+    be->to_host(out, e->ids, sizeof(int));
+    e->last_out = *out;
+    e->pos += 1;
     return 0;
 }

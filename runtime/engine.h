@@ -1,8 +1,9 @@
 /* The forward pass of one rank over its shard, in lockstep with the other ranks: every rank
  * runs the same steps on the same tokens, the two all-reduces per layer make the residual
  * stream identical everywhere, and the LM head's vocab slices are all-gathered so every rank
- * holds the same full row of logits (and so samples the same token). All buffers, the KV cache
- * included, are allocated once in ls_engine_new. */
+ * holds the same full row of logits (and so picks the same token). All buffers, the KV cache
+ * included, are allocated once in ls_engine_new; a greedy decode step allocates nothing and,
+ * on a backend with graphs, is captured once and replayed. */
 #ifndef LOCKSTEP_ENGINE_H
 #define LOCKSTEP_ENGINE_H
 
@@ -17,7 +18,7 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const 
                                 int max_ctx, int max_batch, char *err, size_t errlen);
 void ls_engine_free(struct ls_engine *e);
 /* swap the communicator (bench: a null one measures the step without collectives); returns
- * the previous one */
+ * the previous one. Drops a captured graph, which holds the old one's calls. */
 struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm);
 /* forget the context: the next token goes to position 0 */
 void ls_engine_reset(struct ls_engine *e);
@@ -26,5 +27,9 @@ int ls_engine_max_ctx(const struct ls_engine *e);
 /* Runs ids[0..n) at the current position (in chunks of max_batch), leaves the logits of the
  * last one in logits[vocab] (host) on every rank. Returns 0, or -1 when the context is full. */
 int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits);
+/* One greedy decode step of token `in` at the current position, entirely in the backend (a
+ * graph replay where the backend has graphs): only the next token comes back, in *out.
+ * Returns 0, or -1 when the context is full. */
+int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out);
 
 #endif

@@ -144,14 +144,27 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     size_t emitted = 0; /* bytes of text already written to p->stream */
     r->finish = "length";
 
+    /* Greedy without penalties needs no logits on the host: each step runs in the backend (a
+     * graph replay on GPUs) and only the token comes back. Anything else samples on the host
+     * from the full row of logits. */
+    const struct ls_sampling *sp = &p->sampling;
+    int device_greedy = sp->temperature == 0.0f && sp->repetition_penalty == 1.0f &&
+                        sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f &&
+                        (p->top_logits <= 0 || p->top_logit_steps <= 0);
     ls_engine_reset(e);
     double t0 = now_s();
     ls_engine_forward(e, prompt, n_prompt, logits);
     r->prefill_s = now_s() - t0;
     t0 = now_s();
+    int next = -1;
     for (int step = 0; step < budget; step++) {
-        record_top(r, p, logits, V);
-        int id = ls_sampler_sample(smp, logits, hist, n_prompt + r->n_gen);
+        int id;
+        if (device_greedy && step > 0) {
+            id = next;
+        } else {
+            record_top(r, p, logits, V);
+            id = ls_sampler_sample(smp, logits, hist, n_prompt + r->n_gen);
+        }
         if (!p->ignore_eos && is_eos(m, id)) {
             r->finish = "stop";
             break;
@@ -176,7 +189,11 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             if (stop >= 0) break;
         }
         if (step + 1 == budget) break;
-        if (ls_engine_forward(e, &id, 1, logits) != 0) break; /* context full */
+        if (device_greedy) {
+            if (ls_engine_decode_greedy(e, id, &next) != 0) break; /* context full */
+        } else if (ls_engine_forward(e, &id, 1, logits) != 0) {
+            break; /* context full */
+        }
     }
     r->decode_s = now_s() - t0;
     if (ts) {

@@ -231,32 +231,33 @@ static int check_config(const struct ls_model_config *c, const char *path, char 
 
 enum split { REPLICATED, ROWS_Q, ROWS_KV, ROWS_FFN, COLS_Q, COLS_FFN, ROWS_VOCAB };
 
+/* The tensors of a layer as stored; the loader fuses q/k/v and gate/up into one matrix each
+ * (one GEMV instead of three or two in the decode step). */
+enum lw { LW_ATTN_NORM, LW_Q, LW_K, LW_V, LW_BQ, LW_BK, LW_BV, LW_QN, LW_KN, LW_O, LW_FFN_NORM, LW_GATE, LW_UP, LW_DOWN, LW_COUNT };
+
 struct wspec {
     const char *gguf, *hf; /* names; %d is the layer */
     enum split split;
     int optional_flag;     /* 0: always; 1: qkv_bias; 2: qk_norm */
-    size_t off;            /* offset of the float * in struct ls_layer */
     int is_vector;         /* 1-D tensor */
 };
 
-#define L(field) offsetof(struct ls_layer, field)
-static const struct wspec layer_specs[] = {
-    {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", REPLICATED, 0, L(attn_norm), 1},
-    {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight", ROWS_Q, 0, L(wq), 0},
-    {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight", ROWS_KV, 0, L(wk), 0},
-    {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight", ROWS_KV, 0, L(wv), 0},
-    {"blk.%d.attn_q.bias", "model.layers.%d.self_attn.q_proj.bias", ROWS_Q, 1, L(bq), 1},
-    {"blk.%d.attn_k.bias", "model.layers.%d.self_attn.k_proj.bias", ROWS_KV, 1, L(bk), 1},
-    {"blk.%d.attn_v.bias", "model.layers.%d.self_attn.v_proj.bias", ROWS_KV, 1, L(bv), 1},
-    {"blk.%d.attn_q_norm.weight", "model.layers.%d.self_attn.q_norm.weight", REPLICATED, 2, L(q_norm), 1},
-    {"blk.%d.attn_k_norm.weight", "model.layers.%d.self_attn.k_norm.weight", REPLICATED, 2, L(k_norm), 1},
-    {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight", COLS_Q, 0, L(wo), 0},
-    {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", REPLICATED, 0, L(ffn_norm), 1},
-    {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight", ROWS_FFN, 0, L(w_gate), 0},
-    {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight", ROWS_FFN, 0, L(w_up), 0},
-    {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight", COLS_FFN, 0, L(w_down), 0},
+static const struct wspec layer_specs[LW_COUNT] = {
+    [LW_ATTN_NORM] = {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", REPLICATED, 0, 1},
+    [LW_Q] = {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight", ROWS_Q, 0, 0},
+    [LW_K] = {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight", ROWS_KV, 0, 0},
+    [LW_V] = {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight", ROWS_KV, 0, 0},
+    [LW_BQ] = {"blk.%d.attn_q.bias", "model.layers.%d.self_attn.q_proj.bias", ROWS_Q, 1, 1},
+    [LW_BK] = {"blk.%d.attn_k.bias", "model.layers.%d.self_attn.k_proj.bias", ROWS_KV, 1, 1},
+    [LW_BV] = {"blk.%d.attn_v.bias", "model.layers.%d.self_attn.v_proj.bias", ROWS_KV, 1, 1},
+    [LW_QN] = {"blk.%d.attn_q_norm.weight", "model.layers.%d.self_attn.q_norm.weight", REPLICATED, 2, 1},
+    [LW_KN] = {"blk.%d.attn_k_norm.weight", "model.layers.%d.self_attn.k_norm.weight", REPLICATED, 2, 1},
+    [LW_O] = {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight", COLS_Q, 0, 0},
+    [LW_FFN_NORM] = {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", REPLICATED, 0, 1},
+    [LW_GATE] = {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight", ROWS_FFN, 0, 0},
+    [LW_UP] = {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight", ROWS_FFN, 0, 0},
+    [LW_DOWN] = {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight", COLS_FFN, 0, 0},
 };
-#undef L
 
 struct loader {
     struct source src;
@@ -310,19 +311,37 @@ static float *load_part(struct loader *ld, const char *name, int64_t full_rows, 
     return dst;
 }
 
+/* rows of a then rows of b (and c), each cols wide, in one new buffer; frees the parts */
+static float *concat_rows(float *a, size_t ra, float *b, size_t rb, float *c, size_t rc, size_t cols)
+{
+    float *o = malloc((ra + rb + rc) * cols * sizeof(float) + 1);
+    if (o) {
+        memcpy(o, a, ra * cols * sizeof(float));
+        memcpy(o + ra * cols, b, rb * cols * sizeof(float));
+        if (c) memcpy(o + (ra + rb) * cols, c, rc * cols * sizeof(float));
+    }
+    free(a);
+    free(b);
+    free(c);
+    return o;
+}
+
 static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
 {
     struct ls_model *m = ld->m;
     const struct ls_model_config *c = &m->cfg;
     const struct ls_shard *s = &m->shard;
+    const struct ls_backend *be = m->be;
     int hd = c->head_dim;
-    for (size_t i = 0; i < sizeof layer_specs / sizeof layer_specs[0]; i++) {
+    float *h[LW_COUNT] = {0};
+    int64_t rows[LW_COUNT] = {0};
+    int rc = -1;
+    for (int i = 0; i < LW_COUNT; i++) {
         const struct wspec *w = &layer_specs[i];
         if ((w->optional_flag == 1 && !c->qkv_bias) || (w->optional_flag == 2 && !c->qk_norm)) continue;
         char name[160];
         snprintf(name, sizeof name, ld->src.g ? w->gguf : w->hf, l);
         int64_t fr = 0, fc = 0, r0 = 0, nr = 0, c0 = 0, nc = 0;
-        int64_t in = c->dim;
         switch (w->split) {
         case REPLICATED:
             fr = 1, fc = w->optional_flag == 2 ? hd : c->dim, nr = 1, nc = fc;
@@ -347,24 +366,49 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
             break;
         }
         if (w->split == ROWS_Q || w->split == ROWS_KV || w->split == ROWS_FFN) {
-            if (w->is_vector) { /* a bias: one row of fr values, sliced by columns */
+            if (w->is_vector) /* a bias: one row of fr values, sliced by columns */
                 c0 = r0, nc = nr, fc = fr, fr = 1, r0 = 0, nr = 1;
-            } else {
-                fc = in, nc = in;
-            }
+            else
+                fc = c->dim, nc = c->dim;
         }
-        float *p = load_part(ld, name, fr, fc, r0, nr, c0, nc, err, errlen);
-        if (!p) return -1;
-        void *dev = w->is_vector ? (void *)m->be->upload_vector(p, (size_t)(nr * nc))
-                                 : m->be->upload_matrix(p, (size_t)nr, (size_t)nc);
-        if (!dev) {
-            snprintf(err, errlen, "%s: tensor '%s': out of %s memory for %lld elements", ld->file, name,
-                     m->be->name, (long long)(nr * nc));
-            return -1;
-        }
-        *(void **)((char *)&m->layers[l] + w->off) = dev;
+        if (!(h[i] = load_part(ld, name, fr, fc, r0, nr, c0, nc, err, errlen))) goto out;
+        rows[i] = nr;
     }
-    return 0;
+    struct ls_layer *L = &m->layers[l];
+    size_t D = (size_t)c->dim, qd = (size_t)rows[LW_Q], kd = (size_t)rows[LW_K], F = (size_t)rows[LW_GATE];
+    float *qkv = concat_rows(h[LW_Q], qd, h[LW_K], kd, h[LW_V], kd, D);
+    float *gu = concat_rows(h[LW_GATE], F, h[LW_UP], F, NULL, 0, D);
+    h[LW_Q] = h[LW_K] = h[LW_V] = h[LW_GATE] = h[LW_UP] = NULL;
+    float *bqkv = NULL;
+    if (c->qkv_bias) {
+        bqkv = concat_rows(h[LW_BQ], qd, h[LW_BK], kd, h[LW_BV], kd, 1);
+        h[LW_BQ] = h[LW_BK] = h[LW_BV] = NULL;
+    }
+    if (!qkv || !gu || (c->qkv_bias && !bqkv)) {
+        snprintf(err, errlen, "out of host memory while loading layer %d", l);
+        free(qkv), free(gu), free(bqkv);
+        goto out;
+    }
+    /* the backend takes each host buffer over (keeps or frees it) */
+    L->wqkv = be->upload_matrix(qkv, qd + 2 * kd, D);
+    L->bqkv = bqkv ? be->upload_vector(bqkv, qd + 2 * kd) : NULL;
+    L->w_gu = be->upload_matrix(gu, 2 * F, D);
+    L->wo = be->upload_matrix(h[LW_O], D, qd);
+    L->w_down = be->upload_matrix(h[LW_DOWN], D, F);
+    L->attn_norm = be->upload_vector(h[LW_ATTN_NORM], D);
+    L->ffn_norm = be->upload_vector(h[LW_FFN_NORM], D);
+    L->q_norm = h[LW_QN] ? be->upload_vector(h[LW_QN], (size_t)hd) : NULL;
+    L->k_norm = h[LW_KN] ? be->upload_vector(h[LW_KN], (size_t)hd) : NULL;
+    h[LW_O] = h[LW_DOWN] = h[LW_ATTN_NORM] = h[LW_FFN_NORM] = h[LW_QN] = h[LW_KN] = NULL;
+    if (!L->wqkv || !L->w_gu || !L->wo || !L->w_down || !L->attn_norm || !L->ffn_norm ||
+        (c->qkv_bias && !L->bqkv) || (c->qk_norm && (!L->q_norm || !L->k_norm))) {
+        snprintf(err, errlen, "%s: layer %d: out of %s memory for its weights", ld->file, l, be->name);
+        goto out;
+    }
+    rc = 0;
+out:
+    for (int i = 0; i < LW_COUNT; i++) free(h[i]);
+    return rc;
 }
 
 static int load_globals(struct loader *ld, char *err, size_t errlen)
@@ -590,8 +634,7 @@ void ls_model_free(struct ls_model *m)
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             struct ls_layer *y = &m->layers[l];
-            void *ps[] = {y->attn_norm, y->wq, y->bq, y->wk, y->bk, y->wv, y->bv, y->q_norm,
-                          y->k_norm, y->wo, y->ffn_norm, y->w_gate, y->w_up, y->w_down};
+            void *ps[] = {y->attn_norm, y->wqkv, y->bqkv, y->q_norm, y->k_norm, y->wo, y->ffn_norm, y->w_gu, y->w_down};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 if (ps[i]) be->free(ps[i]);
         }

@@ -17,14 +17,12 @@ struct ls_backend;
 
 struct ls_layer {
     float *attn_norm;      /* [dim] */
-    void *wq;              /* [q_heads * head_dim, dim] */
-    float *bq;             /* [q_heads * head_dim] or NULL */
-    void *wk, *wv;         /* [kv_heads * head_dim, dim] */
-    float *bk, *bv;        /* [kv_heads * head_dim] or NULL */
+    void *wqkv;            /* [(q_heads + 2 * kv_heads) * head_dim, dim]: q rows, then k, then v */
+    float *bqkv;           /* [(q_heads + 2 * kv_heads) * head_dim] (qwen2) or NULL */
     float *q_norm, *k_norm;/* [head_dim] (qwen3) or NULL */
     void *wo;              /* [dim, q_heads * head_dim] */
     float *ffn_norm;       /* [dim] */
-    void *w_gate, *w_up;   /* [ffn_cols, dim] */
+    void *w_gu;            /* [2 * ffn_cols, dim]: gate rows, then up rows */
     void *w_down;          /* [dim, ffn_cols] */
 };
 

@@ -88,6 +88,13 @@ check "prompt from stdin: generates the reference continuation" out_has "Paris"
 check "timing line on stderr, printed once" test "$(count_in_err 'prompt 5 tokens')" -eq 1
 check "the text is printed once (rank 0 only)" test "$(count_in_out 'Paris')" -eq 1
 
+# ---- the greedy step that stays in the backend (only the token comes back) picks the same
+# tokens as the host path that samples from the full logits
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 24 --ignore-eos --json --quiet
+jq -c .ids "$tmp/out" >"$tmp/dev.ids"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 24 --ignore-eos --json --quiet --top-logits 1
+check "greedy in the backend equals greedy on the host (24 tokens, TP=2)" test "$(cat "$tmp/dev.ids")" = "$(jq -c .ids "$tmp/out")"
+
 # ---- stop strings
 run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "The capital of France is" -n 32 --stop "." --json --quiet
 check "stop string: finish_reason stop" jq_ok '.finish_reason == "stop"'
