@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct ls_sampling {
     float temperature;        /* 0: greedy */
     int top_k;                /* 0: off */
@@ -33,5 +37,9 @@ void ls_sampler_free(struct ls_sampler *s);
 int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *history, int n_history);
 /* index of the largest value, the lowest index on ties */
 int ls_argmax(const float *x, int n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,524 @@
+// See attention.h.
+//
+// Decode. Bytes per context position per KV head are 4*hd (K and V, bf16): 512 B at hd 128, so
+// at long contexts this kernel, like the GEMV, lives on memory bandwidth. A block of 4 warps
+// takes one chunk of positions for one KV head and up to 8 of its q heads (q in registers,
+// pre-scaled by log2(e)/sqrt(hd) so the softmax uses exp2). A position's row of hd bf16 is read
+// by LG = hd/8 lanes (rounded up to a power of two) with one 16-byte load each, so a warp covers
+// 32/LG positions per step; each lane keeps a running max, sum and its 8 output dimensions per q
+// head (online softmax), for its own positions. At the end the lanes of a warp, then the 4
+// warps, merge their states in a fixed order. One chunk: the block writes the normalised
+// output. Several: it writes (max, sum, output) to the workspace and attn_reduce_kernel merges
+// the chunks in order. Every reduction has a fixed order, so results are reproducible.
+//
+// The chunk length is computed on the device from the context length, never below
+// ATT_MIN_CHUNK positions; chunks past the end of the context exit at once.
+//
+// Prefill. Block = (32 queries, one q head), 128 threads as 8 x 16: a thread holds a 4x4 tile of
+// scores and a 4 x hd/16 tile of the output. Per 64-key tile: K (transposed) and V are converted
+// to fp32 in shared memory, S = Q K^T from shared memory, causal mask, online softmax with the
+// row reductions across the 16 threads of a row (shuffles within a warp), P to shared memory,
+// O += P V. Key tiles stop at the last query of the block.
+#include "config.h"
+#include "attention.h"
+#include "runtime/check.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#define ATT_WARPS     4
+#define ATT_MAX_G     8  // q heads per decode block
+#define ATT_MIN_CHUNK 64 // positions
+#define ATT_U         2  // positions per lane per loop iteration
+#define LOG2E         1.4426950408889634f
+
+static __device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+static __device__ __forceinline__ float bf16_lo(uint32_t w)
+{
+    return __uint_as_float(w << 16);
+}
+
+static __device__ __forceinline__ float bf16_hi(uint32_t w)
+{
+    return __uint_as_float(w & 0xffff0000u);
+}
+
+static __device__ __forceinline__ void unpack8(uint4 w, float *f)
+{
+    f[0] = bf16_lo(w.x), f[1] = bf16_hi(w.x), f[2] = bf16_lo(w.y), f[3] = bf16_hi(w.y);
+    f[4] = bf16_lo(w.z), f[5] = bf16_hi(w.z), f[6] = bf16_lo(w.w), f[7] = bf16_hi(w.w);
+}
+
+static __device__ __forceinline__ uint4 ld_stream(const uint16_t *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+// chunk length for a context of n positions cut into nsplit chunks (same on both kernels)
+static __device__ __forceinline__ int chunk_len(int n, int nsplit)
+{
+    int c = (n + nsplit - 1) / nsplit;
+    return c < ATT_MIN_CHUNK ? ATT_MIN_CHUNK : c;
+}
+
+// LG lanes per position; GM q heads held per block (1, 2, 4 or 8)
+template <int LG, int GM>
+static __global__ void __launch_bounds__(ATT_WARPS * 32)
+    attn_decode_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
+                       const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
+                       const int *__restrict__ pos, int hq, int hd, int group, int max_ctx,
+                       int nsplit, float qscale)
+{
+    constexpr int PG = 32 / LG; // positions per warp step
+    __shared__ float sm_m[ATT_WARPS][GM], sm_l[ATT_WARPS][GM];
+    __shared__ float sm_o[ATT_WARPS][GM][256];
+
+    pdl_launch_dependents();
+    pdl_wait();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int sub = lane / LG, c = lane % LG;
+    const int nsub = (group + GM - 1) / GM;
+    const int kvh = blockIdx.y / nsub, h0 = kvh * group + (blockIdx.y % nsub) * GM;
+    const int gb = min(GM, kvh * group + group - h0); // q heads of this block
+    int n = pos[0] + 1;
+    n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
+    const int C = chunk_len(n, nsplit);
+    const int p_begin = blockIdx.x * C, p_end = min(n, p_begin + C);
+    if (p_begin >= n) return; // past the context: the reduce pass does not read this chunk
+    const bool lane_on = c * 8 < hd;
+    const uint16_t *K = kcache + (size_t)kvh * max_ctx * hd + c * 8;
+    const uint16_t *V = vcache + (size_t)kvh * max_ctx * hd + c * 8;
+
+    float qv[GM][8], m[GM], l[GM], o[GM][8];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            qv[g][j] = (g < gb && lane_on) ? q[(size_t)(h0 + g) * hd + c * 8 + j] * qscale : 0.0f;
+            o[g][j] = 0.0f;
+        }
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+
+    for (int base = p_begin + warp * PG; base < p_end; base += ATT_U * ATT_WARPS * PG) {
+        uint4 kr[ATT_U], vr[ATT_U];
+        int p[ATT_U];
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) {
+            p[u] = base + u * ATT_WARPS * PG + sub;
+            kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
+            if (p[u] < p_end && lane_on) {
+                kr[u] = ld_stream(K + (size_t)p[u] * hd);
+                vr[u] = ld_stream(V + (size_t)p[u] * hd);
+            }
+        }
+        float s[ATT_U][GM];
+#pragma unroll
+        for (int u = 0; u < ATT_U; u++) {
+            float kf[8];
+            unpack8(kr[u], kf);
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) d = fmaf(qv[g][j], kf[j], d);
+#pragma unroll
+                for (int off = LG / 2; off > 0; off >>= 1)
+                    d += __shfl_xor_sync(0xffffffffu, d, off);
+                s[u][g] = p[u] < p_end ? d : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float mx = s[0][g];
+#pragma unroll
+            for (int u = 1; u < ATT_U; u++) mx = fmaxf(mx, s[u][g]);
+            const float mn = fmaxf(m[g], mx);
+            if (mn == -INFINITY) continue; // no position of this lane yet
+            const float alpha = exp2f(m[g] - mn);
+            l[g] *= alpha;
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] *= alpha;
+#pragma unroll
+            for (int u = 0; u < ATT_U; u++) {
+                float pw = exp2f(s[u][g] - mn), vf[8];
+                unpack8(vr[u], vf);
+                l[g] += pw;
+#pragma unroll
+                for (int j = 0; j < 8; j++) o[g][j] = fmaf(pw, vf[j], o[g][j]);
+            }
+            m[g] = mn;
+        }
+    }
+
+    // merge the PG position slots of the warp (lanes c, c + LG, ...)
+#pragma unroll
+    for (int off = LG; off < 32; off <<= 1) {
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m[g], off);
+            float l2 = __shfl_xor_sync(0xffffffffu, l[g], off);
+            float o2[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) o2[j] = __shfl_xor_sync(0xffffffffu, o[g][j], off);
+            float mn = fmaxf(m[g], m2);
+            if (mn == -INFINITY) continue;
+            float a = exp2f(m[g] - mn), b = exp2f(m2 - mn);
+            l[g] = l[g] * a + l2 * b;
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * a + o2[j] * b;
+            m[g] = mn;
+        }
+    }
+    if (sub == 0) {
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (lane == 0) {
+                sm_m[warp][g] = m[g];
+                sm_l[warp][g] = l[g];
+            }
+            if (lane_on) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) sm_o[warp][g][c * 8 + j] = o[g][j];
+            }
+        }
+    }
+    __syncthreads();
+
+    // merge the warps, in warp order; warps that saw no position have m = -inf
+    for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
+        const int g = i / hd, d = i - g * hd;
+        float M = -INFINITY;
+        for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
+        float L = 0.0f, O = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) {
+            if (sm_m[w][g] == -INFINITY) continue;
+            float a = exp2f(sm_m[w][g] - M);
+            L = fmaf(sm_l[w][g], a, L);
+            O = fmaf(sm_o[w][g][d], a, O);
+        }
+        const int h = h0 + g;
+        if (nsplit == 1) {
+            out[(size_t)h * hd + d] = O / L;
+        } else {
+            size_t slot = (size_t)h * nsplit + blockIdx.x;
+            float *wml = ws, *wo = ws + (size_t)hq * nsplit * 2;
+            wo[slot * hd + d] = O;
+            if (d == 0) {
+                wml[slot * 2] = M;
+                wml[slot * 2 + 1] = L;
+            }
+        }
+    }
+}
+
+// out[h][d] from the chunks' partial softmaxes, in chunk order
+static __global__ void attn_reduce_kernel(float *__restrict__ out, const float *__restrict__ ws,
+                                          const int *__restrict__ pos, int hq, int hd, int max_ctx,
+                                          int nsplit)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    const int h = blockIdx.x;
+    int n = pos[0] + 1;
+    n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
+    const int C = chunk_len(n, nsplit);
+    const int live = (n + C - 1) / C;
+    const float *wml = ws + (size_t)h * nsplit * 2;
+    const float *wo = ws + (size_t)hq * nsplit * 2 + (size_t)h * nsplit * hd;
+    float M = -INFINITY;
+    for (int s = 0; s < live; s++) M = fmaxf(M, wml[s * 2]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float L = 0.0f, O = 0.0f;
+        for (int s = 0; s < live; s++) {
+            float a = exp2f(wml[s * 2] - M);
+            L = fmaf(wml[s * 2 + 1], a, L);
+            O = fmaf(wo[(size_t)s * hd + d], a, O);
+        }
+        out[(size_t)h * hd + d] = O / L;
+    }
+}
+
+#define PF_BQ      32
+#define PF_BK      64
+#define PF_THREADS 128
+
+template <int HD> static size_t prefill_smem()
+{
+    return sizeof(float) * ((size_t)HD * (PF_BQ + 4) + (size_t)HD * (PF_BK + 4) +
+                            (size_t)PF_BK * HD + (size_t)PF_BQ * (PF_BK + 4));
+}
+
+template <int HD>
+static __global__ void __launch_bounds__(PF_THREADS)
+    attn_prefill_kernel(float *__restrict__ out, const float *__restrict__ q, int q_stride,
+                        const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
+                        int pos0, int T, int hq, int group, int max_ctx, float qscale)
+{
+    constexpr int QS = PF_BQ + 4, KS = PF_BK + 4, PS = PF_BK + 4, CG = HD / 64;
+    extern __shared__ float4 pf_smem4[];
+    float *Qt = reinterpret_cast<float *>(pf_smem4); // [HD][QS], pre-scaled
+    float *Kt = Qt + HD * QS;                        // [HD][KS]
+    float *Vs = Kt + HD * KS;                        // [BK][HD]
+    float *Ps = Vs + PF_BK * HD;                     // [BQ][PS]
+
+    pdl_launch_dependents();
+    pdl_wait();
+    const int tid = threadIdx.x, ty = tid >> 4, tx = tid & 15;
+    const int t0 = blockIdx.x * PF_BQ, h = blockIdx.y, kvh = h / group;
+    const int n_keys = pos0 + min(T, t0 + PF_BQ); // keys [0, n_keys) are visible to the block
+    const uint16_t *K = kcache + (size_t)kvh * max_ctx * HD;
+    const uint16_t *V = vcache + (size_t)kvh * max_ctx * HD;
+
+    for (int i = tid; i < PF_BQ * HD; i += PF_THREADS) {
+        int r = i / HD, d = i - r * HD, t = t0 + r;
+        Qt[d * QS + r] = t < T ? q[(size_t)t * q_stride + (size_t)h * HD + d] * qscale : 0.0f;
+    }
+
+    float m[4], l[4], o[4][CG][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int cg = 0; cg < CG; cg++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[i][cg][e] = 0.0f;
+    }
+
+    for (int k0 = 0; k0 < n_keys; k0 += PF_BK) {
+        __syncthreads(); // the previous tile is no longer read (and Qt is written, first time)
+        // K transposed: consecutive threads take consecutive keys (conflict-free stores)
+        for (int i = tid; i < PF_BK * (HD / 8); i += PF_THREADS) {
+            int c = i % PF_BK, d8 = i / PF_BK, p = k0 + c;
+            uint4 w = p < n_keys ? *reinterpret_cast<const uint4 *>(K + (size_t)p * HD + d8 * 8)
+                                 : make_uint4(0, 0, 0, 0);
+            float f[8];
+            unpack8(w, f);
+#pragma unroll
+            for (int j = 0; j < 8; j++) Kt[(d8 * 8 + j) * KS + c] = f[j];
+        }
+        // V row-major: consecutive threads take consecutive dimensions
+        for (int i = tid; i < PF_BK * (HD / 8); i += PF_THREADS) {
+            int d8 = i % (HD / 8), c = i / (HD / 8), p = k0 + c;
+            uint4 w = p < n_keys ? *reinterpret_cast<const uint4 *>(V + (size_t)p * HD + d8 * 8)
+                                 : make_uint4(0, 0, 0, 0);
+            float f[8];
+            unpack8(w, f);
+            float4 *dst = reinterpret_cast<float4 *>(Vs + c * HD + d8 * 8);
+            dst[0] = make_float4(f[0], f[1], f[2], f[3]);
+            dst[1] = make_float4(f[4], f[5], f[6], f[7]);
+        }
+        __syncthreads();
+
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) s[i][j] = 0.0f;
+#pragma unroll 8
+        for (int d = 0; d < HD; d++) {
+            float4 a = *reinterpret_cast<const float4 *>(Qt + d * QS + ty * 4);
+            float4 b = *reinterpret_cast<const float4 *>(Kt + d * KS + tx * 4);
+            float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) s[i][j] = fmaf(av[i], bv[j], s[i][j]);
+        }
+
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int qp = pos0 + t0 + ty * 4 + i;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                int kp = k0 + tx * 4 + j;
+                if (kp > qp || kp >= n_keys) s[i][j] = -INFINITY;
+                mx = fmaxf(mx, s[i][j]);
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float mn = fmaxf(m[i], mx);
+            float alpha = 1.0f, sum = 0.0f;
+            if (mn != -INFINITY) {
+                alpha = exp2f(m[i] - mn);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    s[i][j] = exp2f(s[i][j] - mn);
+                    sum += s[i][j];
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) s[i][j] = 0.0f;
+            }
+#pragma unroll
+            for (int off = 8; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+            l[i] = l[i] * alpha + sum;
+            m[i] = mn;
+#pragma unroll
+            for (int cg = 0; cg < CG; cg++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[i][cg][e] *= alpha;
+            *reinterpret_cast<float4 *>(Ps + (ty * 4 + i) * PS + tx * 4) =
+                make_float4(s[i][0], s[i][1], s[i][2], s[i][3]);
+        }
+        __syncthreads();
+
+#pragma unroll 4
+        for (int c = 0; c < PF_BK; c++) {
+            float pr[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) pr[i] = Ps[(ty * 4 + i) * PS + c];
+#pragma unroll
+            for (int cg = 0; cg < CG; cg++) {
+                float4 v = *reinterpret_cast<const float4 *>(Vs + c * HD + cg * 64 + tx * 4);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    o[i][cg][0] = fmaf(pr[i], v.x, o[i][cg][0]);
+                    o[i][cg][1] = fmaf(pr[i], v.y, o[i][cg][1]);
+                    o[i][cg][2] = fmaf(pr[i], v.z, o[i][cg][2]);
+                    o[i][cg][3] = fmaf(pr[i], v.w, o[i][cg][3]);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int t = t0 + ty * 4 + i;
+        if (t >= T) continue;
+        const float inv = 1.0f / l[i];
+        float *dst = out + ((size_t)t * hq + h) * HD;
+#pragma unroll
+        for (int cg = 0; cg < CG; cg++)
+            *reinterpret_cast<float4 *>(dst + cg * 64 + tx * 4) = make_float4(
+                o[i][cg][0] * inv, o[i][cg][1] * inv, o[i][cg][2] * inv, o[i][cg][3] * inv);
+    }
+}
+
+static int device_sms(void)
+{
+    int dev, sms;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+}
+
+extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
+{
+    if (hkv < 1 || hq < hkv || max_ctx < 1) return 1;
+    int group = hq / hkv, blocks = hkv * ((group + ATT_MAX_G - 1) / ATT_MAX_G);
+    int want = (4 * device_sms() + blocks - 1) / blocks; // ~4 blocks per SM
+    int most = (max_ctx + ATT_MIN_CHUNK - 1) / ATT_MIN_CHUNK;
+    return want < 1 ? 1 : want > most ? most : want;
+}
+
+extern "C" size_t ls_attention_decode_workspace(int hq, int hd, int nsplit)
+{
+    return nsplit <= 1 ? 0 : (size_t)hq * nsplit * (hd + 2) * sizeof(float);
+}
+
+typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, const uint16_t *,
+                          const int *, int, int, int, int, int, float);
+
+template <int LG> static decode_fn pick_decode_g(int gm)
+{
+    switch (gm) {
+    case 1:
+        return attn_decode_kernel<LG, 1>;
+    case 2:
+        return attn_decode_kernel<LG, 2>;
+    case 4:
+        return attn_decode_kernel<LG, 4>;
+    default:
+        return attn_decode_kernel<LG, 8>;
+    }
+}
+
+extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
+                                    const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
+                                    int max_ctx, int nsplit, float *workspace, void *stream)
+{
+    if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
+        nsplit < 1 || (nsplit > 1 && !workspace))
+        ls_die(__FILE__, __LINE__, "ls_attention_decode",
+               "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, nsplit >= 1 and a workspace "
+               "when nsplit > 1");
+    const int group = hq / hkv;
+    const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
+    const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
+    decode_fn fn = lg == 8    ? pick_decode_g<8>(gm)
+                   : lg == 16 ? pick_decode_g<16>(gm)
+                              : pick_decode_g<32>(gm);
+    cudaStream_t s = (cudaStream_t)stream;
+    dim3 grid((unsigned)nsplit, (unsigned)(hkv * ((group + gm - 1) / gm)));
+    float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
+    fn<<<grid, ATT_WARPS * 32, 0, s>>>(out, workspace, q, kcache, vcache, pos, hq, hd, group,
+                                       max_ctx, nsplit, qscale);
+    CHECK_CUDA(cudaGetLastError());
+    if (nsplit > 1) {
+        attn_reduce_kernel<<<hq, 128, 0, s>>>(out, workspace, pos, hq, hd, max_ctx, nsplit);
+        CHECK_CUDA(cudaGetLastError());
+    }
+}
+
+template <int HD>
+static void prefill_launch(float *out, const float *q, int q_stride, const uint16_t *kcache,
+                           const uint16_t *vcache, int pos0, int T, int hq, int group, int max_ctx,
+                           cudaStream_t s)
+{
+    static int attr_dev = -1;
+    int dev;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    if (attr_dev != dev) {
+        CHECK_CUDA(cudaFuncSetAttribute(attn_prefill_kernel<HD>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)prefill_smem<HD>()));
+        attr_dev = dev;
+    }
+    dim3 grid((unsigned)((T + PF_BQ - 1) / PF_BQ), (unsigned)hq);
+    float qscale = 1.0f / sqrtf((float)HD) * LOG2E;
+    attn_prefill_kernel<HD><<<grid, PF_THREADS, prefill_smem<HD>(), s>>>(
+        out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, qscale);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
+                                     const uint16_t *kcache, const uint16_t *vcache, int pos0,
+                                     int T, int hq, int hkv, int hd, int max_ctx, void *stream)
+{
+    if ((hd != 64 && hd != 128 && hd != 256) || hkv < 1 || hq < hkv || hq % hkv || pos0 < 0 ||
+        T < 0 || (long long)pos0 + T > max_ctx)
+        ls_die(__FILE__, __LINE__, "ls_attention_prefill",
+               "expected hd in {64, 128, 256}, hq % hkv == 0 and pos0 + T <= max_ctx");
+    if (T == 0) return;
+    cudaStream_t s = (cudaStream_t)stream;
+    const int group = hq / hkv;
+    if (hd == 64)
+        prefill_launch<64>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+    else if (hd == 128)
+        prefill_launch<128>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+    else
+        prefill_launch<256>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+}

@@ -1,0 +1,49 @@
+/* Attention over the bf16 KV cache (layout in rope.h: [hkv][max_ctx][hd] per layer), fp32 q and
+ * output, fp32 softmax. GQA: q head h reads KV head h / group, group = hq / hkv (the shard plan
+ * gives every rank whole KV groups, or one KV head and a share of its q heads, so the mapping
+ * is always this one).
+ *
+ * Decode (one new position): flash-decoding. The context is cut into nsplit chunks; one block per
+ * (KV head, <= 8 of its q heads, chunk) reads the chunk's K and V once for all those q heads and
+ * leaves a partial softmax (max, sum, unnormalised output) in a workspace; a second kernel
+ * combines the chunks in order. The context length is read from the device (pos), and the grid
+ * depends only on nsplit, so a decode step can be captured once in a CUDA graph and replayed.
+ *
+ * Prefill (T new positions pos0 .. pos0+T-1, causal, over the cache rows 0 .. pos0+T-1, which
+ * must already hold the new positions' K and V): flash attention with online softmax, tiles of
+ * 32 queries x 64 keys in shared memory, fp32 on CUDA cores. */
+#ifndef LOCKSTEP_KERNELS_ATTENTION_H
+#define LOCKSTEP_KERNELS_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* chunks to cut a context of up to max_ctx positions into, for this device and shape */
+int ls_attention_decode_splits(int hq, int hkv, int max_ctx);
+/* bytes of workspace ls_attention_decode needs (0 when nsplit == 1) */
+size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
+
+/* out[h][:] for h < hq: attention of q[h][:] over cache positions 0 .. pos[0] (pos: device int,
+ * the new token's position, its K/V already stored; clamped to max_ctx - 1).
+ * Needs hd % 8 == 0, hd <= 256, hq % hkv == 0 (checked). workspace: device memory of
+ * ls_attention_decode_workspace bytes (NULL allowed when nsplit == 1). */
+void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
+                         const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
+                         float *workspace, void *stream);
+
+/* out[t][h][:] for t < T, h < hq: causal attention of position pos0 + t over cache positions
+ * 0 .. pos0 + t. q: row t at q + t*q_stride (the fused QKV buffer works as is), head h at
+ * + h*hd. Needs hd in {64, 128, 256}, hq % hkv == 0, pos0 + T <= max_ctx (checked). */
+void ls_attention_prefill(float *out, const float *q, int q_stride, const uint16_t *kcache,
+                          const uint16_t *vcache, int pos0, int T, int hq, int hkv, int hd,
+                          int max_ctx, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

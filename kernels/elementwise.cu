@@ -1,0 +1,161 @@
+// See elementwise.h. Grid-stride loops over scalars: these kernels move kilobytes per decode step
+// (the embedding row, one activation vector), so they are launch latency, not bandwidth, and
+// scalar code keeps every size and alignment valid. The few that run over prefill activations
+// are still far from the matmuls in cost.
+#include "config.h"
+#include "elementwise.h"
+#include "runtime/check.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+static __device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+static __device__ __forceinline__ float bf16_to_f(uint16_t b)
+{
+    return __uint_as_float((uint32_t)b << 16);
+}
+
+static __device__ __forceinline__ uint16_t f_to_bf16(float f)
+{
+    __nv_bfloat16 b = __float2bfloat16_rn(f);
+    return *reinterpret_cast<uint16_t *>(&b);
+}
+
+// the same expression as ref_swiglu
+static __device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return g / (1.0f + expf(-g)) * u;
+}
+
+#define EW_THREADS 256
+
+static unsigned ew_blocks(size_t n)
+{
+    size_t b = (n + EW_THREADS - 1) / EW_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 8192 ? 8192 : b);
+}
+
+static __global__ void embed_kernel(float *out, const uint16_t *__restrict__ table,
+                                    const int *__restrict__ ids, int dim, int first, int rows)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    const int t = blockIdx.y;
+    const int id = ids[t] - first;
+    float *o = out + (size_t)t * dim;
+    const bool mine = id >= 0 && id < rows;
+    const uint16_t *row = table + (size_t)(mine ? id : 0) * dim;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < dim; i += gridDim.x * blockDim.x)
+        o[i] = mine ? bf16_to_f(row[i]) : 0.0f;
+}
+
+static __global__ void swiglu_kernel(float *out, const float *gate, const float *up, size_t n)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = silu_mul(gate[i], up[i]);
+}
+
+static __global__ void swiglu_cat_kernel(float *__restrict__ out, const float *__restrict__ gu,
+                                         int T, int f)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    size_t n = (size_t)T * f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / f, j = i - t * f;
+        out[i] = silu_mul(gu[t * 2 * f + j], gu[t * 2 * f + f + j]);
+    }
+}
+
+static __global__ void add_kernel(float *x, const float *y, size_t n)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] += y[i];
+}
+
+static __global__ void to_fp32_kernel(float *__restrict__ out, const uint16_t *__restrict__ in,
+                                      size_t n)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = bf16_to_f(in[i]);
+}
+
+static __global__ void to_bf16_kernel(uint16_t *__restrict__ out, const float *__restrict__ in,
+                                      size_t n)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = f_to_bf16(in[i]);
+}
+
+extern "C" void ls_embed(float *out, const uint16_t *table, const int *ids, int T, int dim,
+                         int first, int rows, void *stream)
+{
+    if (T < 0 || dim < 1 || T > 65535)
+        ls_die(__FILE__, __LINE__, "ls_embed", "expected 0 <= T <= 65535 and dim >= 1");
+    if (T == 0) return;
+    dim3 grid((unsigned)((dim + EW_THREADS - 1) / EW_THREADS), (unsigned)T);
+    embed_kernel<<<grid, EW_THREADS, 0, (cudaStream_t)stream>>>(out, table, ids, dim, first, rows);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_swiglu(float *out, const float *gate, const float *up, size_t n, void *stream)
+{
+    if (n == 0) return;
+    swiglu_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(out, gate, up, n);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_swiglu_cat(float *out, const float *gu, int T, int f, void *stream)
+{
+    if (T <= 0 || f <= 0) return;
+    swiglu_cat_kernel<<<ew_blocks((size_t)T * f), EW_THREADS, 0, (cudaStream_t)stream>>>(out, gu, T,
+                                                                                         f);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_add(float *x, const float *y, size_t n, void *stream)
+{
+    if (n == 0) return;
+    add_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(x, y, n);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_bf16_to_fp32(float *out, const uint16_t *in, size_t n, void *stream)
+{
+    if (n == 0) return;
+    to_fp32_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(out, in, n);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_fp32_to_bf16(uint16_t *out, const float *in, size_t n, void *stream)
+{
+    if (n == 0) return;
+    to_bf16_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(out, in, n);
+    CHECK_CUDA(cudaGetLastError());
+}

@@ -1,0 +1,142 @@
+// See gemm.h. cuBLASLt is column-major; our row-major matrices are their transposes:
+//   W [n][k] row-major = a k x n column-major matrix (ld k), used transposed: op(A) = W, n x k
+//   A [T][k] row-major = a k x T column-major matrix (ld k), op(B) = it, k x T
+//   C [T][n] row-major = an n x T column-major matrix (ld n) = W . A^T
+// so one call computes D (n x T) = op(A) op(B) with the bias broadcast along D's rows (length n),
+// cuBLASLt's BIAS epilogue. Descriptors and the chosen algorithm are cached per (T, k, n,
+// bias, alignment); the bias pointer is set on each call.
+#include "config.h"
+#include "gemm.h"
+#include "runtime/check.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define GEMM_WORKSPACE (32u << 20)
+#define GEMM_CACHE     32
+
+#define CHECK_CUBLAS(call)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t ls_s_ = (call);                                                             \
+        if (ls_s_ != CUBLAS_STATUS_SUCCESS)                                                        \
+            ls_die(__FILE__, __LINE__, #call, cublasLtGetStatusString(ls_s_));                     \
+    } while (0)
+
+struct gemm_plan {
+    int T, k, n, bias, align; // key; T == 0: empty slot
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct ls_gemm {
+    cublasLtHandle_t lt;
+    void *ws;
+    struct gemm_plan plan[GEMM_CACHE];
+    int next; // slot to replace when the cache is full
+};
+
+extern "C" struct ls_gemm *ls_gemm_create(void)
+{
+    struct ls_gemm *g = (struct ls_gemm *)calloc(1, sizeof *g);
+    CHECK_ALLOC(g);
+    CHECK_CUBLAS(cublasLtCreate(&g->lt));
+    CHECK_CUDA(cudaMalloc(&g->ws, GEMM_WORKSPACE));
+    return g;
+}
+
+static void plan_free(struct gemm_plan *p)
+{
+    if (p->T == 0) return;
+    CHECK_CUBLAS(cublasLtMatmulDescDestroy(p->op));
+    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(p->a));
+    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(p->b));
+    CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(p->c));
+    p->T = 0;
+}
+
+extern "C" void ls_gemm_free(struct ls_gemm *g)
+{
+    if (!g) return;
+    for (int i = 0; i < GEMM_CACHE; i++) plan_free(&g->plan[i]);
+    CHECK_CUDA(cudaFree(g->ws));
+    CHECK_CUBLAS(cublasLtDestroy(g->lt));
+    free(g);
+}
+
+// largest power of two <= 256 dividing every address (what the heuristic may assume)
+static int alignment(const void *p0, const void *p1, const void *p2)
+{
+    uintptr_t a = (uintptr_t)p0 | (uintptr_t)p1 | (uintptr_t)p2 | 256;
+    return (int)(a & (~a + 1));
+}
+
+static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bias, int align)
+{
+    for (int i = 0; i < GEMM_CACHE; i++) {
+        struct gemm_plan *p = &g->plan[i];
+        if (p->T == T && p->k == k && p->n == n && p->bias == bias && p->align == align) return p;
+    }
+    struct gemm_plan *p = &g->plan[g->next];
+    g->next = (g->next + 1) % GEMM_CACHE;
+    plan_free(p);
+
+    CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (bias) {
+        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        CHECK_CUBLAS(
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+        CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                    sizeof bt));
+    }
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)k, (uint64_t)T, k));
+    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)n, (uint64_t)T, n));
+
+    cublasLtMatmulPreference_t pref;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = GEMM_WORKSPACE;
+    uint32_t al = (uint32_t)align;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    const cublasLtMatmulPreferenceAttributes_t al_attr[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al, sizeof al));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res,
+                                                &found));
+    CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
+    if (found < 1) ls_die(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", "no algorithm");
+    p->algo = res.algo;
+    p->T = T, p->k = k, p->n = n, p->bias = bias, p->align = align;
+    return p;
+}
+
+extern "C" void ls_gemm_bf16(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
+                             const float *bias, int T, int k, int n, void *stream)
+{
+    if (T < 1 || k < 1 || n < 1) ls_die(__FILE__, __LINE__, "ls_gemm_bf16", "T, k, n must be >= 1");
+    int align = alignment(A, W, C);
+    if (bias) {
+        int ab = alignment(bias, bias, bias);
+        align = ab < align ? ab : align;
+    }
+    struct gemm_plan *p = plan_get(g, T, k, n, bias != NULL, align);
+    if (bias)
+        CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                    sizeof bias));
+    const float one = 1.0f, zero = 0.0f;
+    CHECK_CUBLAS(cublasLtMatmul(g->lt, p->op, &one, W, p->a, A, p->b, &zero, C, p->c, C, p->c,
+                                &p->algo, g->ws, GEMM_WORKSPACE, (cudaStream_t)stream));
+}

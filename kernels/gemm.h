@@ -1,0 +1,30 @@
+/* Prefill linears through cuBLASLt: C[T][n] = A[T][k] . W[n][k]^T (+ bias), A and W bf16, C fp32,
+ * fp32 accumulation (tensor cores). The activations are fp32 elsewhere: convert them with
+ * ls_fp32_to_bf16 (elementwise.h) first. One handle and one 32 MiB workspace per ls_gemm,
+ * made once (build_/free_ time); algorithms are chosen by cuBLASLt's heuristic once per
+ * shape and remembered. Not thread-safe: one ls_gemm per thread (one rank = one thread). */
+#ifndef LOCKSTEP_KERNELS_GEMM_H
+#define LOCKSTEP_KERNELS_GEMM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ls_gemm;
+
+/* on the current device; failures are fatal (check.h) */
+struct ls_gemm *ls_gemm_create(void);
+void ls_gemm_free(struct ls_gemm *g);
+
+/* C[t][j] = sum_i A[t][i] * W[j][i] (+ bias[j]), t < T, j < n. A, W: bf16 bits; bias fp32 or
+ * NULL; any T, k, n >= 1 (cuBLASLt needs k % 8 == 0 for its fast kernels) */
+void ls_gemm_bf16(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
+                  const float *bias, int T, int k, int n, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

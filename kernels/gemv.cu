@@ -1,0 +1,388 @@
+// See gemv.h. Design of the fast path, for an H200 (132 SMs, ~4.5 TB/s of reads):
+//
+// Batch-1 GEMV does 2 flops per 2-byte weight: at 4.5 TB/s an SM must take ~17 B/clock, one
+// 16-byte chunk per clock, and has ~128 thread-instructions per chunk to spend. Arithmetic is
+// free; what counts is (1) enough bytes in flight per SM to cover DRAM latency (~40 KB by
+// Little's law; we keep 64-128 KB), and (2) every SM finishing at the same time, because a
+// 50 MB matrix (Llama-8B QKV) takes only ~11 us and any tail or imbalance shows.
+//
+// So: one block of 1024 threads per SM (grid = min(n, SMs)); block b owns the rows
+// [b*n/G, (b+1)*n/G), at most one row more than any other block. Each row is cut into S
+// "units" of 32 chunks (512 bytes, one coalesced 16-byte load per lane); the block's
+// rows*S units are cut into 32 contiguous, equal ranges, one per warp (split-K inside the
+// block, balanced to one unit). A warp streams its range with U loads per lane in flight,
+// double-buffered. A row wholly inside one warp is reduced with shuffles and written
+// directly; a row cut between warps leaves partial sums in shared memory, and after one
+// __syncthreads the warp holding the row's last unit adds them in warp order. Every sum has a
+// fixed order, so results are bitwise reproducible for a given (n, k, T, SM count).
+//
+// x is staged in shared memory as fp32 (exact; the reference sees the same fp32 x), permuted so
+// that the lanes of a warp read consecutive 16-byte words (no bank conflicts): unit s holds the
+// first halves of its 32 chunks, then the second halves. SwiGLU is applied while staging, once
+// per element per block. Weights are read with ld.global.nc.L1::no_allocate so they do not
+// evict anything useful. With T positions each weight chunk is used T times; shared-memory
+// bandwidth (x reads: 32 bytes per 16-byte chunk per position, 128 B/clock per SM) bounds the
+// kernel near 4/T of the weight rate from T = 4 up, so T = 8 should cost about twice T = 1
+// (still 4x better than 8 separate passes).
+//
+// PDL: the first batch of weight loads is issued before griddepcontrol.wait; x is read and y
+// written after it.
+#include "config.h"
+#include "gemv.h"
+#include "runtime/check.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define GEMV_MAX_T 8
+
+static int g_pdl;
+
+static __device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// 16-byte streaming load of read-only data that is not worth keeping in L1
+static __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
+{
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
+
+static __device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float bf16_lo(uint32_t w)
+{
+    return __uint_as_float(w << 16);
+}
+
+static __device__ __forceinline__ float bf16_hi(uint32_t w)
+{
+    return __uint_as_float(w & 0xffff0000u);
+}
+
+// the same expression as ref_swiglu
+static __device__ __forceinline__ float silu_mul(float g, float u)
+{
+    return g / (1.0f + expf(-g)) * u;
+}
+
+// acc += dot(8 bf16 weights, 8 fp32 inputs), in element order
+static __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b, float acc)
+{
+    acc = fmaf(bf16_lo(w.x), a.x, acc);
+    acc = fmaf(bf16_hi(w.x), a.y, acc);
+    acc = fmaf(bf16_lo(w.y), a.z, acc);
+    acc = fmaf(bf16_hi(w.y), a.w, acc);
+    acc = fmaf(bf16_lo(w.z), b.x, acc);
+    acc = fmaf(bf16_hi(w.z), b.y, acc);
+    acc = fmaf(bf16_lo(w.w), b.z, acc);
+    acc = fmaf(bf16_hi(w.w), b.w, acc);
+    return acc;
+}
+
+// Fast path. NT threads per block, MINB blocks per SM, U 16-byte loads per lane per batch,
+// T positions. y[t*n + row]; x rows of k floats (SWIGLU: gu rows of 2k floats).
+template <int NT, int MINB, int U, int T, bool SWIGLU>
+static __global__ void __launch_bounds__(NT, MINB)
+    gemv_kernel(float *__restrict__ y, const uint4 *__restrict__ W, const float *__restrict__ x,
+                const float *__restrict__ bias, int n, int k)
+{
+    constexpr int NW = NT / 32;
+    extern __shared__ float4 smem4[];
+    const int K8 = k >> 3;        // 16-byte chunks per row
+    const int S = (K8 + 31) >> 5; // units (32 chunks) per row
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = (int)((long long)blockIdx.x * n / gridDim.x);
+    const int r1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
+    const long long nU = (long long)(r1 - r0) * S;
+    const int ub = (int)(nU * warp / NW), ue = (int)(nU * (warp + 1) / NW);
+    const uint4 *Wb = W + (size_t)r0 * K8;
+    float4 *xs4 = smem4;                                                 // [T][S][64] float4
+    float *part = reinterpret_cast<float *>(smem4 + (size_t)T * S * 64); // [NW][2][T]
+
+    pdl_launch_dependents();
+
+    // Units are visited in order from ub, so rows and unit indices advance as cursors (no
+    // division in the loop): (lrp, ls) is the next unit to load, (cur, cs) the next to use.
+    int lrow = ub / S, ls = ub - lrow * S;
+    const uint4 *lrp = Wb + (size_t)lrow * K8 + lane; // row lrow, chunk `lane`
+    auto load_batch = [&](uint4 *wv, int u0) {
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            wv[i] = make_uint4(0, 0, 0, 0);
+            if (u0 + i < ue) {
+                if (ls * 32 + lane < K8) wv[i] = ld_weights(lrp + ls * 32);
+                if (++ls == S) {
+                    ls = 0;
+                    lrp += K8;
+                }
+            }
+        }
+    };
+
+    uint4 next[U];
+    load_batch(next, ub); // weights depend on no earlier kernel: in flight during the wait
+    pdl_wait();
+
+    // stage x (permuted, see top) and wait for the whole block
+    const int K4 = k >> 2;
+    for (int i = threadIdx.x; i < T * K4; i += NT) {
+        int t = i / K4, q = i - t * K4;
+        float4 v;
+        if (SWIGLU) {
+            const float4 *g4 = reinterpret_cast<const float4 *>(x + (size_t)t * 2 * k);
+            float4 g = g4[q], u = g4[K4 + q];
+            v = make_float4(silu_mul(g.x, u.x), silu_mul(g.y, u.y), silu_mul(g.z, u.z),
+                            silu_mul(g.w, u.w));
+        } else {
+            v = reinterpret_cast<const float4 *>(x + (size_t)t * k)[q];
+        }
+        int r = q & 63;
+        xs4[((size_t)t * S + (q >> 6)) * 64 + (r & 1) * 32 + (r >> 1)] = v;
+    }
+    __syncthreads();
+
+    float acc[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) acc[t] = 0.0f;
+    int cur = ub / S; // row (relative to r0) being accumulated
+
+    // reduce the row just finished across the warp; write it, or leave a partial if another
+    // warp holds part of the row
+    auto flush = [&](int row) {
+        float v[T];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            v[t] = warp_sum(acc[t]);
+            acc[t] = 0.0f;
+        }
+        if (lane == 0) {
+            if (row * S >= ub && (row + 1) * S <= ue) {
+                float b = bias ? bias[r0 + row] : 0.0f;
+#pragma unroll
+                for (int t = 0; t < T; t++) y[(size_t)t * n + r0 + row] = v[t] + b;
+            } else {
+                int slot = row == ub / S ? 0 : 1;
+#pragma unroll
+                for (int t = 0; t < T; t++) part[(warp * 2 + slot) * T + t] = v[t];
+            }
+        }
+    };
+
+    int cs = ub - cur * S;
+    for (int u0 = ub; u0 < ue; u0 += U) {
+        uint4 wv[U];
+#pragma unroll
+        for (int i = 0; i < U; i++) wv[i] = next[i];
+        if (u0 + U < ue) load_batch(next, u0 + U);
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            if (u0 + i >= ue) break;
+            if (cs * 32 + lane < K8) {
+#pragma unroll
+                for (int t = 0; t < T; t++) {
+                    const float4 *xr = xs4 + ((size_t)t * S + cs) * 64;
+                    acc[t] = dot8(wv[i], xr[lane], xr[32 + lane], acc[t]);
+                }
+            }
+            if (++cs == S && u0 + i + 1 < ue) { // row done, and the warp goes on to the next
+                flush(cur);
+                cur++;
+                cs = 0;
+            }
+        }
+    }
+    if (ub < ue) flush(cur);
+    __syncthreads();
+
+    // rows cut between warps: the warp holding the row's last unit adds the partials of the
+    // warps that share the row, lowest warp first
+    if (lane == 0 && ub < ue && ub % S != 0 && ue >= (ub / S + 1) * S) {
+        const int fr = ub / S;
+        int lo = warp;
+        for (int w = warp - 1; w >= 0; w--) {
+            int b = (int)(nU * w / NW), e = (int)(nU * (w + 1) / NW);
+            if (b == e) continue;
+            if ((e - 1) / S != fr) break;
+            lo = w;
+            if (b <= fr * S) break;
+        }
+        float b = bias ? bias[r0 + fr] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            float sum = 0.0f;
+            for (int w = lo; w <= warp; w++) {
+                int wb = (int)(nU * w / NW), we = (int)(nU * (w + 1) / NW);
+                if (wb == we) continue;
+                int slot = (w == warp || wb / S == fr) ? 0 : 1;
+                sum += part[(w * 2 + slot) * T + t];
+            }
+            y[(size_t)t * n + r0 + fr] = sum + b;
+        }
+    }
+}
+
+// Generic path: any k, any alignment. One warp per row, 2-byte loads.
+static __global__ void gemv_generic_kernel(float *__restrict__ y, const uint16_t *__restrict__ W,
+                                           const float *__restrict__ x,
+                                           const float *__restrict__ bias, int T, int n, int k,
+                                           int swiglu)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= n) return;
+    const uint16_t *w = W + (size_t)row * k;
+    for (int t = 0; t < T; t++) {
+        float acc = 0.0f;
+        for (int j = lane; j < k; j += 32) {
+            float xv = swiglu ? silu_mul(x[(size_t)t * 2 * k + j], x[(size_t)t * 2 * k + k + j])
+                              : x[(size_t)t * k + j];
+            acc = fmaf(__uint_as_float((uint32_t)w[j] << 16), xv, acc);
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[(size_t)t * n + row] = acc + (bias ? bias[row] : 0.0f);
+    }
+}
+
+struct dev_info {
+    int sms, smem_optin;
+};
+
+static struct dev_info dev_info_get(int *dev_out)
+{
+    static struct dev_info cache[64];
+    int dev;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    *dev_out = dev;
+    if (dev < 0 || dev >= 64) dev = 63;
+    if (cache[dev].sms == 0) {
+        CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].smem_optin,
+                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return cache[dev];
+}
+
+template <typename... Params, typename... Args>
+static void launch(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem,
+                   cudaStream_t stream, Args... args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = g_pdl ? 1 : 0;
+    CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
+}
+
+// Launch shapes (kernels/lab/gemv_lab.cu times the alternatives): 4 loads of 16 bytes per lane
+// per batch, double-buffered. T = 1 runs 1024 threads (59-62 registers, no spills under the
+// 64-register cap of 1024 threads per SM; 8 loads would spill): 64-128 KB in flight per SM.
+// T > 1 keeps T accumulators and needs up to 128 registers, so it runs 512 threads.
+#define GEMV_U 4
+
+static constexpr int gemv_nt(int T)
+{
+    return T == 1 ? 1024 : 512;
+}
+
+typedef void (*gemv_fn)(float *, const uint4 *, const float *, const float *, int, int);
+
+template <int T, bool SW> static gemv_fn pick_t()
+{
+    return gemv_kernel<gemv_nt(T), 1, GEMV_U, T, SW>;
+}
+
+static gemv_fn pick(int T, bool swiglu)
+{
+    static const gemv_fn plain[GEMV_MAX_T] = {
+        pick_t<1, false>(), pick_t<2, false>(), pick_t<3, false>(), pick_t<4, false>(),
+        pick_t<5, false>(), pick_t<6, false>(), pick_t<7, false>(), pick_t<8, false>()};
+    static const gemv_fn sw[GEMV_MAX_T] = {pick_t<1, true>(), pick_t<2, true>(), pick_t<3, true>(),
+                                           pick_t<4, true>(), pick_t<5, true>(), pick_t<6, true>(),
+                                           pick_t<7, true>(), pick_t<8, true>()};
+    return swiglu ? sw[T - 1] : plain[T - 1];
+}
+
+// shared memory of the fast path for T positions: x, then the partial sums
+static size_t gemv_smem(int T, int k, int nt)
+{
+    int S = (k / 8 + 31) / 32;
+    return (size_t)T * S * 64 * 16 + (size_t)(nt / 32) * 2 * T * sizeof(float);
+}
+
+static void gemv_launch(float *y, const uint16_t *W, const float *x, const float *bias, int T,
+                        int n, int k, bool swiglu, void *stream)
+{
+    if (T < 1 || n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv", "T, n and k must be >= 1");
+    cudaStream_t s = (cudaStream_t)stream;
+    int dev;
+    struct dev_info di = dev_info_get(&dev);
+    bool fast = k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
+                gemv_smem(1, k, gemv_nt(1)) <= (size_t)di.smem_optin;
+    if (!fast) {
+        launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x, bias, T,
+               n, k, (int)swiglu);
+        return;
+    }
+    // positions per pass: as many as fit in shared memory, at most GEMV_MAX_T
+    int tmax = 1;
+    while (tmax < GEMV_MAX_T && gemv_smem(tmax + 1, k, gemv_nt(tmax + 1)) <= (size_t)di.smem_optin)
+        tmax++;
+    unsigned grid = (unsigned)(n < di.sms ? n : di.sms);
+    static int attr_dev[2][GEMV_MAX_T];
+    for (int t0 = 0; t0 < T; t0 += tmax) {
+        int tc = T - t0 < tmax ? T - t0 : tmax;
+        gemv_fn fn = pick(tc, swiglu);
+        if (attr_dev[swiglu][tc - 1] != dev + 1) {
+            CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            di.smem_optin));
+            attr_dev[swiglu][tc - 1] = dev + 1;
+        }
+        const float *xt = x + (size_t)t0 * (swiglu ? 2 : 1) * k;
+        launch(fn, grid, (unsigned)gemv_nt(tc), gemv_smem(tc, k, gemv_nt(tc)), s,
+               y + (size_t)t0 * n, (const uint4 *)W, xt, bias, n, k);
+    }
+}
+
+extern "C" void ls_gemv(float *y, const uint16_t *W, const float *x, const float *bias, int T,
+                        int n, int k, void *stream)
+{
+    gemv_launch(y, W, x, bias, T, n, k, false, stream);
+}
+
+extern "C" void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *bias,
+                               int T, int n, int k, void *stream)
+{
+    gemv_launch(y, W, gu, bias, T, n, k, true, stream);
+}
+
+extern "C" void ls_gemv_set_pdl(int on)
+{
+    g_pdl = on != 0;
+}

@@ -1,0 +1,48 @@
+/* Decode GEMV: y = W . x for one token (or a few, T <= 8 per pass) over a bf16 weight matrix,
+ * fp32 input and output, fp32 accumulation. This is where a decode step spends its time: every
+ * weight byte is read once per token, so these kernels are judged by bytes per second against
+ * the measured read roofline (kernels/bandwidth.h).
+ *
+ * Layouts (row-major, element counts):
+ *   W    [n][k] bf16 bits (uint16_t), the Hugging Face nn.Linear layout
+ *   x    [T][k] fp32            y [T][n] fp32            bias [n] fp32 or NULL
+ *   gu   [T][2k] fp32: gate in gu[t][0..k), up in gu[t][k..2k) (the output of the fused
+ *        gate+up GEMV whose matrix is the gate rows followed by the up rows)
+ * Fused layers are plain calls: QKV is one matrix of (hq + 2 hkv) * hd rows, gate+up one of
+ * 2 * ffn rows; the down projection reads silu(gate) * up straight from gu.
+ *
+ * Fast path: k % 8 == 0, W and x (or gu) 16-byte aligned, T * k small enough that x fits in
+ * shared memory (k <= ~56K floats; larger T is split into several passes over W). Anything else
+ * takes a generic path (one warp per row, 2-byte loads): correct for every k >= 1, slow.
+ * Results are bitwise reproducible on a given GPU model (the split of work depends only on n, k,
+ * T and the SM count; every reduction has a fixed order). */
+#ifndef LOCKSTEP_KERNELS_GEMV_H
+#define LOCKSTEP_KERNELS_GEMV_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[t][r] = sum_j W[r][j] * x[t][j] (+ bias[r]), t < T (any T >= 1), r < n, on `stream` */
+void ls_gemv(float *y, const uint16_t *W, const float *x, const float *bias, int T, int n, int k,
+             void *stream);
+
+/* the same with x[t][j] = silu(gu[t][j]) * gu[t][k + j] (SwiGLU fused into the down projection) */
+void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *bias, int T, int n,
+                    int k, void *stream);
+
+/* Programmatic dependent launch for the GEMV kernels (default off): when on, a GEMV may start
+ * while the previous kernel in the stream is finishing and issue its first weight loads (which
+ * depend on nothing) before it waits (griddepcontrol.wait) for that kernel to complete; x is
+ * read and y written only after the wait, so this is safe whatever kernel precedes the GEMV.
+ * The kernels of this project also allow their successor to launch early
+ * (griddepcontrol.launch_dependents at their start). Process-wide; read at each launch. */
+void ls_gemv_set_pdl(int on);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

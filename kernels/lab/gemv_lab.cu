@@ -1,0 +1,198 @@
+// GEMV variants, each checked against a CPU reference and timed the same way as
+// tests/gpu/test_kernels (weights rotating over >= 256 MiB of copies; isolated, back-to-back and
+// back-to-back with PDL; % of the streaming read measured first). Build and run with
+// kernels/lab/run.sh on a GPU machine. The mainline kernel is included from ../gemv.cu, so its
+// template parameters can be varied here without touching it.
+//
+// Variants:
+//   row/warp      one warp per row, 16-byte loads, 2 per lane in flight: the plain kernel that
+//                 reached 2.82 TB/s on 6144x4096 (the starting point)
+//   main          the mainline: 1 block/SM of 1024 threads, 4 loads/lane double-buffered
+//   NT/MINB/U     the same kernel with NT threads, MINB blocks per SM, U loads per lane
+#include "../bandwidth.cu"
+#include "../gemv.cu"
+
+#include <algorithm>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+extern "C" void ls_die(const char *file, int line, const char *call, const char *msg)
+{
+    fprintf(stderr, "gemv_lab: %s:%d: %s: %s\n", file, line, call, msg);
+    exit(1);
+}
+
+static __global__ void __launch_bounds__(256)
+    row_per_warp_kernel(float *y, const uint4 *__restrict__ W, const float *__restrict__ x, int n,
+                        int k)
+{
+    int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= n) return;
+    const int K8 = k / 8;
+    const uint4 *w = W + (size_t)row * K8;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+    float acc = 0.0f;
+    int c = lane;
+    for (; c + 32 < K8; c += 64) {
+        uint4 a = ld_weights(w + c), b = ld_weights(w + c + 32);
+        acc = dot8(a, x4[2 * c], x4[2 * c + 1], acc);
+        acc = dot8(b, x4[2 * (c + 32)], x4[2 * (c + 32) + 1], acc);
+    }
+    for (; c < K8; c += 32) acc = dot8(ld_weights(w + c), x4[2 * c], x4[2 * c + 1], acc);
+    acc = warp_sum(acc);
+    if (lane == 0) y[row] = acc;
+}
+
+struct variant {
+    const char *name;
+    void (*fn)(float *, const uint4 *, const float *, const float *, int, int);
+    int nt, minb;
+};
+
+#define V(NT, MINB, U)                                                                             \
+    {                                                                                              \
+#NT "/" #MINB "/" #U, gemv_kernel < NT, MINB, U, 1, false>, NT, MINB                       \
+    }
+static const variant variants[] = {
+    {"row/warp", nullptr, 256, 0},
+    {"main 1024/1/4", gemv_kernel<1024, 1, 4, 1, false>, 1024, 1},
+    V(1024, 1, 2),
+    V(512, 1, 8),
+    V(512, 2, 4),
+    V(256, 4, 4),
+    V(256, 2, 8),
+};
+
+static int g_sms, g_smem_optin;
+
+static void run_variant(const variant &v, float *y, const uint16_t *W, const float *x, int n, int k,
+                        bool pdl)
+{
+    if (!v.fn) {
+        row_per_warp_kernel<<<(n + 7) / 8, 256>>>(y, (const uint4 *)W, x, n, k);
+        CHECK_CUDA(cudaGetLastError());
+        return;
+    }
+    int saved = g_pdl;
+    g_pdl = pdl;
+    unsigned grid = (unsigned)std::min(n, g_sms * v.minb);
+    launch(v.fn, grid, (unsigned)v.nt, gemv_smem(1, k, v.nt), (cudaStream_t)0, y, (const uint4 *)W,
+           x, (const float *)nullptr, n, k);
+    g_pdl = saved;
+}
+
+static __global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + seed) * 0x9e3779b97f4a7c15ULL;
+        z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+        z ^= z >> 29;
+        p[i] = (uint16_t)((z & 0x8000u) | 0x3f00u | ((z >> 16) & 0x7fu));
+    }
+}
+
+template <typename F> static float time_ms(int reps, int batch, F f)
+{
+    cudaEvent_t a, b;
+    CHECK_CUDA(cudaEventCreate(&a));
+    CHECK_CUDA(cudaEventCreate(&b));
+    int i = 0;
+    for (int w = 0; w < 5; w++) f(i++);
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; r++) {
+        CHECK_CUDA(cudaEventRecord(a, 0));
+        for (int j = 0; j < batch; j++) f(i++);
+        CHECK_CUDA(cudaEventRecord(b, 0));
+        CHECK_CUDA(cudaEventSynchronize(b));
+        CHECK_CUDA(cudaEventElapsedTime(&ms[r], a, b));
+    }
+    std::sort(ms.begin(), ms.end());
+    CHECK_CUDA(cudaEventDestroy(a));
+    CHECK_CUDA(cudaEventDestroy(b));
+    return ms[reps / 2] / batch;
+}
+
+static float bf2f(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+int main(void)
+{
+    int dev = 0;
+    CHECK_CUDA(cudaSetDevice(dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&g_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    for (const variant &v : variants)
+        if (v.fn)
+            CHECK_CUDA(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            g_smem_optin));
+    double roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
+    printf("streaming read 4 GiB: %.0f GB/s\n", roof);
+    const struct {
+        const char *name;
+        int n, k;
+    } shapes[] = {{"qkv 6144x4096", 6144, 4096},         {"o 4096x4096", 4096, 4096},
+                  {"gate+up 28672x4096", 28672, 4096},   {"down 4096x14336", 4096, 14336},
+                  {"lm-head 128256x4096", 128256, 4096}, {"tp2 qkv 3072x4096", 3072, 4096},
+                  {"tp2 down 4096x7168", 4096, 7168}};
+    printf("%-20s %-14s %8s | %8s %6s | %8s %6s | %8s %6s\n", "shape", "variant", "rel.err",
+           "iso us", "%", "b2b us", "%", "pdl us", "%");
+    for (const auto &s : shapes) {
+        const size_t bytes = (size_t)s.n * s.k * 2;
+        const int copies = (int)std::max<size_t>(1, (((size_t)256 << 20) + bytes - 1) / bytes);
+        uint16_t *W;
+        float *x, *y;
+        CHECK_CUDA(cudaMalloc(&W, bytes * copies));
+        CHECK_CUDA(cudaMalloc(&x, sizeof(float) * s.k));
+        CHECK_CUDA(cudaMalloc(&y, sizeof(float) * s.n));
+        fill_bf16<<<2048, 256>>>(W, bytes / 2 * copies, 11);
+        std::vector<float> hx(s.k);
+        for (int i = 0; i < s.k; i++) hx[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+        CHECK_CUDA(cudaMemcpy(x, hx.data(), sizeof(float) * s.k, cudaMemcpyHostToDevice));
+        // CPU reference of copy 0
+        std::vector<uint16_t> hW((size_t)s.n * s.k);
+        CHECK_CUDA(cudaMemcpy(hW.data(), W, bytes, cudaMemcpyDeviceToHost));
+        std::vector<double> ref(s.n);
+#pragma omp parallel for
+        for (int r = 0; r < s.n; r++) {
+            double a = 0;
+            for (int j = 0; j < s.k; j++) a += (double)bf2f(hW[(size_t)r * s.k + j]) * hx[j];
+            ref[r] = a;
+        }
+        for (const variant &v : variants) {
+            CHECK_CUDA(cudaMemset(y, 0xff, sizeof(float) * s.n));
+            run_variant(v, y, W, x, s.n, s.k, false);
+            std::vector<float> hy(s.n);
+            CHECK_CUDA(cudaMemcpy(hy.data(), y, sizeof(float) * s.n, cudaMemcpyDeviceToHost));
+            double num = 0, den = 0;
+            for (int r = 0; r < s.n; r++) {
+                double d = hy[r] - ref[r];
+                num += isfinite(hy[r]) ? d * d : 1e30;
+                den += ref[r] * ref[r];
+            }
+            auto call = [&](bool pdl) {
+                return [&, pdl](int i) {
+                    run_variant(v, y, W + (size_t)(i % copies) * s.n * s.k, x, s.n, s.k, pdl);
+                };
+            };
+            float iso = time_ms(60, 1, call(false)), b2b = time_ms(60, 20, call(false)),
+                  pdl = time_ms(60, 20, call(true));
+            auto pct = [&](float ms) { return 100.0 * bytes / (ms * 1e-3) / 1e9 / roof; };
+            printf("%-20s %-14s %8.1e | %8.2f %5.1f%% | %8.2f %5.1f%% | %8.2f %5.1f%%\n", s.name,
+                   v.name, sqrt(num / den), iso * 1e3, pct(iso), b2b * 1e3, pct(b2b), pdl * 1e3,
+                   pct(pdl));
+            fflush(stdout);
+        }
+        CHECK_CUDA(cudaFree(W));
+        CHECK_CUDA(cudaFree(x));
+        CHECK_CUDA(cudaFree(y));
+    }
+    return 0;
+}

@@ -1,0 +1,368 @@
+// See sample.h. One block of 1024 threads does everything: sampling is a few passes over at most
+// a few hundred KB of logits, a few microseconds; what matters is that it is exact and lives on
+// the device.
+//
+// Sampling. With m the largest logit, each token's weight is w = round(2^32 * exp((l - m) / temp))
+// (an integer; the top token's is 2^32). Tokens of weight 0 can never be drawn, so the first two
+// passes find m and compact the tokens of weight > 0 into the workspace, in id order (usually a
+// few hundred to a few thousand at temperatures <= 1). Every step after that works on this list.
+// All of top-k, top-p, min-p and the draw keep a prefix of the order (logit desc, id asc), so
+// the kept set is one "cut" (key, id): a token is kept when its key (the logit's bits, mapped to
+// an unsigned integer of the same order) is greater, or equal with an id no greater. Finding
+// "the token at which the running weight along the order first reaches a target" is a radix
+// select over the 32-bit keys: four passes of an 8-bit histogram of weights (per-warp histograms
+// in shared memory, each thread adding runs of equal digits at once, since logits crowd into
+// few buckets), then a scan, in id order, of the tokens whose key equals the selected one.
+//   top-k: target k, weight 1.   top-p: target ceil(top_p * kept weight), weight w.
+//   min-p: the smallest key with exp((l - m)/temp) >= min_p.   draw: target floor(u * kept) + 1.
+// Sums are of integers, hence exact in any order: the result is deterministic.
+#include "config.h"
+#include "sample.h"
+#include "runtime/check.h"
+
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#define SP_THREADS 1024
+#define SP_WARPS   (SP_THREADS / 32)
+#define FULL       0xffffffffu
+
+static __device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void pdl_launch_dependents()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// unsigned integer with the order of the floats (for non-NaN values)
+static __device__ __forceinline__ uint32_t order_key(float f)
+{
+    uint32_t b = __float_as_uint(f);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+struct cut {
+    uint32_t key;
+    int id;
+};
+
+static __device__ __forceinline__ bool kept(uint32_t key, int id, cut c)
+{
+    return key > c.key || (key == c.key && id <= c.id);
+}
+
+// (value, index) pairs: the larger value wins, the lower index on ties
+static __device__ __forceinline__ void argmax_merge(float &bv, int &bi, float v, int i)
+{
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+
+// argmax over the block; every thread gets the result. red: 2 * 32 words of shared memory
+static __device__ void block_argmax(float &bv, int &bi, float *redv, int *redi)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(FULL, bv, o);
+        int i = __shfl_xor_sync(FULL, bi, o);
+        argmax_merge(bv, bi, v, i);
+    }
+    if (lane == 0) redv[warp] = bv, redi[warp] = bi;
+    __syncthreads();
+    bv = redv[lane];
+    bi = redi[lane];
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(FULL, bv, o);
+        int i = __shfl_xor_sync(FULL, bi, o);
+        argmax_merge(bv, bi, v, i);
+    }
+    __syncthreads();
+}
+
+// inclusive scan over the block of 1024 threads; *total gets the sum. sm: 32 words
+static __device__ uint64_t block_scan(uint64_t v, uint64_t *total, uint64_t *sm)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 1; o < 32; o <<= 1) {
+        uint64_t t = __shfl_up_sync(FULL, v, o);
+        if (lane >= o) v += t;
+    }
+    if (lane == 31) sm[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        uint64_t w = sm[lane];
+        for (int o = 1; o < 32; o <<= 1) {
+            uint64_t t = __shfl_up_sync(FULL, w, o);
+            if (lane >= o) w += t;
+        }
+        sm[lane] = w;
+    }
+    __syncthreads();
+    uint64_t r = v + (warp > 0 ? sm[warp - 1] : 0);
+    *total = sm[31];
+    __syncthreads();
+    return r;
+}
+
+static __device__ uint64_t block_sum(uint64_t v, uint64_t *sm)
+{
+    uint64_t total;
+    block_scan(v, &total, sm);
+    return total;
+}
+
+static __device__ uint32_t block_max_u32(uint32_t v, uint64_t *sm)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL, v, o));
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    v = (uint32_t)sm[lane];
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL, v, o));
+    __syncthreads();
+    return v;
+}
+
+struct samp {
+    float m, temp;
+    __device__ float e(float l) const
+    {
+        return expf((l - m) / temp); // as runtime/sampler.c
+    }
+    __device__ uint64_t w(float l) const
+    {
+        return __float2ull_rn(e(l) * 4294967296.0f);
+    }
+};
+
+struct sel_smem {
+    uint64_t tot[256];
+    uint64_t scan[32];
+    uint64_t above;
+    int bucket, id;
+};
+
+// The kept token at which the running weight (1 per token, or w) along the order first reaches
+// target. The kept tokens' total weight must be >= target.
+static __device__ cut select(const float *cl, const int *cid, int nc, samp sp, bool by_weight,
+                             uint64_t target, cut c, unsigned long long *hist, sel_smem *sm)
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    unsigned long long *h = hist + warp * 256;
+    uint32_t prefix = 0, pmask = 0;
+    uint64_t above = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = lane; b < 256; b += 32) h[b] = 0;
+        __syncwarp();
+        int cb = -1;
+        unsigned long long cw = 0;
+        for (int i = tid; i < nc; i += SP_THREADS) {
+            float l = cl[i];
+            uint32_t key = order_key(l);
+            if (!kept(key, cid[i], c) || (key & pmask) != prefix) continue;
+            int b = (key >> shift) & 255;
+            if (b != cb) {
+                if (cb >= 0) atomicAdd(&h[cb], cw);
+                cb = b;
+                cw = 0;
+            }
+            cw += by_weight ? sp.w(l) : 1;
+        }
+        if (cb >= 0) atomicAdd(&h[cb], cw);
+        __syncthreads();
+        if (tid < 256) {
+            uint64_t s = 0;
+            for (int w = 0; w < SP_WARPS; w++) s += hist[w * 256 + tid];
+            sm->tot[tid] = s;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            // lane takes buckets 255 - 8*lane .. 248 - 8*lane, from the top
+            uint64_t part = 0;
+            for (int j = 0; j < 8; j++) part += sm->tot[255 - 8 * lane - j];
+            uint64_t incl = part;
+            for (int o = 1; o < 32; o <<= 1) {
+                uint64_t t = __shfl_up_sync(FULL, incl, o);
+                if (lane >= o) incl += t;
+            }
+            unsigned hit = __ballot_sync(FULL, above + incl >= target);
+            if (hit == 0) hit = 1u << 31; // cannot happen when the precondition holds
+            if (lane == __ffs(hit) - 1) {
+                uint64_t acc = above + incl - part;
+                int b = 255 - 8 * lane;
+                for (int j = 0; j < 8; j++) {
+                    b = 255 - 8 * lane - j;
+                    if (acc + sm->tot[b] >= target || j == 7) break;
+                    acc += sm->tot[b];
+                }
+                sm->bucket = b;
+                sm->above = acc;
+            }
+        }
+        __syncthreads();
+        prefix |= (uint32_t)sm->bucket << shift;
+        pmask |= 255u << shift;
+        above = sm->above;
+    }
+    // tokens with key == prefix, in id order
+    if (tid == 0) sm->id = -1;
+    __syncthreads();
+    uint64_t run = above;
+    for (int base = 0; base < nc; base += SP_THREADS) {
+        int i = base + tid;
+        uint64_t w = 0;
+        if (i < nc) {
+            float l = cl[i];
+            if (order_key(l) == prefix && kept(prefix, cid[i], c)) w = by_weight ? sp.w(l) : 1;
+        }
+        uint64_t tile;
+        uint64_t incl = block_scan(w, &tile, sm->scan);
+        if (w > 0 && run + incl >= target && run + incl - w < target) sm->id = cid[i];
+        run += tile;
+        __syncthreads();
+        if (sm->id >= 0) break;
+    }
+    cut r = {prefix, sm->id};
+    __syncthreads();
+    return r;
+}
+
+static __global__ void __launch_bounds__(SP_THREADS)
+    sample_kernel(int *out, const float *__restrict__ logits, int n, float temp, int top_k,
+                  float top_p, float min_p, const double *__restrict__ u, float *cl, int *cid)
+{
+    extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
+    __shared__ sel_smem sm;
+    __shared__ float redv[32];
+    __shared__ int redi[32];
+    pdl_launch_dependents();
+    pdl_wait();
+    const int tid = threadIdx.x;
+
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int i = tid; i < n; i += SP_THREADS) argmax_merge(bv, bi, logits[i], i);
+    block_argmax(bv, bi, redv, redi);
+    const samp sp = {bv, temp};
+
+    // compact the tokens of weight > 0, in id order (cl/cid are written and read by this block
+    // only: plain loads, ordered by __syncthreads)
+    int nc = 0;
+    for (int base = 0; base < n; base += 4 * SP_THREADS) {
+        const int i0 = base + tid * 4;
+        float lv[4];
+        int cnt = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            lv[j] = i0 + j < n ? logits[i0 + j] : -INFINITY;
+            cnt += sp.w(lv[j]) > 0;
+        }
+        uint64_t total;
+        int o = nc + (int)(block_scan((uint64_t)cnt, &total, sm.scan) - cnt);
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (sp.w(lv[j]) > 0) {
+                cl[o] = lv[j];
+                cid[o] = i0 + j;
+                o++;
+            }
+        nc += (int)total;
+    }
+    __syncthreads();
+
+    cut c = {0u, INT_MAX}; // everything
+    if (top_k > 0 && top_k < nc) c = select(cl, cid, nc, sp, false, (uint64_t)top_k, c, hist, &sm);
+    if (top_p < 1.0f) {
+        uint64_t s = 0;
+        for (int i = tid; i < nc; i += SP_THREADS)
+            if (kept(order_key(cl[i]), cid[i], c)) s += sp.w(cl[i]);
+        uint64_t kept_w = block_sum(s, sm.scan);
+        uint64_t target = (uint64_t)ceil((double)top_p * (double)kept_w);
+        target = target < 1 ? 1 : target > kept_w ? kept_w : target;
+        c = select(cl, cid, nc, sp, true, target, c, hist, &sm);
+    }
+    if (min_p > 0.0f) {
+        // smallest kept key whose probability is >= min_p of the top one's (the top token
+        // always qualifies); as a maximum of the complement, to share block_max_u32
+        uint32_t k = 0;
+        for (int i = tid; i < nc; i += SP_THREADS) {
+            uint32_t key = order_key(cl[i]);
+            if (kept(key, cid[i], c) && sp.e(cl[i]) >= min_p) k = max(k, ~key);
+        }
+        uint32_t kmin = ~block_max_u32(k, sm.scan);
+        if (kmin > c.key) c = {kmin, INT_MAX};
+    }
+    uint64_t s = 0;
+    for (int i = tid; i < nc; i += SP_THREADS)
+        if (kept(order_key(cl[i]), cid[i], c)) s += sp.w(cl[i]);
+    uint64_t kept_w = block_sum(s, sm.scan);
+    uint64_t r = (uint64_t)(*u * (double)kept_w);
+    if (r >= kept_w) r = kept_w - 1;
+    c = select(cl, cid, nc, sp, true, r + 1, c, hist, &sm);
+    if (tid == 0) *out = c.id;
+}
+
+static __global__ void __launch_bounds__(SP_THREADS)
+    argmax_kernel(int *out, const float *__restrict__ x, int n)
+{
+    __shared__ float redv[32];
+    __shared__ int redi[32];
+    pdl_launch_dependents();
+    pdl_wait();
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < n; i += SP_THREADS) argmax_merge(bv, bi, x[i], i);
+    block_argmax(bv, bi, redv, redi);
+    if (threadIdx.x == 0) *out = bi == INT_MAX ? 0 : bi;
+}
+
+extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
+{
+    if (n < 1) ls_die(__FILE__, __LINE__, "ls_sample_argmax", "n must be >= 1");
+    argmax_kernel<<<1, SP_THREADS, 0, (cudaStream_t)stream>>>(out, x, n);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" size_t ls_sample_workspace(int n)
+{
+    return (size_t)(n > 0 ? n : 0) * (sizeof(float) + sizeof(int)) + 16;
+}
+
+extern "C" void ls_sample(int *out, const float *logits, int n, float temperature, int top_k,
+                          float top_p, float min_p, const double *u, void *workspace, void *stream)
+{
+    if (n < 1 || !(temperature >= 0.0f) || top_k < 0 || !(top_p > 0.0f && top_p <= 1.0f) ||
+        !(min_p >= 0.0f && min_p <= 1.0f))
+        ls_die(__FILE__, __LINE__, "ls_sample",
+               "expected n >= 1, temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1");
+    if (temperature == 0.0f) {
+        ls_sample_argmax(out, logits, n, stream);
+        return;
+    }
+    const size_t hist_bytes = (size_t)SP_WARPS * 256 * sizeof(unsigned long long);
+    static int attr_dev = -1;
+    int dev;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    if (attr_dev != dev) {
+        CHECK_CUDA(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)hist_bytes));
+        attr_dev = dev;
+    }
+    float *cl = (float *)workspace;
+    int *cid = (int *)((char *)workspace + ((size_t)n * sizeof(float) + 15) / 16 * 16);
+    sample_kernel<<<1, SP_THREADS, hist_bytes, (cudaStream_t)stream>>>(
+        out, logits, n, temperature, top_k, top_p, min_p, u, cl, cid);
+    CHECK_CUDA(cudaGetLastError());
+}

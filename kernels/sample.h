@@ -1,0 +1,39 @@
+/* Token selection on the GPU from a full row of logits, so that only the token id (4 bytes)
+ * crosses to the host, or none at all when the next step's embedding reads it on the device.
+ *
+ * Semantics are those of runtime/sampler.c (ls_sampler_sample) without the penalties: order the
+ * tokens by logit (highest first, lower id first on ties); softmax at the temperature; keep the
+ * top_k first; of those, the shortest prefix whose probability reaches top_p of theirs; of
+ * those, the ones with probability >= min_p times the top one; draw with u in [0, 1) along
+ * that order. Probabilities are held as integers (2^32 for the top token), so every sum is exact
+ * and the result does not depend on the order of additions: the same logits and u give the
+ * same token on every rank and every run. Tokens under 2^-33 of the top token's probability
+ * are never drawn (the CPU sampler would draw them with probability < 1e-10 each). */
+#ifndef LOCKSTEP_KERNELS_SAMPLE_H
+#define LOCKSTEP_KERNELS_SAMPLE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* *out = index of the largest of x[0..n), the lowest index on ties (as ls_argmax); out is
+ * device memory */
+void ls_sample_argmax(int *out, const float *x, int n, void *stream);
+
+/* bytes of device workspace ls_sample needs for a vocabulary of n */
+size_t ls_sample_workspace(int n);
+
+/* *out = the token drawn from logits[0..n) (device memory, left unchanged). u: device pointer
+ * to one double in [0, 1) (the host's uniform draw, copied in each step; a pointer so that the
+ * call can live in a CUDA graph). temperature 0 is greedy (argmax, u unused); top_k 0 and
+ * top_p 1 and min_p 0 are off. */
+void ls_sample(int *out, const float *logits, int n, float temperature, int top_k, float top_p,
+               float min_p, const double *u, void *workspace, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,1117 @@
+// Every CUDA kernel family against the CPU reference (kernels/ref.h), then the decode benchmarks.
+//
+//   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only]
+//     --quick       small shapes only, no benchmarks (for compute-sanitizer memcheck)
+//     --no-bench    tests only;  --bench-only  benchmarks only
+// Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
+// benchmark table; exits 1 if anything failed.
+//
+// Method. Inputs are random (fixed seed, fresh draws per case); bf16 weights are rounded first
+// and the reference gets the rounded values, so only the kernels' own arithmetic differs.
+// Outputs are poisoned (all-ones bytes: NaN in fp32 and bf16) before each launch, so an element
+// left unwritten fails. Errors: rel = |out - ref|_2 / |ref|_2 and max = max|out - ref| / max|ref|
+// (the second catches one wrong row among 100k); both must be under the case's tolerance, and
+// every output must be finite.
+//
+// Benchmarks. CUDA events; warm-up, then the median of 50 or more repetitions. Each matrix is
+// copied until the copies total >= 256 MiB (> 4x the 60 MB L2) and launches rotate over the
+// copies, so every launch reads its weights from HBM. Three timings per shape: "isolated"
+// (events around one launch), "back-to-back" (events around 20 consecutive launches, per
+// launch: the situation inside a decode step) and the same with programmatic dependent launch.
+// GB/s counts weight bytes only (x and y are < 0.1% of them); % is of the streaming-read
+// roofline measured first in the same process, and "read@size" is that read kernel over the
+// same bytes with the same rotation (what a pure read of a matrix this size reaches).
+#include "config.h"
+
+#include "kernels/attention.h"
+#include "kernels/bandwidth.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/gemv.h"
+#include "kernels/norm.h"
+#include "kernels/ref.h"
+#include "kernels/rope.h"
+#include "kernels/sample.h"
+#include "runtime/check.h"
+#include "runtime/model_config.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdarg.h>
+#include <string>
+#include <math.h>
+#include <numeric>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+extern "C" int ls_argmax(const float *x, int n); // runtime/sampler.h (a C header without guards)
+
+static int g_quick, g_failed, g_passed;
+
+/* ------------------------------------------------------------------ helpers ---- */
+
+struct rng {
+    uint64_t s;
+    uint64_t next()
+    {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+    }
+    float uni() // [-1, 1)
+    {
+        return (float)(next() >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    }
+    double u01()
+    {
+        return (double)(next() >> 11) * (1.0 / 9007199254740992.0);
+    }
+    float normal()
+    {
+        double a = u01() + 1e-300, b = u01();
+        return (float)(sqrt(-2.0 * log(a)) * cos(6.283185307179586 * b));
+    }
+};
+static rng R = {20261129};
+
+static uint16_t f2bf(float f) // round to nearest even, as __float2bfloat16_rn
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf2f(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+template <typename T> struct dev {
+    T *p = nullptr;
+    size_t n = 0;
+    explicit dev(size_t count) : n(count)
+    {
+        CHECK_CUDA(cudaMalloc((void **)&p, (count ? count : 1) * sizeof(T)));
+    }
+    ~dev()
+    {
+        if (p) CHECK_CUDA(cudaFree(p));
+    }
+    dev(const dev &) = delete;
+    dev &operator=(const dev &) = delete;
+    void up(const T *h)
+    {
+        CHECK_CUDA(cudaMemcpy(p, h, n * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    void up(const std::vector<T> &h)
+    {
+        CHECK_CUDA(
+            cudaMemcpy(p, h.data(), std::min(n, h.size()) * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    std::vector<T> down() const
+    {
+        std::vector<T> h(n);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+    void poison()
+    {
+        CHECK_CUDA(cudaMemset(p, 0xff, (n ? n : 1) * sizeof(T)));
+    }
+};
+
+struct err {
+    double rel, max;
+    bool finite;
+};
+
+static err compare(const float *out, const float *ref, size_t n)
+{
+    double num = 0, den = 0, mx = 0, rmax = 0;
+    bool finite = true;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(out[i])) finite = false;
+        double d = (double)out[i] - (double)ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        mx = std::max(mx, fabs(d));
+        rmax = std::max(rmax, fabs((double)ref[i]));
+    }
+    err e;
+    e.rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    e.max = rmax > 0 ? mx / rmax : mx;
+    e.finite = finite;
+    if (!finite) e.rel = e.max = NAN;
+    return e;
+}
+
+static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(bool ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s ", ok ? "PASS" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    if (ok)
+        g_passed++;
+    else
+        g_failed++;
+}
+
+static void check(const char *name, err e, double tol_rel, double tol_max)
+{
+    bool ok = e.finite && e.rel <= tol_rel && e.max <= tol_max;
+    report(ok, "%s: rel %.2e (tol %.0e), max %.2e (tol %.0e)%s", name, e.rel, tol_rel, e.max,
+           tol_max, e.finite ? "" : ", NON-FINITE OUTPUT");
+}
+
+static std::vector<float> randv(size_t n, float scale = 1.0f)
+{
+    std::vector<float> v(n);
+    for (auto &x : v) x = R.uni() * scale;
+    return v;
+}
+
+// random bf16 values and their fp32 copies
+static void rand_bf16(size_t n, std::vector<uint16_t> &b, std::vector<float> &f, float scale = 1.0f)
+{
+    b.resize(n);
+    f.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        b[i] = f2bf(R.uni() * scale);
+        f[i] = bf2f(b[i]);
+    }
+}
+
+// lets its successor launch at once (as every kernel of the project does), then spins before
+// writing dst: a successor that read dst without griddepcontrol.wait would see the old contents
+static __global__ void spin_then_copy(float *dst, const float *src, size_t n, long long cycles)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+/* -------------------------------------------------------------------- GEMV ---- */
+
+// tolerance: both sides accumulate in fp32 and differ only in summation order (expected
+// ~1e-6); one dropped 16-byte chunk in one row at k = 4096 moves that row by ~4e-2 of its size.
+#define TOL_GEMV 1e-4
+
+static void test_gemv(const char *label, int n, int k, int T, bool bias, bool swiglu,
+                      int w_offset = 0, bool pdl = false)
+{
+    char name[160];
+    snprintf(name, sizeof name, "gemv%s %s n=%d k=%d T=%d%s%s%s", swiglu ? "_swiglu" : "", label, n,
+             k, T, bias ? " bias" : "", w_offset ? " misaligned-W" : "", pdl ? " pdl" : "");
+    const size_t nk = (size_t)n * k;
+    const int kin = swiglu ? 2 * k : k;
+    std::vector<uint16_t> Wb;
+    std::vector<float> Wf;
+    rand_bf16(nk + w_offset, Wb, Wf);
+    std::vector<float> x = randv((size_t)T * kin, swiglu ? 4.0f : 1.0f), xin((size_t)T * k);
+    if (swiglu)
+        for (int t = 0; t < T; t++)
+            ref_swiglu(&xin[(size_t)t * k], &x[(size_t)t * 2 * k], &x[(size_t)t * 2 * k + k], k);
+    else
+        xin = x;
+    std::vector<float> b = randv(n), ref((size_t)T * n);
+    ref_matmul(ref.data(), xin.data(), Wf.data() + w_offset, bias ? b.data() : nullptr, T, k, n);
+
+    dev<uint16_t> dW(nk + w_offset);
+    dev<float> dx((size_t)T * kin), db(n), dy((size_t)T * n);
+    dW.up(Wb);
+    db.up(b);
+    dy.poison();
+    auto run = [&] {
+        if (swiglu)
+            ls_gemv_swiglu(dy.p, dW.p + w_offset, dx.p, bias ? db.p : nullptr, T, n, k, nullptr);
+        else
+            ls_gemv(dy.p, dW.p + w_offset, dx.p, bias ? db.p : nullptr, T, n, k, nullptr);
+    };
+    if (pdl) {
+        // x arrives from a kernel that first spins ~20 us: a GEMV that read x before waiting
+        // for it would see the poison
+        dev<float> stage((size_t)T * kin);
+        stage.up(x);
+        dx.poison();
+        CHECK_CUDA(cudaDeviceSynchronize());
+        ls_gemv_set_pdl(1);
+        spin_then_copy<<<64, 256>>>(dx.p, stage.p, dx.n, 40000);
+        CHECK_CUDA(cudaGetLastError());
+        run();
+        ls_gemv_set_pdl(0);
+    } else {
+        dx.up(x);
+        run();
+    }
+    CHECK_CUDA(cudaGetLastError());
+    std::vector<float> y = dy.down();
+    check(name, compare(y.data(), ref.data(), y.size()), TOL_GEMV, TOL_GEMV);
+    // reproducible: a second run gives the same bits
+    dy.poison();
+    run();
+    std::vector<float> y2 = dy.down();
+    bool same = memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0;
+    report(same, "%s: bitwise reproducible", name);
+}
+
+static void tests_gemv(void)
+{
+    // SmolLM2-135M: hidden 576, 9 heads, 3 KV heads, hd 64, ffn 1536, vocab 49152
+    test_gemv("smollm2 qkv", 960, 576, 1, false, false);
+    test_gemv("smollm2 o", 576, 576, 1, false, false);
+    test_gemv("smollm2 gate+up", 3072, 576, 1, false, false);
+    test_gemv("smollm2 down", 576, 1536, 1, false, true);
+    // its TP=2 shards: rank 0 has 2 KV groups (6 q heads), rank 1 one (3 q heads), ffn 768 each
+    test_gemv("smollm2 tp2 r0 qkv", 640, 576, 1, false, false);
+    test_gemv("smollm2 tp2 r1 qkv", 320, 576, 1, false, false);
+    test_gemv("smollm2 tp2 r0 o", 576, 384, 1, false, false);
+    test_gemv("smollm2 tp2 r1 o", 576, 192, 1, false, false);
+    test_gemv("smollm2 tp2 gate+up", 1536, 576, 1, false, false);
+    test_gemv("smollm2 tp2 down", 576, 768, 1, false, true);
+    // odd shapes: k not a multiple of 256, tiny n, generic path (k % 8 != 0, misaligned W)
+    test_gemv("odd", 1, 8, 1, true, false);
+    test_gemv("odd", 7, 8, 3, false, false);
+    test_gemv("odd", 133, 24, 2, true, true);
+    test_gemv("odd", 4099, 4104, 1, true, false);
+    test_gemv("odd generic", 1000, 577, 2, true, false);
+    test_gemv("odd generic", 333, 20, 1, false, true);
+    test_gemv("odd generic", 300, 512, 1, true, false, 1);
+    // several positions per pass, and more positions than one pass takes
+    test_gemv("batch", 960, 576, 4, true, false);
+    test_gemv("batch", 576, 1536, 8, false, true);
+    test_gemv("batch", 600, 576, 11, false, false);
+    test_gemv("pdl", 3072, 576, 1, false, false, 0, true);
+    test_gemv("pdl", 576, 1536, 2, false, true, 0, true);
+    if (!g_quick) {
+        test_gemv("smollm2 lm-head", 49152, 576, 1, false, false);
+        test_gemv("smollm2 tp2 lm-head", 24576, 576, 1, false, false);
+        // Llama-3.1-8B and its TP=2 halves
+        test_gemv("llama8b qkv", 6144, 4096, 1, false, false);
+        test_gemv("llama8b qkv", 6144, 4096, 1, true, false);
+        test_gemv("llama8b o", 4096, 4096, 1, false, false);
+        test_gemv("llama8b gate+up", 28672, 4096, 1, false, false);
+        test_gemv("llama8b down", 4096, 14336, 1, false, true);
+        test_gemv("llama8b lm-head", 128256, 4096, 1, false, false);
+        test_gemv("llama8b tp2 qkv", 3072, 4096, 1, false, false);
+        test_gemv("llama8b tp2 o", 4096, 2048, 1, false, false);
+        test_gemv("llama8b tp2 gate+up", 14336, 4096, 1, false, false);
+        test_gemv("llama8b tp2 down", 4096, 7168, 1, false, true);
+        test_gemv("llama8b tp2 lm-head", 64128, 4096, 1, false, false);
+        test_gemv("llama8b batch qkv", 6144, 4096, 8, true, false);
+        test_gemv("llama8b batch down", 4096, 14336, 8, false, true); // 3 passes (smem)
+        test_gemv("llama8b pdl qkv", 6144, 4096, 1, false, false, 0, true);
+    }
+}
+
+/* -------------------------------------------------------------------- GEMM ---- */
+
+// bf16 products are exact in fp32; only the accumulation order differs
+#define TOL_GEMM 1e-4
+
+static void test_gemm(struct ls_gemm *g, int T, int k, int n, bool bias)
+{
+    char name[96];
+    snprintf(name, sizeof name, "gemm T=%d k=%d n=%d%s", T, k, n, bias ? " bias" : "");
+    std::vector<uint16_t> Ab, Wb;
+    std::vector<float> Af, Wf;
+    rand_bf16((size_t)T * k, Ab, Af);
+    rand_bf16((size_t)n * k, Wb, Wf);
+    std::vector<float> b = randv(n), ref((size_t)T * n);
+    ref_matmul(ref.data(), Af.data(), Wf.data(), bias ? b.data() : nullptr, T, k, n);
+    dev<uint16_t> dA(Ab.size()), dW(Wb.size());
+    dev<float> db(n), dC((size_t)T * n);
+    dA.up(Ab);
+    dW.up(Wb);
+    db.up(b);
+    dC.poison();
+    ls_gemm_bf16(g, dC.p, dA.p, dW.p, bias ? db.p : nullptr, T, k, n, nullptr);
+    std::vector<float> C = dC.down();
+    check(name, compare(C.data(), ref.data(), C.size()), TOL_GEMM, TOL_GEMM);
+}
+
+static void tests_gemm(void)
+{
+    struct ls_gemm *g = ls_gemm_create();
+    test_gemm(g, 1, 576, 960, false);
+    test_gemm(g, 7, 576, 960, true);
+    test_gemm(g, 37, 1536, 576, false);
+    test_gemm(g, 64, 576, 1001, true);
+    test_gemm(g, 64, 576, 1001, true); // the cached plan
+    if (!g_quick) {
+        test_gemm(g, 200, 4096, 6144, true);
+        test_gemm(g, 512, 4096, 4096, false);
+        test_gemm(g, 128, 14336, 4096, false);
+    }
+    ls_gemm_free(g);
+}
+
+/* ---------------------------------------------------------- norm, elementwise ---- */
+
+// fp32 on both sides; the sum of squares is added in another order (~1e-7)
+#define TOL_NORM 1e-5
+
+static void test_norm(int rows, int dim, bool fused)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s rows=%d dim=%d", fused ? "add_rmsnorm" : "rmsnorm", rows, dim);
+    size_t n = (size_t)rows * dim;
+    std::vector<float> x = randv(n, 3.0f), r = randv(n), w = randv(dim, 2.0f), ref(n), xr = x;
+    if (fused) ref_add(xr.data(), r.data(), n);
+    ref_rmsnorm(ref.data(), xr.data(), w.data(), rows, dim, 1e-5f);
+    dev<float> dx(n), dr(n), dw(dim), dout(n);
+    dx.up(x);
+    dr.up(r);
+    dw.up(w);
+    dout.poison();
+    if (fused)
+        ls_add_rmsnorm(dout.p, dx.p, dr.p, dw.p, rows, dim, 1e-5f, nullptr);
+    else
+        ls_rmsnorm(dout.p, dx.p, dw.p, rows, dim, 1e-5f, nullptr);
+    std::vector<float> out = dout.down();
+    check(name, compare(out.data(), ref.data(), n), TOL_NORM, TOL_NORM);
+    if (fused) {
+        std::vector<float> xn = dx.down();
+        check("add_rmsnorm residual update", compare(xn.data(), xr.data(), n), 0, 0);
+    } else { // in place
+        ls_rmsnorm(dx.p, dx.p, dw.p, rows, dim, 1e-5f, nullptr);
+        std::vector<float> xi = dx.down();
+        check("rmsnorm in place", compare(xi.data(), ref.data(), n), TOL_NORM, TOL_NORM);
+    }
+}
+
+static void tests_elementwise(void)
+{
+    { // embedding: replicated, and a vocab-parallel shard [100, 300)
+        const int V = 1000, dim = 576, T = 5;
+        std::vector<uint16_t> tb;
+        std::vector<float> tf;
+        rand_bf16((size_t)V * dim, tb, tf);
+        int ids[T] = {0, 999, 150, 299, 300};
+        dev<uint16_t> dt(tb.size());
+        dev<int> did(T);
+        dev<float> dout((size_t)T * dim);
+        dt.up(tb);
+        did.up(ids);
+        std::vector<float> ref((size_t)T * dim);
+        ref_embed(ref.data(), tf.data(), ids, T, dim);
+        dout.poison();
+        ls_embed(dout.p, dt.p, did.p, T, dim, 0, V, nullptr);
+        std::vector<float> out = dout.down();
+        check("embed", compare(out.data(), ref.data(), ref.size()), 0, 0);
+        dev<uint16_t> dshard((size_t)200 * dim);
+        CHECK_CUDA(
+            cudaMemcpy(dshard.p, dt.p + (size_t)100 * dim, dshard.n * 2, cudaMemcpyDeviceToDevice));
+        for (int t = 0; t < T; t++)
+            if (ids[t] < 100 || ids[t] >= 300)
+                std::fill(ref.begin() + (size_t)t * dim, ref.begin() + (size_t)(t + 1) * dim, 0.0f);
+        dout.poison();
+        ls_embed(dout.p, dshard.p, did.p, T, dim, 100, 200, nullptr);
+        out = dout.down();
+        check("embed vocab shard", compare(out.data(), ref.data(), ref.size()), 0, 0);
+    }
+    { // swiglu, swiglu_cat, add; expf may differ by an ulp from the CPU's
+        const int T = 3, f = 1537;
+        std::vector<float> gu = randv((size_t)T * 2 * f, 6.0f), ref((size_t)T * f);
+        for (int t = 0; t < T; t++)
+            ref_swiglu(&ref[(size_t)t * f], &gu[(size_t)t * 2 * f], &gu[(size_t)t * 2 * f + f], f);
+        dev<float> dgu(gu.size()), dout(ref.size());
+        dgu.up(gu);
+        dout.poison();
+        ls_swiglu_cat(dout.p, dgu.p, T, f, nullptr);
+        std::vector<float> out = dout.down();
+        check("swiglu_cat", compare(out.data(), ref.data(), ref.size()), 1e-6, 1e-6);
+        std::vector<float> g = randv(4099, 6.0f), u = randv(4099), r1(4099);
+        ref_swiglu(r1.data(), g.data(), u.data(), g.size());
+        dev<float> dg(g.size()), du(u.size());
+        dg.up(g);
+        du.up(u);
+        ls_swiglu(dg.p, dg.p, du.p, g.size(), nullptr); // in place
+        out = dg.down();
+        check("swiglu in place", compare(out.data(), r1.data(), r1.size()), 1e-6, 1e-6);
+        std::vector<float> a = randv(4099, 5.0f), ra = a;
+        ref_add(ra.data(), u.data(), a.size());
+        dg.up(a);
+        ls_add(dg.p, du.p, a.size(), nullptr);
+        out = dg.down();
+        check("add", compare(out.data(), ra.data(), ra.size()), 0, 0);
+    }
+    { // conversions: bf16 -> fp32 exact; fp32 -> bf16 round to nearest even
+        std::vector<float> x = randv(100003, 50.0f);
+        x[0] = 1.00390625f; // exactly halfway between two bf16: rounds to even (1.0)
+        x[1] = 1.01171875f; // halfway, rounds up to even
+        x[2] = -0.0f;
+        x[3] = 3.0e38f; // near the top of the range
+        dev<float> dx(x.size()), dback(x.size());
+        dev<uint16_t> db(x.size());
+        dx.up(x);
+        db.poison();
+        ls_fp32_to_bf16(db.p, dx.p, x.size(), nullptr);
+        std::vector<uint16_t> b = db.down();
+        size_t bad = 0;
+        for (size_t i = 0; i < x.size(); i++) bad += b[i] != f2bf(x[i]);
+        report(bad == 0, "fp32_to_bf16: %zu of %zu differ from round-to-nearest-even", bad,
+               x.size());
+        dback.poison();
+        ls_bf16_to_fp32(dback.p, db.p, x.size(), nullptr);
+        std::vector<float> back = dback.down();
+        bad = 0;
+        for (size_t i = 0; i < x.size(); i++) {
+            float want = bf2f(b[i]);
+            bad += memcmp(&want, &back[i], sizeof want) != 0;
+        }
+        report(bad == 0, "bf16_to_fp32: %zu of %zu not exact", bad, x.size());
+    }
+}
+
+/* -------------------------------------------------------------------- RoPE ---- */
+
+static void test_rope(const char *label, int hq, int hkv, int hd, int interleaved, bool qk_norm,
+                      bool llama3, std::vector<int> pos)
+{
+    char name[160];
+    snprintf(name, sizeof name, "rope_kv %s hq=%d hkv=%d hd=%d %s%s T=%zu", label, hq, hkv, hd,
+             interleaved ? "interleaved" : "neox", qk_norm ? " qk-norm" : "", pos.size());
+    const int T = (int)pos.size(), max_ctx = 2048, stride = (hq + 2 * hkv) * hd;
+    const float eps = 1e-6f;
+    std::vector<float> inv(hd / 2);
+    if (llama3)
+        ref_rope_inv_freq(inv.data(), hd, 500000.0f, LS_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f,
+                          8192);
+    else
+        ref_rope_inv_freq(inv.data(), hd, 100000.0f, LS_ROPE_SCALING_NONE, 1, 1, 1, 0);
+    std::vector<float> qkv = randv((size_t)T * stride, 2.0f), qn = randv(hd, 2.0f),
+                       kn = randv(hd, 2.0f);
+    // the reference on contiguous copies
+    std::vector<float> q((size_t)T * hq * hd), k((size_t)T * hkv * hd), v((size_t)T * hkv * hd);
+    for (int t = 0; t < T; t++) {
+        memcpy(&q[(size_t)t * hq * hd], &qkv[(size_t)t * stride], sizeof(float) * hq * hd);
+        memcpy(&k[(size_t)t * hkv * hd], &qkv[(size_t)t * stride + hq * hd],
+               sizeof(float) * hkv * hd);
+        memcpy(&v[(size_t)t * hkv * hd], &qkv[(size_t)t * stride + (hq + hkv) * hd],
+               sizeof(float) * hkv * hd);
+    }
+    if (qk_norm) {
+        ref_rmsnorm(q.data(), q.data(), qn.data(), T * hq, hd, eps);
+        ref_rmsnorm(k.data(), k.data(), kn.data(), T * hkv, hd, eps);
+    }
+    ref_rope(q.data(), pos.data(), T, hq, hd, inv.data(), interleaved);
+    ref_rope(k.data(), pos.data(), T, hkv, hd, inv.data(), interleaved);
+
+    const size_t csz = (size_t)hkv * max_ctx * hd;
+    dev<float> dqkv(qkv.size()), dinv(inv.size()), dqn(hd), dkn(hd);
+    dev<uint16_t> dkc(csz), dvc(csz);
+    dev<int> dpos(T);
+    dqkv.up(qkv);
+    dinv.up(inv);
+    dqn.up(qn);
+    dkn.up(kn);
+    dpos.up(pos);
+    dkc.poison();
+    dvc.poison();
+    ls_rope_kv(dqkv.p, dqkv.p + hq * hd, dqkv.p + (hq + hkv) * hd, stride, stride, dkc.p, dvc.p,
+               dpos.p, dinv.p, T, hq, hkv, hd, max_ctx, interleaved, qk_norm ? dqn.p : nullptr,
+               qk_norm ? dkn.p : nullptr, eps, nullptr);
+    std::vector<float> out = dqkv.down();
+    std::vector<uint16_t> kc = dkc.down(), vc = dvc.down();
+    std::vector<float> oq(q.size()), ok(k.size());
+    for (int t = 0; t < T; t++) {
+        memcpy(&oq[(size_t)t * hq * hd], &out[(size_t)t * stride], sizeof(float) * hq * hd);
+        memcpy(&ok[(size_t)t * hkv * hd], &out[(size_t)t * stride + hq * hd],
+               sizeof(float) * hkv * hd);
+    }
+    // sincosf vs the C library's sinf/cosf: an ulp or two
+    std::string base(name);
+    check((base + " q").c_str(), compare(oq.data(), q.data(), q.size()), 1e-5, 1e-5);
+    check((base + " k").c_str(), compare(ok.data(), k.data(), k.size()), 1e-5, 1e-5);
+    // cache rows: k rounded to bf16 (a rounding may flip where k sits on a midpoint: 1 bf16 ulp,
+    // rare), v exactly; everything else still poison
+    std::vector<float> gk, rk, gv, rv;
+    size_t stored = 0;
+    for (int t = 0; t < T; t++) {
+        if (pos[t] < 0 || pos[t] >= max_ctx) continue;
+        for (int h = 0; h < hkv; h++)
+            for (int d = 0; d < hd; d++) {
+                size_t c = ((size_t)h * max_ctx + pos[t]) * hd + d,
+                       r = ((size_t)t * hkv + h) * hd + d;
+                gk.push_back(bf2f(kc[c]));
+                rk.push_back(bf2f(f2bf(k[r])));
+                gv.push_back(bf2f(vc[c]));
+                rv.push_back(bf2f(f2bf(v[r])));
+                stored++;
+            }
+    }
+    if (stored) {
+        check((base + " kcache").c_str(), compare(gk.data(), rk.data(), gk.size()), 1e-3, 1e-2);
+        check((base + " vcache").c_str(), compare(gv.data(), rv.data(), gv.size()), 0, 0);
+    }
+    size_t touched = 0;
+    for (size_t i = 0; i < csz; i++) touched += (kc[i] != 0xffff) + (vc[i] != 0xffff);
+    report(touched == 2 * stored, "%s: %zu cache entries written, %zu expected", name, touched,
+           2 * stored);
+}
+
+static void tests_rope(void)
+{
+    test_rope("smollm2", 9, 3, 64, 0, false, false, {1000});
+    test_rope("smollm2 tp2 r0", 6, 2, 64, 0, false, false, {7, 8, 9, 10, 11});
+    test_rope("smollm2 tp2 r1", 3, 1, 64, 1, false, false, {0, 2047, 5000}); // 5000: not stored
+    test_rope("qwen3-like", 16, 8, 128, 0, true, false, {3, 4});
+    test_rope("llama8b", 32, 8, 128, 0, false, true, {1500});
+    test_rope("llama8b gguf", 32, 8, 128, 1, false, true, {1, 2, 3});
+    test_rope("hd256", 4, 2, 256, 0, true, true, {100});
+}
+
+/* --------------------------------------------------------------- attention ---- */
+
+// fp32 softmax on both sides (exp2 with a pre-scaled q vs expf): ~1e-6 expected
+#define TOL_ATTN 1e-4
+
+// cache [hkv][max_ctx][hd] bf16: random for positions < n, NaN after (must never be read);
+// also its fp32 position-major copy for the reference
+static void make_cache(int hkv, int hd, int max_ctx, int n, std::vector<uint16_t> &kc,
+                       std::vector<uint16_t> &vc, std::vector<float> &kr, std::vector<float> &vr)
+{
+    kc.assign((size_t)hkv * max_ctx * hd, 0xffff);
+    vc.assign(kc.size(), 0xffff);
+    kr.resize((size_t)n * hkv * hd);
+    vr.resize(kr.size());
+    for (int h = 0; h < hkv; h++)
+        for (int p = 0; p < n; p++)
+            for (int d = 0; d < hd; d++) {
+                size_t c = ((size_t)h * max_ctx + p) * hd + d, r = ((size_t)p * hkv + h) * hd + d;
+                kc[c] = f2bf(R.uni() * 2.0f);
+                vc[c] = f2bf(R.uni());
+                kr[r] = bf2f(kc[c]);
+                vr[r] = bf2f(vc[c]);
+            }
+}
+
+static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
+{
+    if (nsplit == 0) nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    char name[128];
+    snprintf(name, sizeof name, "attention_decode hq=%d hkv=%d hd=%d ctx=%d nsplit=%d", hq, hkv, hd,
+             n, nsplit);
+    std::vector<uint16_t> kc, vc;
+    std::vector<float> kr, vr;
+    make_cache(hkv, hd, max_ctx, n, kc, vc, kr, vr);
+    std::vector<float> q = randv((size_t)hq * hd, 2.0f), ref(q.size());
+    std::vector<int> kv_of(hq);
+    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
+    ref_attention(ref.data(), q.data(), hq * hd, kr.data(), vr.data(), n - 1, 1, hq, hkv, hd,
+                  kv_of.data());
+    dev<uint16_t> dkc(kc.size()), dvc(vc.size());
+    dev<float> dq(q.size()), dout(q.size());
+    size_t wsb = ls_attention_decode_workspace(hq, hd, nsplit);
+    dev<float> dws(wsb / sizeof(float) + 1);
+    dev<int> dpos(1);
+    int p = n - 1;
+    dkc.up(kc);
+    dvc.up(vc);
+    dq.up(q);
+    dpos.up(&p);
+    dout.poison();
+    dws.poison();
+    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit,
+                        wsb ? dws.p : nullptr, nullptr);
+    std::vector<float> out = dout.down();
+    check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
+}
+
+static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
+{
+    char name[128];
+    snprintf(name, sizeof name, "attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s", hq, hkv, hd,
+             pos0, T, fused ? " fused-qkv" : "");
+    const int max_ctx = 512, n = pos0 + T, stride = fused ? (hq + 2 * hkv) * hd : hq * hd;
+    std::vector<uint16_t> kc, vc;
+    std::vector<float> kr, vr;
+    make_cache(hkv, hd, max_ctx, n, kc, vc, kr, vr);
+    std::vector<float> qbuf((size_t)T * stride, NAN), q((size_t)T * hq * hd), ref(q.size());
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < hq * hd; i++)
+            q[(size_t)t * hq * hd + i] = qbuf[(size_t)t * stride + i] = R.uni() * 2.0f;
+    std::vector<int> kv_of(hq);
+    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
+    ref_attention(ref.data(), qbuf.data(), stride, kr.data(), vr.data(), pos0, T, hq, hkv, hd,
+                  kv_of.data());
+    dev<uint16_t> dkc(kc.size()), dvc(vc.size());
+    dev<float> dq(qbuf.size()), dout(ref.size());
+    dkc.up(kc);
+    dvc.up(vc);
+    dq.up(qbuf);
+    dout.poison();
+    ls_attention_prefill(dout.p, dq.p, stride, dkc.p, dvc.p, pos0, T, hq, hkv, hd, max_ctx,
+                         nullptr);
+    std::vector<float> out = dout.down();
+    check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
+}
+
+static void tests_attention(void)
+{
+    const int mc = g_quick ? 1024 : 8192;
+    // group 3 (SmolLM2) and its TP=2 shards, group 4 (Llama-8B), 6, 8, 16 (two blocks per KV
+    // head), 1; hd 64, 96 (12 of 16 lanes), 128, 256; contexts around the chunk sizes
+    for (int n : {1, 2, 63, 65, 1000}) test_decode(9, 3, 64, n, mc, 0);
+    test_decode(6, 2, 64, 777, mc, 0);
+    test_decode(3, 1, 64, 777, mc, 0);
+    test_decode(32, 8, 128, 1000, mc, 0);
+    test_decode(32, 8, 128, 1000, mc, 1); // one chunk: no workspace, no second pass
+    test_decode(12, 2, 128, 300, mc, 0);
+    test_decode(8, 1, 128, 129, mc, 0);
+    test_decode(16, 1, 64, 500, mc, 3);
+    test_decode(4, 4, 256, 200, mc, 0);
+    test_decode(5, 5, 96, 333, mc, 0);
+    if (!g_quick) {
+        test_decode(32, 8, 128, 8192, 8192, 0);
+        test_decode(16, 4, 128, 4097, 8192, 0);
+        test_decode(9, 3, 64, 8000, 8192, 0);
+    }
+    test_prefill(9, 3, 64, 0, 37, false);
+    test_prefill(6, 2, 64, 50, 5, true);
+    test_prefill(3, 1, 64, 10, 1, false);
+    test_prefill(4, 1, 256, 3, 40, true);
+    test_prefill(16, 4, 128, 33, 70, true);
+    if (!g_quick) {
+        test_prefill(32, 8, 128, 0, 128, true);
+        test_prefill(32, 8, 128, 100, 300, false);
+    }
+}
+
+/* ---------------------------------------------------------------- sampling ---- */
+
+// The semantics of sample.h in double precision; order: the token ids sorted by logit desc, id
+// asc. Returns the token for u, or -1 when u, top_p or min_p falls within 1e-6 (relative) of a
+// boundary, where the GPU's float exp may tip the other way.
+static int host_sample(const std::vector<float> &l, const std::vector<int> &order, float temp,
+                       int top_k, float top_p, float min_p, double u)
+{
+    const int V = (int)l.size();
+    const double m = l[order[0]], S = 4294967296.0;
+    std::vector<double> w(V);
+    int L = 0;
+    for (int j = 0; j < V; j++) {
+        w[j] = exp(((double)l[order[j]] - m) / temp) * S;
+        if (w[j] >= 0.5) L = j + 1;
+    }
+    const double eps = 1e-6;
+    if (top_k > 0 && top_k < L) L = top_k;
+    if (top_p < 1.0f) {
+        double K = 0, cum = 0;
+        for (int j = 0; j < L; j++) K += w[j];
+        double target = top_p * K;
+        for (int j = 0; j < L; j++) {
+            if (fabs(cum + w[j] - target) < eps * K) return -1;
+            cum += w[j];
+            if (cum >= target) {
+                L = j + 1;
+                break;
+            }
+        }
+    }
+    if (min_p > 0.0f) {
+        int keep = 0;
+        for (int j = 0; j < L; j++) {
+            double e = w[j] / S;
+            if (fabs(e - min_p) < eps) return -1;
+            if (e >= min_p) keep = j + 1;
+        }
+        L = keep;
+    }
+    double total = 0, cum = 0;
+    for (int j = 0; j < L; j++) total += w[j];
+    double r = u * total;
+    for (int j = 0; j < L; j++) {
+        if (fabs(cum + w[j] - r) < eps * total) return -1;
+        cum += w[j];
+        if (cum > r) return order[j];
+    }
+    return order[L - 1];
+}
+
+static void tests_sample(void)
+{
+    { // argmax: ties go to the lowest index
+        std::vector<int> sizes = {1, 1000, 49152};
+        if (!g_quick) sizes.push_back(128256);
+        for (int V : sizes) {
+            for (int variant = 0; variant < 3; variant++) {
+                std::vector<float> x = randv(V, 10.0f);
+                if (variant == 1 && V > 200) x[5] = x[200] = x[V - 1] = 20.0f;
+                if (variant == 2) std::fill(x.begin(), x.end(), -3.0f);
+                dev<float> dx(V);
+                dev<int> dout(1);
+                dx.up(x);
+                dout.poison();
+                ls_sample_argmax(dout.p, dx.p, V, nullptr);
+                int got = dout.down()[0], want = ls_argmax(x.data(), V);
+                report(got == want, "argmax V=%d %s: %d (expected %d)", V,
+                       variant == 0   ? "random"
+                       : variant == 1 ? "ties"
+                                      : "all equal",
+                       got, want);
+            }
+        }
+    }
+    struct cfg {
+        float temp;
+        int top_k;
+        float top_p, min_p;
+    };
+    const cfg cfgs[] = {{1.0f, 0, 1.0f, 0.0f},    {0.7f, 40, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f},
+                        {0.8f, 50, 0.8f, 0.05f},  {1.5f, 1, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.1f},
+                        {1.2f, 300, 0.95f, 0.0f}, {0.0f, 0, 1.0f, 0.0f}};
+    // quick (compute-sanitizer) mode: a small vocabulary, few draws
+    std::vector<int> sizes = {1000};
+    if (!g_quick) sizes.push_back(49152), sizes.push_back(128256);
+    const int NU = g_quick ? 4 : 32;
+    for (int V : sizes) {
+        for (int dist = 0; dist < 3; dist++) {
+            // peaked (logits ~ N(0, 3)), flat (N(0, 0.3): many candidates), quantised (ties)
+            std::vector<float> l(V);
+            for (auto &x : l) {
+                x = R.normal() * (dist == 1 ? 0.3f : 3.0f);
+                if (dist == 2) x = roundf(x * 2.0f) / 2.0f;
+            }
+            std::vector<int> order(V);
+            std::iota(order.begin(), order.end(), 0);
+            std::sort(order.begin(), order.end(),
+                      [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+            dev<float> dl(V);
+            dev<int> dout(1);
+            dev<double> du(1);
+            dev<char> ws(ls_sample_workspace(V));
+            dl.up(l);
+            for (const cfg &c : cfgs) {
+                int bad = 0, skipped = 0, first_bad = -1, got_bad = 0, want_bad = 0;
+                for (int j = 0; j <= NU + 1; j++) {
+                    double u = j == NU + 1 ? 1.0 - 1e-12 : (j + 0.5 * (j > 0)) / (NU + 1);
+                    int want = c.temp == 0.0f
+                                   ? ls_argmax(l.data(), V)
+                                   : host_sample(l, order, c.temp, c.top_k, c.top_p, c.min_p, u);
+                    if (want < 0) {
+                        skipped++;
+                        continue;
+                    }
+                    du.up(&u);
+                    dout.poison();
+                    ws.poison();
+                    ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p, du.p, ws.p,
+                              nullptr);
+                    int got = dout.down()[0];
+                    if (got != want) {
+                        if (!bad) first_bad = j, got_bad = got, want_bad = want;
+                        bad++;
+                    }
+                }
+                report(bad == 0,
+                       "sample V=%d %s temp=%.1f top_k=%d top_p=%.2f min_p=%.2f: %d of %d draws "
+                       "differ (%d near a boundary, skipped)",
+                       V,
+                       dist == 0   ? "peaked"
+                       : dist == 1 ? "flat"
+                                   : "ties",
+                       c.temp, c.top_k, c.top_p, c.min_p, bad, NU + 2 - skipped, skipped);
+                if (bad)
+                    printf("     first: u index %d: got %d, expected %d\n", first_bad, got_bad,
+                           want_bad);
+            }
+        }
+    }
+}
+
+/* --------------------------------------------------------------- benchmarks ---- */
+
+static float median(std::vector<float> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// median ms of one call (events around each)
+template <typename F> static float time_each(int reps, F f)
+{
+    cudaEvent_t a, b;
+    CHECK_CUDA(cudaEventCreate(&a));
+    CHECK_CUDA(cudaEventCreate(&b));
+    for (int i = 0; i < 5; i++) f(i);
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; r++) {
+        CHECK_CUDA(cudaEventRecord(a, 0));
+        f(r);
+        CHECK_CUDA(cudaEventRecord(b, 0));
+        CHECK_CUDA(cudaEventSynchronize(b));
+        CHECK_CUDA(cudaEventElapsedTime(&ms[r], a, b));
+    }
+    CHECK_CUDA(cudaEventDestroy(a));
+    CHECK_CUDA(cudaEventDestroy(b));
+    return median(ms);
+}
+
+// median ms per call of `batch` consecutive calls between two events
+template <typename F> static float time_batch(int reps, int batch, F f)
+{
+    int i = 0;
+    float ms = time_each(reps, [&](int) {
+        for (int j = 0; j < batch; j++) f(i++);
+    });
+    return ms / batch;
+}
+
+static __global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + seed) * 0x9e3779b97f4a7c15ULL;
+        z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+        z ^= z >> 29;
+        // sign, exponent of [0.5, 1), 7 random mantissa bits: finite, non-zero
+        p[i] = (uint16_t)((z & 0x8000u) | 0x3f00u | ((z >> 16) & 0x7fu));
+    }
+}
+
+static __global__ void fill_f32(float *p, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + seed) * 0x9e3779b97f4a7c15ULL;
+        z ^= z >> 29;
+        p[i] = (float)((z >> 40) & 0xffff) / 32768.0f - 1.0f;
+    }
+}
+
+static double g_roof; // GB/s of the streaming read, 4 GiB
+
+struct gemv_shape {
+    const char *name;
+    int n, k;
+    bool swiglu;
+};
+
+static void bench_gemv(const gemv_shape &s, int T, FILE *csv)
+{
+    const size_t bytes = (size_t)s.n * s.k * 2, pool = (size_t)256 << 20;
+    const int copies = (int)std::max<size_t>(1, (pool + bytes - 1) / bytes);
+    const int kin = s.swiglu ? 2 * s.k : s.k;
+    dev<uint16_t> W((size_t)s.n * s.k * copies);
+    dev<float> x((size_t)T * kin), y((size_t)T * s.n);
+    dev<unsigned> sink(1);
+    fill_bf16<<<2048, 256>>>(W.p, W.n, 1);
+    fill_f32<<<64, 256>>>(x.p, x.n, 2);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaDeviceSynchronize());
+    auto call = [&](int i) {
+        const uint16_t *w = W.p + (size_t)(i % copies) * s.n * s.k;
+        if (s.swiglu)
+            ls_gemv_swiglu(y.p, w, x.p, nullptr, T, s.n, s.k, nullptr);
+        else
+            ls_gemv(y.p, w, x.p, nullptr, T, s.n, s.k, nullptr);
+    };
+    const int reps = 60;
+    float iso = time_each(reps, call);
+    float b2b = time_batch(reps, 20, call);
+    ls_gemv_set_pdl(1);
+    float pdl = time_batch(reps, 20, call);
+    ls_gemv_set_pdl(0);
+    float rd = time_batch(reps, 20, [&](int i) {
+        ls_stream_read(W.p + (size_t)(i % copies) * s.n * s.k, bytes, sink.p, nullptr);
+    });
+    auto gbs = [&](float ms) { return (double)bytes / (ms * 1e-3) / 1e9; };
+    printf("%-22s %2d %6.1f | %7.2f %6.0f %5.1f%% | %7.2f %6.0f %5.1f%% | %7.2f %6.0f %5.1f%% | "
+           "%5.1f%%\n",
+           s.name, T, bytes / 1e6, iso * 1e3, gbs(iso), 100 * gbs(iso) / g_roof, b2b * 1e3,
+           gbs(b2b), 100 * gbs(b2b) / g_roof, pdl * 1e3, gbs(pdl), 100 * gbs(pdl) / g_roof,
+           100 * gbs(rd) / g_roof);
+    if (csv)
+        fprintf(csv, "gemv,%s,%d,%d,%d,%zu,%.3f,%.3f,%.3f,%.3f,%.1f\n", s.name, s.n, s.k, T, bytes,
+                iso * 1e3, b2b * 1e3, pdl * 1e3, rd * 1e3, g_roof);
+    fflush(stdout);
+}
+
+static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
+{
+    const int max_ctx = ctx;
+    const size_t csz = (size_t)hkv * max_ctx * hd;
+    dev<uint16_t> kc(csz), vc(csz);
+    dev<float> q((size_t)hq * hd), out((size_t)hq * hd);
+    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
+    dev<int> pos(1);
+    int p = ctx - 1;
+    pos.up(&p);
+    fill_bf16<<<2048, 256>>>(kc.p, csz, 3);
+    fill_bf16<<<2048, 256>>>(vc.p, csz, 4);
+    fill_f32<<<64, 256>>>(q.p, q.n, 5);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    float ms = time_batch(60, 10, [&](int) {
+        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, ws.p,
+                            nullptr);
+    });
+    double bytes = 2.0 * csz * 2;
+    printf(
+        "attention_decode hq=%d hkv=%d hd=%d ctx=%d nsplit=%d: %.2f us, %.0f GB/s (%.1f%% of read; "
+        "KV %.1f MB, in L2 when < 60 MB)\n",
+        hq, hkv, hd, ctx, nsplit, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
+        100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6);
+}
+
+static void benchmarks(void)
+{
+    printf("\n==== benchmarks\n");
+    g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
+    double copy = ls_bandwidth_copy((size_t)2 << 30, 20, nullptr);
+    printf("streaming read, 4 GiB, 16-byte loads: %.0f GB/s (the roofline below)\n", g_roof);
+    printf("device-to-device copy, 2 GiB (read + written): %.0f GB/s\n", copy);
+    if (g_roof <= 0) {
+        report(false, "bandwidth: could not allocate 4 GiB");
+        return;
+    }
+    FILE *csv = nullptr;
+    if (const char *dir = getenv("OUT")) {
+        std::string path = std::string(dir) + "/bench_kernels.csv";
+        csv = fopen(path.c_str(), "w");
+        if (csv) fprintf(csv, "kind,name,n,k,T,bytes,iso_us,b2b_us,pdl_us,read_us,roof_gbs\n");
+    }
+    printf("\nGEMV, bf16 weights, fp32 x/y; weights rotate over >= 256 MiB of copies (> 4x L2)\n");
+    printf("%-22s %2s %6s | %-22s | %-22s | %-22s | %s\n", "shape", "T", "MB",
+           "isolated: us GB/s %", "back-to-back: us GB/s %", "b2b + PDL: us GB/s %", "read@size");
+    const gemv_shape shapes[] = {
+        {"llama8b qkv 6144x4096", 6144, 4096, false}, {"llama8b o 4096x4096", 4096, 4096, false},
+        {"llama8b gate+up", 28672, 4096, false},      {"llama8b down swiglu", 4096, 14336, true},
+        {"llama8b lm-head", 128256, 4096, false},     {"tp2 qkv 3072x4096", 3072, 4096, false},
+        {"tp2 o 4096x2048", 4096, 2048, false},       {"tp2 gate+up", 14336, 4096, false},
+        {"tp2 down swiglu", 4096, 7168, true},        {"tp2 lm-head", 64128, 4096, false},
+        {"smollm2 qkv 960x576", 960, 576, false},     {"smollm2 gate+up", 3072, 576, false},
+        {"smollm2 down swiglu", 576, 1536, true},     {"smollm2 lm-head", 49152, 576, false},
+    };
+    for (const auto &s : shapes) bench_gemv(s, 1, csv);
+    printf("several positions per pass (T): weight bytes per pass are the same\n");
+    for (int T : {2, 4, 8}) {
+        bench_gemv(shapes[0], T, csv);
+        bench_gemv(shapes[2], T, csv);
+    }
+    if (csv) fclose(csv);
+
+    // a whole Llama-8B layer's GEMVs, back to back, as in a decode step
+    {
+        const size_t per_layer =
+            ((size_t)6144 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336) * 2;
+        const int layers = 4;
+        dev<uint16_t> W(per_layer / 2 * layers);
+        dev<float> x(28672 * 2), y(28672 * 2);
+        fill_bf16<<<2048, 256>>>(W.p, W.n, 7);
+        fill_f32<<<64, 256>>>(x.p, x.n, 8);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        for (int pdl = 0; pdl < 2; pdl++) {
+            ls_gemv_set_pdl(pdl);
+            float ms = time_each(30, [&](int) {
+                for (int l = 0; l < layers; l++) {
+                    const uint16_t *w = W.p + (size_t)l * (per_layer / 2);
+                    ls_gemv(y.p, w, x.p, nullptr, 1, 6144, 4096, nullptr);
+                    w += (size_t)6144 * 4096;
+                    ls_gemv(y.p, w, x.p, nullptr, 1, 4096, 4096, nullptr);
+                    w += (size_t)4096 * 4096;
+                    ls_gemv(y.p, w, x.p, nullptr, 1, 28672, 4096, nullptr);
+                    w += (size_t)28672 * 4096;
+                    ls_gemv_swiglu(y.p, w, x.p, nullptr, 1, 4096, 14336, nullptr);
+                }
+            });
+            double gbs = (double)per_layer * layers / (ms * 1e-3) / 1e9;
+            printf("llama8b: 4 layers of QKV, O, gate+up, down%s: %.1f us per layer, %.0f GB/s "
+                   "(%.1f%% of read)\n",
+                   pdl ? " with PDL" : "", ms * 1e3 / layers, gbs, 100 * gbs / g_roof);
+        }
+        ls_gemv_set_pdl(0);
+    }
+
+    printf("\n");
+    bench_decode_attention(32, 8, 128, 4096);
+    bench_decode_attention(32, 8, 128, 32768);
+    bench_decode_attention(16, 4, 128, 32768);
+    {
+        const int V = 128256;
+        dev<float> l(V);
+        dev<int> out(1);
+        dev<double> u(1);
+        dev<char> ws(ls_sample_workspace(V));
+        double uv = 0.37;
+        u.up(&uv);
+        fill_f32<<<64, 256>>>(l.p, V, 9);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        float am = time_batch(60, 10, [&](int) { ls_sample_argmax(out.p, l.p, V, nullptr); });
+        float sp = time_batch(60, 10, [&](int) {
+            ls_sample(out.p, l.p, V, 0.8f, 50, 0.9f, 0.0f, u.p, ws.p, nullptr);
+        });
+        float sp2 = time_batch(60, 10, [&](int) {
+            ls_sample(out.p, l.p, V, 1.0f, 0, 0.95f, 0.0f, u.p, ws.p, nullptr);
+        });
+        printf("argmax V=%d: %.2f us; sample top_k=50 top_p=0.9: %.2f us; sample top_p=0.95 over "
+               "flat logits in [-1, 1): %.2f us\n",
+               V, am * 1e3, sp * 1e3, sp2 * 1e3);
+        dev<float> xv(4096), xo(4096), w(4096), r(4096);
+        fill_f32<<<16, 256>>>(xv.p, 4096, 10);
+        fill_f32<<<16, 256>>>(r.p, 4096, 11);
+        fill_f32<<<16, 256>>>(w.p, 4096, 12);
+        float nm = time_batch(
+            60, 10, [&](int) { ls_add_rmsnorm(xo.p, xv.p, r.p, w.p, 1, 4096, 1e-5f, nullptr); });
+        printf("add_rmsnorm dim 4096: %.2f us per call (latency)\n", nm * 1e3);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    bool tests = true, bench = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            g_quick = 1, bench = false;
+        else if (!strcmp(argv[i], "--no-bench"))
+            bench = false;
+        else if (!strcmp(argv[i], "--bench-only"))
+            tests = false;
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--no-bench] [--bench-only]\n", argv[0]);
+            return 2;
+        }
+    }
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, L2 %d MB, %.0f GB memory%s\n", prop.name, prop.multiProcessorCount,
+           prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9, g_quick ? " (quick)" : "");
+    if (tests) {
+        tests_gemv();
+        tests_gemm();
+        for (int dim : {576, 4096, 7, 1000}) {
+            test_norm(1, dim, false);
+            test_norm(5, dim, true);
+        }
+        tests_elementwise();
+        tests_rope();
+        tests_attention();
+        tests_sample();
+        printf("==== %d passed, %d failed\n", g_passed, g_failed);
+    }
+    if (bench) benchmarks();
+    return g_failed ? 1 : 0;
+}
