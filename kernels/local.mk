@@ -2,5 +2,6 @@
 # extern "C" launcher in a C header.
 liblockstep_a_SOURCES += kernels/ref.c kernels/ref.h
 if HAVE_CUDA
-liblockstep_a_SOURCES += kernels/selftest.cu kernels/selftest.h
+liblockstep_a_SOURCES += kernels/selftest.cu kernels/selftest.h kernels/step.cu kernels/step.h \
+	runtime/backend_cuda.c
 endif

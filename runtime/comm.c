@@ -114,9 +114,8 @@ static void null_allgather(struct ls_comm *c, const void *send, void *recv, size
     (void)stream;
     const struct ls_backend *be = c->impl;
     size_t bytes = count * ls_dtype_size(t);
-    /* a device-to-device copy through the backend's own copy (to_device from device memory
-     * works for both backends: memcpy on the CPU, cudaMemcpyDefault on the GPU) */
-    be->to_device((char *)recv + (size_t)c->rank * bytes, send, bytes);
+    /* the backend's own ordered copy, which a graph can capture */
+    be->copy((char *)recv + (size_t)c->rank * bytes, send, bytes);
 }
 
 static void null_barrier(struct ls_comm *c)

@@ -83,14 +83,16 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
     memset(j, 0, sizeof *j);
     ls_bootstrap(argc, argv, o, &j->ctx);
     omp_set_num_threads(j->ctx.ncpus);
+#ifdef HAVE_CUDA
     if (j->ctx.device >= 0) {
-        /* the CUDA backend is not part of this build of the engine yet: run on the CPUs */
-        if (j->ctx.rank == 0)
-            ls_warn("the CUDA backend of the engine is not built yet; running this job on CPUs (pass --cpu to silence)");
-        j->ctx.device = -1;
+        j->be = &ls_backend_cuda;
+        j->comm = ls_comm_nccl_create(MPI_COMM_WORLD, j->ctx.device);
+    } else
+#endif
+    {
+        j->be = &ls_backend_cpu;
+        j->comm = ls_comm_mpi_create(MPI_COMM_WORLD);
     }
-    j->be = &ls_backend_cpu;
-    j->comm = ls_comm_mpi_create(MPI_COMM_WORLD);
     char err[1024] = "";
     int progress = j->ctx.rank == 0 && isatty(STDERR_FILENO);
     j->model = ls_model_load(model_path, j->ctx.rank, j->ctx.size, j->be, progress, err, sizeof err);

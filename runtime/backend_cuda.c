@@ -1,0 +1,314 @@
+/* The CUDA backend: bf16 weights and KV cache in device memory, fp32 activations, every
+ * operation on one stream (the collectives run on it too), kernels from the kernels folder.
+ * Decode (T <= 8 positions) uses the GEMV kernels, prefill cuBLASLt on bf16 copies of the
+ * activations. The greedy decode step is captured once into a CUDA graph (thread-local capture
+ * mode, which NCCL supports) and replayed per token; nothing in it allocates or synchronises.
+ * Buffers that only the eager prefill needs (bf16 activations, the attention workspace) are
+ * sized on first use, which is always an eager prefill, never inside a capture. */
+#include "config.h"
+#include "backend.h"
+#include "check.h"
+#include "kernels/attention.h"
+#include "kernels/bandwidth.h"
+#include "kernels/elementwise.h"
+#include "kernels/gemm.h"
+#include "kernels/gemv.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "kernels/sample.h"
+#include "kernels/step.h"
+
+#include <cuda_runtime_api.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GEMV_MAX_T 8
+
+static struct {
+    cudaStream_t stream;
+    struct ls_gemm *gemm;
+    uint16_t *act16;     /* bf16 copy of a prefill GEMM input */
+    size_t act16_cap;    /* elements */
+    float *act32;        /* silu(g) * u of a prefill chunk */
+    size_t act32_cap;
+    float *attn_ws;      /* flash-decoding partials */
+    size_t attn_ws_cap;  /* bytes */
+} cu;
+
+static cudaStream_t stream_get(void)
+{
+    if (!cu.stream) CHECK_CUDA(cudaStreamCreateWithFlags(&cu.stream, cudaStreamNonBlocking));
+    return cu.stream;
+}
+
+static void *cu_stream(void)
+{
+    return stream_get();
+}
+
+static void cu_sync(void)
+{
+    CHECK_CUDA(cudaStreamSynchronize(stream_get()));
+}
+
+static double cu_read_bandwidth(size_t bytes)
+{
+    return ls_bandwidth_read(bytes, 7, stream_get());
+}
+
+static double cu_copy_bandwidth(size_t bytes)
+{
+    return ls_bandwidth_copy(bytes, 7, stream_get());
+}
+
+static void *cu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    CHECK_CUDA(cudaMemset(p, 0, bytes ? bytes : 1));
+    return p;
+}
+
+static void cu_free(void *p)
+{
+    if (p) CHECK_CUDA(cudaFree(p));
+}
+
+static void cu_to_host(void *dst, const void *src, size_t bytes)
+{
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_get()));
+    CHECK_CUDA(cudaStreamSynchronize(stream_get()));
+}
+
+static void cu_to_device(void *dst, const void *src, size_t bytes)
+{
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_get()));
+    CHECK_CUDA(cudaStreamSynchronize(stream_get()));
+}
+
+static void cu_copy(void *dst, const void *src, size_t bytes)
+{
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_get()));
+}
+
+/* fp32 -> bf16, round to nearest even (NaN stays NaN) */
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static void *cu_upload_matrix(float *host, size_t rows, size_t cols)
+{
+    size_t n = rows * cols;
+    uint16_t *h16 = malloc(n * sizeof *h16 + 2);
+    if (!h16) {
+        free(host);
+        return NULL;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) h16[i] = to_bf16(host[i]);
+    free(host);
+    void *d = NULL;
+    if (cudaMalloc(&d, n * sizeof *h16 + 2) != cudaSuccess) {
+        cudaGetLastError();
+        free(h16);
+        return NULL;
+    }
+    CHECK_CUDA(cudaMemcpy(d, h16, n * sizeof *h16, cudaMemcpyHostToDevice));
+    free(h16);
+    return d;
+}
+
+static float *cu_upload_vector(float *host, size_t n)
+{
+    void *d = NULL;
+    if (cudaMalloc(&d, n * sizeof(float) + 4) != cudaSuccess) {
+        cudaGetLastError();
+        free(host);
+        return NULL;
+    }
+    CHECK_CUDA(cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    free(host);
+    return d;
+}
+
+static void *cu_matrix_row(void *m, size_t row, size_t cols)
+{
+    return (uint16_t *)m + row * cols;
+}
+
+static void *cu_alloc_cache(int hkv, int max_ctx, int hd)
+{
+    return cu_alloc((size_t)hkv * max_ctx * hd * sizeof(uint16_t));
+}
+
+static void grow(void **p, size_t *cap, size_t need_bytes)
+{
+    if (need_bytes <= *cap) return;
+    if (*p) CHECK_CUDA(cudaFree(*p));
+    CHECK_CUDA(cudaMalloc(p, need_bytes));
+    *cap = need_bytes;
+}
+
+static void cu_embed(float *out, const void *table, const int *ids, int T, int dim)
+{
+    ls_embed(out, table, ids, T, dim, 0, INT_MAX / 2, stream_get());
+}
+
+static void cu_rmsnorm(float *out, const float *x, const float *w, int rows, int dim, float eps)
+{
+    ls_rmsnorm(out, x, w, rows, dim, eps, stream_get());
+}
+
+static void gemm(float *out, const float *in, const void *W, const float *bias, int T, int k, int n)
+{
+    size_t bytes = (size_t)T * k * sizeof(uint16_t);
+    size_t cap = cu.act16_cap * sizeof(uint16_t);
+    grow((void **)&cu.act16, &cap, bytes);
+    cu.act16_cap = cap / sizeof(uint16_t);
+    if (!cu.gemm) cu.gemm = ls_gemm_create();
+    ls_fp32_to_bf16(cu.act16, in, (size_t)T * k, stream_get());
+    ls_gemm_bf16(cu.gemm, out, cu.act16, W, bias, T, k, n, stream_get());
+}
+
+static void cu_matmul(float *out, const float *in, const void *W, const float *bias, int T, int k, int n)
+{
+    if (T <= GEMV_MAX_T) ls_gemv(out, W, in, bias, T, n, k, stream_get());
+    else gemm(out, in, W, bias, T, k, n);
+}
+
+static void cu_matmul_swiglu(float *out, const float *gu, const void *W, int T, int f, int n)
+{
+    if (T <= GEMV_MAX_T) {
+        ls_gemv_swiglu(out, W, gu, NULL, T, n, f, stream_get());
+        return;
+    }
+    size_t cap = cu.act32_cap * sizeof(float);
+    grow((void **)&cu.act32, &cap, (size_t)T * f * sizeof(float));
+    cu.act32_cap = cap / sizeof(float);
+    ls_swiglu_cat(cu.act32, gu, T, f, stream_get());
+    gemm(out, cu.act32, W, NULL, T, f, n);
+}
+
+static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos, const float *inv_freq,
+                       int T, int hq, int hkv, int hd, int max_ctx, int interleaved, const float *q_norm,
+                       const float *k_norm, float eps)
+{
+    float *q = qkv, *k = qkv + (size_t)hq * hd, *v = qkv + (size_t)(hq + hkv) * hd;
+    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx, interleaved, q_norm,
+               k_norm, eps, stream_get());
+}
+
+static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
+                         const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx)
+{
+    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    size_t ws = ls_attention_decode_workspace(hq, hd, nsplit);
+    if (ws > cu.attn_ws_cap) {
+        /* never inside a capture: a prefill (eager) always comes first and sizes it */
+        enum cudaStreamCaptureStatus st;
+        CHECK_CUDA(cudaStreamIsCapturing(stream_get(), &st));
+        if (st != cudaStreamCaptureStatusNone)
+            ls_die(__FILE__, __LINE__, "cu_attention", "attention workspace first needed inside a graph capture");
+        grow((void **)&cu.attn_ws, &cu.attn_ws_cap, ws);
+    }
+    int prefill_ok = hd == 64 || hd == 128 || hd == 256;
+    if (T > 1 && prefill_ok) {
+        ls_attention_prefill(out, qkv, stride, kc, vc, pos0, T, hq, hkv, hd, max_ctx, stream_get());
+        return;
+    }
+    /* decode, or a prefill of a head size the prefill kernel lacks: one position at a time,
+     * each reading its own position from pos[t] */
+    for (int t = 0; t < T; t++)
+        ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t, hq, hkv, hd,
+                            max_ctx, nsplit, cu.attn_ws, stream_get());
+}
+
+static void cu_add(float *x, const float *y, size_t n)
+{
+    ls_add(x, y, n, stream_get());
+}
+
+static void cu_argmax(int *out, const float *x, int n)
+{
+    ls_sample_argmax(out, x, n, stream_get());
+}
+
+static void cu_advance(int *pos)
+{
+    ls_advance_pos(pos, stream_get());
+}
+
+struct cu_graph {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+};
+
+static void cu_graph_begin(void)
+{
+    CHECK_CUDA(cudaStreamBeginCapture(stream_get(), cudaStreamCaptureModeThreadLocal));
+}
+
+static void *cu_graph_end(void)
+{
+    struct cu_graph *g = calloc(1, sizeof *g);
+    CHECK_ALLOC(g);
+    CHECK_CUDA(cudaStreamEndCapture(stream_get(), &g->graph));
+    CHECK_CUDA(cudaGraphInstantiate(&g->exec, g->graph, 0));
+    return g;
+}
+
+static void cu_graph_launch(void *graph)
+{
+    struct cu_graph *g = graph;
+    CHECK_CUDA(cudaGraphLaunch(g->exec, stream_get()));
+}
+
+static void cu_graph_free(void *graph)
+{
+    struct cu_graph *g = graph;
+    if (!g) return;
+    cudaGraphExecDestroy(g->exec);
+    cudaGraphDestroy(g->graph);
+    free(g);
+}
+
+const struct ls_backend ls_backend_cuda = {
+    .name = "cuda",
+    .weight_bytes = 2,
+    .stream = cu_stream,
+    .sync = cu_sync,
+    .read_bandwidth = cu_read_bandwidth,
+    .copy_bandwidth = cu_copy_bandwidth,
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .to_host = cu_to_host,
+    .to_device = cu_to_device,
+    .copy = cu_copy,
+    .upload_matrix = cu_upload_matrix,
+    .upload_vector = cu_upload_vector,
+    .matrix_row = cu_matrix_row,
+    .alloc_cache = cu_alloc_cache,
+    .embed = cu_embed,
+    .rmsnorm = cu_rmsnorm,
+    .matmul = cu_matmul,
+    .matmul_swiglu = cu_matmul_swiglu,
+    .rope_kv = cu_rope_kv,
+    .attention = cu_attention,
+    .add = cu_add,
+    .argmax = cu_argmax,
+    .advance = cu_advance,
+    .graph_begin = cu_graph_begin,
+    .graph_end = cu_graph_end,
+    .graph_launch = cu_graph_launch,
+    .graph_free = cu_graph_free,
+};
