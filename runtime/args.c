@@ -14,6 +14,7 @@ void ls_common_defaults(struct ls_common_opts *o)
 {
     o->bind = LS_BIND_AUTO;
     o->device = LS_DEV_AUTO;
+    o->allreduce = LS_AR_AUTO;
 }
 
 int ls_getopt(int argc, char **argv, const char *shortopts, const struct option *longopts,
@@ -52,6 +53,15 @@ int ls_common_opt(int opt, const char *arg, struct ls_common_opts *o, char *err,
     case LS_OPT_BIND:
         if (ls_parse_bind(arg, &o->bind) != 0) {
             snprintf(err, errlen, "--bind: expected auto, gpu or none, found '%s'", arg);
+            return -1;
+        }
+        return 0;
+    case LS_OPT_ALLREDUCE:
+        if (!strcmp(arg, "auto")) o->allreduce = LS_AR_AUTO;
+        else if (!strcmp(arg, "custom")) o->allreduce = LS_AR_CUSTOM;
+        else if (!strcmp(arg, "nccl")) o->allreduce = LS_AR_NCCL;
+        else {
+            snprintf(err, errlen, "--allreduce: expected auto, custom or nccl, found '%s'", arg);
             return -1;
         }
         return 0;

@@ -14,6 +14,8 @@
 
 #include <stddef.h>
 
+struct ls_comm;
+
 struct ls_backend {
     const char *name;
     int weight_bytes;               /* bytes per weight and KV cache element: 4 (fp32) or 2 (bf16) */
@@ -41,6 +43,8 @@ struct ls_backend {
     /* out[t] = table[ids[t]], [T][dim] */
     void (*embed)(float *out, const void *table, const int *ids, int T, int dim);
     void (*rmsnorm)(float *out, const float *x, const float *w, int rows, int dim, float eps);
+    /* x += res (the residual stream), then out = rmsnorm(x) * w; out aliases neither */
+    void (*add_rmsnorm)(float *out, float *x, const float *res, const float *w, int rows, int dim, float eps);
     /* out[T][n] = in[T][k] . W[n][k]^T (+ bias) */
     void (*matmul)(float *out, const float *in, const void *W, const float *bias, int T, int k, int n);
     /* out[T][n] = (silu(g) * u)[T][f] . W[n][f]^T, with gu[T][2f] = gate | up */
@@ -56,6 +60,11 @@ struct ls_backend {
     void (*attention)(float *out, const float *qkv, int stride, const void *kc, const void *vc,
                       const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx);
     void (*add)(float *x, const float *y, size_t n);
+    /* the row-parallel matmul's partial sums summed over ranks by comm (in place), added to
+     * the residual stream x, and normed = rmsnorm(x) * w: the tensor-parallel all-reduce with
+     * what follows it, fused where the communicator can (the custom all-reduce) */
+    void (*allreduce_add_rmsnorm)(struct ls_comm *comm, float *partial, float *x, float *normed, const float *w,
+                                  int rows, int dim, float eps);
     /* *out = index of the largest of x[n], lowest on ties */
     void (*argmax)(int *out, const float *x, int n);
     /* pos[0] += 1 */

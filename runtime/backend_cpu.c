@@ -2,6 +2,7 @@
  * It is the reference the CUDA backend must match. KV cache layout: [max_ctx][hkv][hd]. */
 #include "config.h"
 #include "backend.h"
+#include "comm.h"
 #include "kernels/ref.h"
 
 #include <omp.h>
@@ -95,6 +96,19 @@ static void cpu_attention(float *out, const float *qkv, int stride, const void *
     ref_attention(out, qkv, stride, kc, vc, pos0, T, hq, hkv, hd, kv_of);
 }
 
+static void cpu_add_rmsnorm(float *out, float *x, const float *res, const float *w, int rows, int dim, float eps)
+{
+    ref_add(x, res, (size_t)rows * dim);
+    ref_rmsnorm(out, x, w, rows, dim, eps);
+}
+
+static void cpu_allreduce_add_rmsnorm(struct ls_comm *comm, float *partial, float *x, float *normed,
+                                      const float *w, int rows, int dim, float eps)
+{
+    comm->allreduce_sum(comm, partial, (size_t)rows * dim, LS_F32, NULL);
+    cpu_add_rmsnorm(normed, x, partial, w, rows, dim, eps);
+}
+
 static void cpu_argmax(int *out, const float *x, int n)
 {
     int best = 0;
@@ -186,11 +200,13 @@ const struct ls_backend ls_backend_cpu = {
     .alloc_cache = cpu_alloc_cache,
     .embed = cpu_embed,
     .rmsnorm = ref_rmsnorm,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .matmul = cpu_matmul,
     .matmul_swiglu = cpu_matmul_swiglu,
     .rope_kv = cpu_rope_kv,
     .attention = cpu_attention,
     .add = ref_add,
+    .allreduce_add_rmsnorm = cpu_allreduce_add_rmsnorm,
     .argmax = cpu_argmax,
     .advance = cpu_advance,
 };

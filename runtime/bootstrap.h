@@ -14,10 +14,12 @@
 
 enum ls_bind { LS_BIND_AUTO, LS_BIND_GPU, LS_BIND_NONE };
 enum ls_devmode { LS_DEV_AUTO, LS_DEV_CPU, LS_DEV_GPU };
+enum ls_armode { LS_AR_AUTO, LS_AR_CUSTOM, LS_AR_NCCL };
 
 struct ls_common_opts {
     enum ls_bind bind;
     enum ls_devmode device;
+    enum ls_armode allreduce; /* GPU runs: custom IPC all-reduce for small messages, or NCCL only */
 };
 
 struct ls_ctx {

@@ -26,18 +26,18 @@ _Static_assert((int)LS_F32 == (int)LS_AR_F32 && (int)LS_BF16 == (int)LS_AR_BF16,
 /* rank 0's environment, broadcast as raw bytes */
 struct custom_cfg {
     long long oneshot_max, twoshot_max, timeout_ms;
-    int threads, max_blocks, disable;
+    int threads, max_blocks, disable, fence_all;
 };
 
 struct custom {
     MPI_Comm mpi;
     struct ls_comm *fallback;
     struct ls_comm_custom_info info;
-    struct ls_ar_state st;            /* what the kernels get */
-    void *mybuf;                      /* our registered buffer */
-    void *ctl;                        /* struct ls_ar_ctl, device */
-    struct ls_ar_err *err;            /* host-mapped */
-    int opened[LS_AR_MAX_RANKS];      /* st.buf[q] came from cudaIpcOpenMemHandle */
+    struct ls_ar_state st;       /* what the kernels get */
+    void *mybuf;                 /* our registered buffer */
+    void *ctl;                   /* struct ls_ar_ctl, device */
+    struct ls_ar_err *err;       /* host-mapped */
+    int opened[LS_AR_MAX_RANKS]; /* st.buf[q] came from cudaIpcOpenMemHandle */
 };
 
 static void custom_destroy(struct ls_comm *c);
@@ -57,12 +57,16 @@ static long long env_bytes(const char *name, long long def)
     char *end = NULL;
     unsigned long long v = strtoull(s, &end, 10);
     int shift = 0;
-    if (*end == 'k' || *end == 'K') shift = 10, end++;
-    else if (*end == 'm' || *end == 'M') shift = 20, end++;
-    else if (*end == 'g' || *end == 'G') shift = 30, end++;
+    if (*end == 'k' || *end == 'K')
+        shift = 10, end++;
+    else if (*end == 'm' || *end == 'M')
+        shift = 20, end++;
+    else if (*end == 'g' || *end == 'G')
+        shift = 30, end++;
     if (end == s || *end || s[0] == '-' || v > (1ull << 40) >> shift) {
         char msg[256];
-        snprintf(msg, sizeof msg, "%s=%s: expected a byte count such as 262144, 256K or 8M", name, s);
+        snprintf(msg, sizeof msg, "%s=%s: expected a byte count such as 262144, 256K or 8M", name,
+                 s);
         ls_die(__FILE__, __LINE__, "getenv", msg);
     }
     return (long long)(v << shift);
@@ -86,14 +90,17 @@ static struct custom_cfg read_cfg(int size)
 {
     struct custom_cfg g;
     memset(&g, 0, sizeof g);
-    /* one-shot puts size-1 copies of the message on each GPU's links, two-shot about two */
-    long long one_def = size <= 2 ? 256 << 10 : size <= 4 ? 128 << 10 : 64 << 10;
+    /* Each GPU sends (size-1) copies of the message in one-shot, 2(size-1)/size in two-shot:
+     * the same for 2 ranks, where two-shot only saves local reduction traffic and pays a
+     * second exchange, so one-shot should reach further there. Guesses until the sweep. */
+    long long one_def = size <= 2 ? 512 << 10 : size <= 4 ? 128 << 10 : 64 << 10;
     g.oneshot_max = env_bytes("LOCKSTEP_AR_ONESHOT_MAX", one_def);
     g.twoshot_max = env_bytes("LOCKSTEP_AR_TWOSHOT_MAX", 8 << 20);
     g.timeout_ms = env_int("LOCKSTEP_AR_TIMEOUT_MS", 10000, 1, 3600 * 1000);
     g.threads = (int)env_int("LOCKSTEP_AR_THREADS", 512, 32, LS_AR_MAX_THREADS);
     g.max_blocks = (int)env_int("LOCKSTEP_AR_MAX_BLOCKS", 64, 1, LS_AR_MAX_BLOCKS);
     g.disable = (int)env_int("LOCKSTEP_AR_DISABLE", 0, 0, 1);
+    g.fence_all = (int)env_int("LOCKSTEP_AR_FENCE_ALL", 1, 0, 1);
     if (g.threads % 32) {
         char msg[128];
         snprintf(msg, sizeof msg, "LOCKSTEP_AR_THREADS=%d: must be a multiple of 32", g.threads);
@@ -142,18 +149,19 @@ static int same_node(struct custom *m, struct ls_comm *c, char *why, size_t len)
     CHECK_MPI(MPI_Comm_size(node, &node_size));
     MPI_Comm_free(&node);
     if (node_size != c->size) {
-        snprintf(why, len, "rank %d shares its node with %d of %d ranks: CUDA IPC needs one node", c->rank,
-                 node_size, c->size);
+        snprintf(why, len, "rank %d shares its node with %d of %d ranks: CUDA IPC needs one node",
+                 c->rank, node_size, c->size);
         return 0;
     }
     if (c->size > LS_AR_MAX_RANKS) {
-        snprintf(why, len, "%d ranks, the custom all-reduce handles at most %d", c->size, LS_AR_MAX_RANKS);
+        snprintf(why, len, "%d ranks, the custom all-reduce handles at most %d", c->size,
+                 LS_AR_MAX_RANKS);
         return 0;
     }
     return 1;
 }
 
-/* every peer's GPU visible here with peer access (IPC maps through peer access) */
+/* every peer on its own GPU, visible here with peer access (IPC maps through peer access) */
 static int peers_visible(struct custom *m, struct ls_comm *c, int dev, char *why, size_t len)
 {
     char mine[32] = "", *all = calloc((size_t)c->size, 32);
@@ -166,12 +174,19 @@ static int peers_visible(struct custom *m, struct ls_comm *c, int dev, char *why
         int pdev = -1, can = 0;
         if (cudaDeviceGetByPCIBusId(&pdev, all + 32 * q) != cudaSuccess) {
             cudaGetLastError();
-            snprintf(why, len, "rank %d does not see rank %d's GPU %s (CUDA_VISIBLE_DEVICES?); IPC needs it",
+            snprintf(why, len,
+                     "rank %d does not see rank %d's GPU %s (CUDA_VISIBLE_DEVICES?); IPC needs it",
                      c->rank, q, all + 32 * q);
             ok = 0;
-        } else if (pdev != dev && (cudaDeviceCanAccessPeer(&can, dev, pdev) != cudaSuccess || !can)) {
+        } else if (pdev == dev) {
+            /* kernels of two processes on one GPU time-slice: each would spin out its slice
+             * waiting for the other */
+            snprintf(why, len, "ranks %d and %d share GPU %s", c->rank, q, mine);
+            ok = 0;
+        } else if (cudaDeviceCanAccessPeer(&can, dev, pdev) != cudaSuccess || !can) {
             cudaGetLastError();
-            snprintf(why, len, "no peer access from GPU %d (rank %d) to GPU %d (rank %d)", dev, c->rank, pdev, q);
+            snprintf(why, len, "no peer access from GPU %d (rank %d) to GPU %d (rank %d)", dev,
+                     c->rank, pdev, q);
             ok = 0;
         }
     }
@@ -220,10 +235,12 @@ static int open_peers(struct custom *m, struct ls_comm *c, char *why, size_t len
     memset(&mine, 0, sizeof mine);
     int ok = 1;
     if (cudaIpcGetMemHandle(&mine, m->mybuf) != cudaSuccess) {
-        snprintf(why, len, "cudaIpcGetMemHandle on rank %d: %s", c->rank, cudaGetErrorString(cudaGetLastError()));
+        snprintf(why, len, "cudaIpcGetMemHandle on rank %d: %s", c->rank,
+                 cudaGetErrorString(cudaGetLastError()));
         ok = 0;
     }
-    CHECK_MPI(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, m->mpi));
+    CHECK_MPI(
+        MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, m->mpi));
     if (agree(m->mpi, ok)) {
         for (int q = 0; q < c->size && ok; q++) {
             if (q == c->rank) continue;
@@ -231,8 +248,9 @@ static int open_peers(struct custom *m, struct ls_comm *c, char *why, size_t len
             cudaError_t e = cudaIpcOpenMemHandle(&p, all[q], cudaIpcMemLazyEnablePeerAccess);
             if (e != cudaSuccess) {
                 cudaGetLastError();
-                snprintf(why, len, "rank %d could not open rank %d's buffer: cudaIpcOpenMemHandle: %s", c->rank,
-                         q, cudaGetErrorString(e));
+                snprintf(why, len,
+                         "rank %d could not open rank %d's buffer: cudaIpcOpenMemHandle: %s",
+                         c->rank, q, cudaGetErrorString(e));
                 ok = 0;
             } else {
                 m->st.buf[q] = p;
@@ -248,7 +266,7 @@ static int open_peers(struct custom *m, struct ls_comm *c, char *why, size_t len
 
 /* A real transfer through every peer's buffer: our kernel stores a pattern into each peer's
  * probe slot and reads it back; then each rank checks that every peer's pattern landed in its
- * own memory. cudaDeviceCanAccessPeer alone has said yes on systems whose P2P was broken. */
+ * own memory: peer access can be reported where transfers fail (ACS or virtualisation). */
 static int probe_peers(struct custom *m, struct ls_comm *c, char *why, size_t len)
 {
     unsigned salt = 0;
@@ -264,23 +282,26 @@ static int probe_peers(struct custom *m, struct ls_comm *c, char *why, size_t le
     int ok = 1;
     for (int q = 0; q < c->size && ok; q++)
         if (q != c->rank && bad[q]) {
-            snprintf(why, len, "rank %d read back %u of %d probe words wrong from rank %d's buffer", c->rank, bad[q],
-                     LS_AR_PROBE_WORDS, q);
+            snprintf(why, len, "rank %d read back %u of %d probe words wrong from rank %d's buffer",
+                     c->rank, bad[q], LS_AR_PROBE_WORDS, q);
             ok = 0;
         }
     CHECK_MPI(MPI_Barrier(m->mpi)); /* every peer's stores are complete */
     size_t words = (size_t)LS_AR_MAX_RANKS * LS_AR_PROBE_WORDS;
     unsigned *got = malloc(words * sizeof *got);
     CHECK_ALLOC(got);
-    CHECK_CUDA(cudaMemcpy(got, (char *)m->mybuf + LS_AR_PROBE_OFF, words * sizeof *got, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(got, (char *)m->mybuf + LS_AR_PROBE_OFF, words * sizeof *got,
+                          cudaMemcpyDeviceToHost));
     for (int r = 0; r < c->size && ok; r++) {
         if (r == c->rank) continue;
         int wrong = 0;
         for (int i = 0; i < LS_AR_PROBE_WORDS; i++)
-            wrong += got[(size_t)r * LS_AR_PROBE_WORDS + i] != ls_ar_probe_word(r, c->rank, i, salt);
+            wrong +=
+                got[(size_t)r * LS_AR_PROBE_WORDS + i] != ls_ar_probe_word(r, c->rank, i, salt);
         if (wrong) {
-            snprintf(why, len, "%d of %d words that rank %d stored into rank %d's buffer never arrived", wrong,
-                     LS_AR_PROBE_WORDS, r, c->rank);
+            snprintf(why, len,
+                     "%d of %d words that rank %d stored into rank %d's buffer never arrived",
+                     wrong, LS_AR_PROBE_WORDS, r, c->rank);
             ok = 0;
         }
     }
@@ -295,7 +316,8 @@ static struct ls_comm *need_fallback(struct ls_comm *c, const char *what, size_t
     struct custom *m = c->impl;
     if (!m->fallback) {
         char msg[256];
-        snprintf(msg, sizeof msg, "%s of %zu bytes needs the fallback communicator, and none was given", what,
+        snprintf(msg, sizeof msg,
+                 "%s of %zu bytes needs the fallback communicator, and none was given", what,
                  bytes);
         ls_die(__FILE__, __LINE__, what, msg);
     }
@@ -312,14 +334,20 @@ static int route(struct ls_comm *c, size_t count, enum ls_dtype t)
     return bytes <= m->info.oneshot_max ? 1 : 2;
 }
 
-static void custom_allreduce(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t, void *stream)
+static void custom_allreduce(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t,
+                             void *stream)
 {
     struct custom *m = c->impl;
     if (count == 0) return;
     switch (route(c, count, t)) {
-    case 0: return;
-    case 1: ls_allreduce_oneshot(&m->st, buf, buf, count, (enum ls_ar_dtype)t, stream); return;
-    case 2: ls_allreduce_twoshot(&m->st, buf, buf, count, (enum ls_ar_dtype)t, stream); return;
+    case 0:
+        return;
+    case 1:
+        ls_allreduce_oneshot(&m->st, buf, buf, count, (enum ls_ar_dtype)t, stream);
+        return;
+    case 2:
+        ls_allreduce_twoshot(&m->st, buf, buf, count, (enum ls_ar_dtype)t, stream);
+        return;
     default: {
         struct ls_comm *f = need_fallback(c, "allreduce_sum", count * ls_dtype_size(t));
         f->allreduce_sum(f, buf, count, t, stream);
@@ -333,8 +361,8 @@ static void custom_bcast(struct ls_comm *c, void *buf, size_t bytes, int root, v
     f->bcast(f, buf, bytes, root, stream);
 }
 
-static void custom_allgather(struct ls_comm *c, const void *send, void *recv, size_t count, enum ls_dtype t,
-                             void *stream)
+static void custom_allgather(struct ls_comm *c, const void *send, void *recv, size_t count,
+                             enum ls_dtype t, void *stream)
 {
     struct ls_comm *f = need_fallback(c, "allgather", count * ls_dtype_size(t));
     f->allgather(f, send, recv, count, t, stream);
@@ -345,7 +373,8 @@ static void custom_barrier(struct ls_comm *c)
     struct custom *m = c->impl;
     char msg[512];
     CHECK_CUDA(cudaDeviceSynchronize());
-    if (ls_comm_custom_check(c, msg, sizeof msg)) ls_die(__FILE__, __LINE__, "ls_comm_custom_check", msg);
+    if (ls_comm_custom_check(c, msg, sizeof msg))
+        ls_die(__FILE__, __LINE__, "ls_comm_custom_check", msg);
     CHECK_MPI(MPI_Barrier(m->mpi));
 }
 
@@ -364,7 +393,8 @@ static void custom_destroy(struct ls_comm *c)
     free(c);
 }
 
-struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes, struct ls_comm *fallback)
+struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
+                                      struct ls_comm *fallback)
 {
     struct ls_comm *c = calloc(1, sizeof *c);
     struct custom *m = calloc(1, sizeof *m);
@@ -387,7 +417,10 @@ struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
     memset(&g, 0, sizeof g);
     if (c->rank == 0) g = read_cfg(c->size);
     CHECK_MPI(MPI_Bcast(&g, (int)sizeof g, MPI_BYTE, 0, m->mpi));
-    max_bytes &= ~(size_t)15;
+    /* routes follow from max_bytes too: every rank must use the same */
+    unsigned long long mb = max_bytes, mb_min = 0;
+    CHECK_MPI(MPI_Allreduce(&mb, &mb_min, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, m->mpi));
+    max_bytes = (size_t)mb_min & ~(size_t)15;
     struct ls_comm_custom_info *in = &m->info;
     in->max_bytes = max_bytes;
     in->oneshot_max = (size_t)g.oneshot_max < max_bytes ? (size_t)g.oneshot_max : max_bytes;
@@ -399,6 +432,8 @@ struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
     m->st.size = c->size;
     m->st.threads = g.threads;
     m->st.max_blocks = g.max_blocks;
+    m->st.fence_all = g.fence_all;
+    in->fence_all = g.fence_all;
     m->st.timeout_ns = (unsigned long long)g.timeout_ms * 1000000ull;
     m->st.data_bytes = data_bytes_for(c->size, max_bytes);
 
@@ -445,9 +480,11 @@ int ls_comm_custom_check(struct ls_comm *c, char *err, size_t errlen)
     if (!m->err || !m->err->code) return 0;
     const struct ls_ar_err *e = m->err;
     snprintf(err, errlen,
-             "rank %d gave up on all-reduce #%llu (block %d, %s exchange) after %.1f s: rank %d never arrived "
+             "rank %d gave up on all-reduce #%llu (block %d, %s exchange) after %.1f s: rank %d "
+             "never arrived "
              "(it exited, hangs, or called a different sequence of collectives)",
-             e->rank, e->epoch, e->block, e->phase ? "second" : "first", (double)e->waited_ns * 1e-9, e->peer);
+             e->rank, e->epoch, e->block, e->phase ? "second" : "first",
+             (double)e->waited_ns * 1e-9, e->peer);
     return 1;
 }
 
@@ -475,8 +512,9 @@ const char *ls_comm_custom_path(struct ls_comm *c, size_t count, enum ls_dtype t
     return m->fallback ? m->fallback->name : "none";
 }
 
-void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, void *out, void *normed,
-                              const void *w, int rows, int dim, float eps, enum ls_dtype t, void *stream)
+void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, void *out,
+                              void *normed, const void *w, int rows, int dim, float eps,
+                              enum ls_dtype t, void *stream)
 {
     if (t != LS_F32 && t != LS_BF16)
         ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm", "dtype must be LS_F32 or LS_BF16");
@@ -485,8 +523,8 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
     if (is_custom(c)) {
         struct custom *m = c->impl;
         if (m->info.enabled && count * ls_dtype_size(t) <= m->info.oneshot_max) {
-            ls_allreduce_residual_rmsnorm(&m->st, partial, x, out, normed, w, rows, dim, eps, (enum ls_ar_dtype)t,
-                                          stream);
+            ls_allreduce_residual_rmsnorm(&m->st, partial, x, out, normed, w, rows, dim, eps,
+                                          (enum ls_ar_dtype)t, stream);
             return;
         }
     }
@@ -496,7 +534,8 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
 
 #else /* CPU-only build: no custom path; callers need no #ifdef */
 
-struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes, struct ls_comm *fallback)
+struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
+                                      struct ls_comm *fallback)
 {
     (void)world, (void)dev, (void)max_bytes, (void)fallback;
     return NULL;
@@ -526,11 +565,12 @@ const char *ls_comm_custom_path(struct ls_comm *c, size_t count, enum ls_dtype t
     return c ? c->name : "none";
 }
 
-void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, void *out, void *normed,
-                              const void *w, int rows, int dim, float eps, enum ls_dtype t, void *stream)
+void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, void *out,
+                              void *normed, const void *w, int rows, int dim, float eps,
+                              enum ls_dtype t, void *stream)
 {
-    (void)c, (void)partial, (void)x, (void)out, (void)normed, (void)w, (void)rows, (void)dim, (void)eps, (void)t,
-        (void)stream;
+    (void)c, (void)partial, (void)x, (void)out, (void)normed, (void)w, (void)rows, (void)dim,
+        (void)eps, (void)t, (void)stream;
     ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm", "this build has no CUDA backend");
 }
 #endif

@@ -4,21 +4,23 @@
  *
  *   bytes <= oneshot_max   one-shot: push everything to every peer, one flag exchange
  *   bytes <= twoshot_max   two-shot: reduce-scatter + all-gather over IPC, two exchanges
- *   larger, LS_I32, or the IPC path unusable                     the fallback communicator
+ *   larger, LS_I32, or the IPC path unusable: the fallback communicator
  *
- * The IPC path is used only if every rank is on one node (MPI_COMM_TYPE_SHARED), sees every
- * peer's GPU with peer access, opened every peer's buffer, and a real store/load probe
- * through every peer's buffer came back intact; otherwise everything goes to the fallback and
- * rank 0 says why. Results are bitwise equal on all ranks (fixed rank-order fp32 sums).
+ * The IPC path is used only if every rank is on one node (MPI_COMM_TYPE_SHARED), has a GPU of
+ * its own, sees every peer's GPU with peer access, opened every peer's buffer, and a real
+ * store/load probe through every peer's buffer came back intact; otherwise everything goes to
+ * the fallback and rank 0 says why. Results are bitwise equal on all ranks (fixed rank-order
+ * fp32 sums).
  *
  * Configuration (read on rank 0, broadcast, so every rank routes a call the same way):
- *   LOCKSTEP_AR_ONESHOT_MAX  bytes, K/M/G suffixes; default 256K for 2 ranks, 128K for 3-4,
- *                            64K above (one-shot moves size-1 copies over each link)
+ *   LOCKSTEP_AR_ONESHOT_MAX  bytes, K/M/G suffixes; default 512K for 2 ranks, 128K for 3-4,
+ *                            64K above (one-shot sends size-1 copies from each GPU)
  *   LOCKSTEP_AR_TWOSHOT_MAX  default 8M; both are capped at max_bytes
  *   LOCKSTEP_AR_THREADS      threads per block, 32..512, default 512
  *   LOCKSTEP_AR_MAX_BLOCKS   grid cap, 1..128, default 64
  *   LOCKSTEP_AR_TIMEOUT_MS   longest wait for a peer inside a kernel, default 10000
  *   LOCKSTEP_AR_DISABLE=1    always use the fallback (A/B comparisons)
+ *   LOCKSTEP_AR_FENCE_ALL=0  only the flag's lane fences (see kernels/allreduce.cu); default 1
  * These defaults are starting points, to be tuned with tests/gpu/test_allreduce's sweep.
  *
  * Use from one stream at a time (calls must be stream-ordered: the epoch protocol counts
@@ -35,13 +37,14 @@
 struct ls_ar_state;
 
 struct ls_comm_custom_info {
-    int enabled;             /* the IPC path is in use */
-    char why[192];           /* when not: the first failing rank's reason */
-    size_t max_bytes;        /* largest message the buffers hold */
+    int enabled;      /* the IPC path is in use */
+    char why[192];    /* when not: the first failing rank's reason */
+    size_t max_bytes; /* largest message the buffers hold */
     size_t oneshot_max, twoshot_max;
     int threads, max_blocks;
+    int fence_all;
     double timeout_s;
-    size_t buffer_bytes;     /* device memory registered per rank */
+    size_t buffer_bytes; /* device memory registered per rank */
 };
 
 /* Collective over `world`. `dev` is this rank's CUDA device; `max_bytes` the largest message
@@ -49,7 +52,8 @@ struct ls_comm_custom_info {
  * (typically ls_comm_nccl_create's) takes larger messages, LS_I32, bcast and allgather, and
  * everything when the IPC path is unusable; it stays the caller's and must outlive this comm.
  * Returns NULL only when the IPC path is unusable and fallback is NULL, or in CPU builds. */
-struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes, struct ls_comm *fallback);
+struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
+                                      struct ls_comm *fallback);
 
 /* 0 when no kernel of this comm has timed out; otherwise 1 with a message naming this rank
  * and the peer that never arrived. Reads host-mapped memory: call it after synchronising the
@@ -70,7 +74,8 @@ const char *ls_comm_custom_path(struct ls_comm *c, size_t count, enum ls_dtype t
  * A custom comm whose one-shot covers the message runs one fused kernel; otherwise partial
  * is all-reduced in place (so it may be overwritten) and ls_residual_rmsnorm follows.
  * out may alias x; normed must not alias out. Dtype LS_F32 or LS_BF16 for all arrays. */
-void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, void *out, void *normed,
-                              const void *w, int rows, int dim, float eps, enum ls_dtype t, void *stream);
+void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, void *out,
+                              void *normed, const void *w, int rows, int dim, float eps,
+                              enum ls_dtype t, void *stream);
 
 #endif

@@ -139,7 +139,10 @@ int ls_engine_max_ctx(const struct ls_engine *e)
     return e->max_ctx;
 }
 
-static void layer_forward(struct ls_engine *e, int l, int T, int pos0)
+/* One decoder layer. On entry xn = rmsnorm(x) * attn_norm of this layer; on exit x holds the
+ * new residual stream and xn = rmsnorm(x) * next_norm (the next layer's attn_norm, or the final
+ * norm): each residual add is fused with the norm that follows it. */
+static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const float *next_norm)
 {
     const struct ls_backend *be = e->be;
     const struct ls_model_config *c = &e->m->cfg;
@@ -149,30 +152,28 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0)
     const int qd = hq * hd, stride = (hq + 2 * hkv) * hd, rope_il = c->rope_style == LS_ROPE_INTERLEAVED;
     const float eps = c->norm_eps;
 
-    be->rmsnorm(e->xn, e->x, L->attn_norm, T, D, eps);
     be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
     be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd, e->max_ctx,
                 rope_il, L->q_norm, L->k_norm, eps);
     be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd, e->max_ctx);
     be->matmul(e->proj, e->att, L->wo, NULL, T, qd, D);
-    e->comm->allreduce_sum(e->comm, e->proj, (size_t)T * D, LS_F32, e->stream); /* TP all-reduce: attention */
-    be->add(e->x, e->proj, (size_t)T * D);
+    /* TP all-reduce of the attention output, + residual, + the MLP's RMSNorm */
+    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, L->ffn_norm, T, D, eps);
 
-    be->rmsnorm(e->xn, e->x, L->ffn_norm, T, D, eps);
     be->matmul(e->gu, e->xn, L->w_gu, NULL, T, D, 2 * F);
     be->matmul_swiglu(e->proj, e->gu, L->w_down, T, F, D);
-    e->comm->allreduce_sum(e->comm, e->proj, (size_t)T * D, LS_F32, e->stream); /* TP all-reduce: MLP */
-    be->add(e->x, e->proj, (size_t)T * D);
+    /* TP all-reduce of the MLP output, + residual, + the next layer's (or the final) RMSNorm */
+    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, next_norm, T, D, eps);
 }
 
-/* final norm and LM head of the last position; every rank's vocab slice gathered into logits */
+/* LM head of the last position (xn holds the final norm already); every rank's vocab slice
+ * gathered into logits */
 static void head_forward(struct ls_engine *e, int T)
 {
     const struct ls_backend *be = e->be;
     const struct ls_model *m = e->m;
     const int D = m->cfg.dim;
-    be->rmsnorm(e->xn, e->x + (size_t)(T - 1) * D, m->final_norm, 1, D, m->cfg.norm_eps);
-    be->matmul(e->logits_local, e->xn, m->lm_head, NULL, 1, D, m->shard.vocab_rows);
+    be->matmul(e->logits_local, e->xn + (size_t)(T - 1) * D, m->lm_head, NULL, 1, D, m->shard.vocab_rows);
     e->comm->allgather(e->comm, e->logits_local, e->logits_all, (size_t)e->vpad, LS_F32, e->stream);
     for (int r = 0; r < m->tp; r++)
         be->copy(e->logits + m->plan[r].vocab_first, e->logits_all + (size_t)r * e->vpad,
@@ -182,8 +183,12 @@ static void head_forward(struct ls_engine *e, int T)
 /* the forward of T positions whose ids and positions are in e->ids and e->posb */
 static void chunk_forward(struct ls_engine *e, int T, int pos0)
 {
-    e->be->embed(e->x, e->m->embed, e->ids, T, e->m->cfg.dim);
-    for (int l = 0; l < e->m->cfg.n_layers; l++) layer_forward(e, l, T, pos0);
+    const struct ls_model *m = e->m;
+    const int n = m->cfg.n_layers;
+    e->be->embed(e->x, m->embed, e->ids, T, m->cfg.dim);
+    e->be->rmsnorm(e->xn, e->x, m->layers[0].attn_norm, T, m->cfg.dim, m->cfg.norm_eps);
+    for (int l = 0; l < n; l++)
+        layer_forward(e, l, T, pos0, l + 1 < n ? m->layers[l + 1].attn_norm : m->final_norm);
     head_forward(e, T);
 }
 

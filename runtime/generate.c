@@ -75,27 +75,30 @@ static int is_eos(const struct ls_model *m, int id)
     return 0;
 }
 
+static int by_logit_desc(const void *a, const void *b, void *ctx)
+{
+    const float *l = ctx;
+    int ia = *(const int *)a, ib = *(const int *)b;
+    if (l[ia] > l[ib]) return -1;
+    if (l[ia] < l[ib]) return 1;
+    return ia - ib;
+}
+
 static void record_top(struct ls_gen_result *r, const struct ls_gen_params *p, const float *logits, int V)
 {
     if (r->top_steps >= p->top_logit_steps || p->top_logits <= 0) return;
-    int K = p->top_logits;
-    int *ids = r->top_ids + (size_t)r->top_steps * K;
-    float *vals = r->top_vals + (size_t)r->top_steps * K;
-    for (int k = 0; k < K; k++) {
-        ids[k] = -1;
-        vals[k] = -INFINITY;
+    int K = p->top_logits < V ? p->top_logits : V;
+    int *idx = malloc((size_t)V * sizeof *idx);
+    CHECK_ALLOC(idx);
+    for (int i = 0; i < V; i++) idx[i] = i;
+    qsort_r(idx, (size_t)V, sizeof *idx, by_logit_desc, (void *)logits);
+    int *ids = r->top_ids + (size_t)r->top_steps * p->top_logits;
+    float *vals = r->top_vals + (size_t)r->top_steps * p->top_logits;
+    for (int k = 0; k < p->top_logits; k++) {
+        ids[k] = k < K ? idx[k] : -1;
+        vals[k] = k < K ? logits[idx[k]] : -INFINITY;
     }
-    for (int i = 0; i < V; i++) { /* insertion into a sorted top-K, ties to the lower id */
-        if (logits[i] <= vals[K - 1]) continue;
-        int j = K - 1;
-        while (j > 0 && logits[i] > vals[j - 1]) {
-            vals[j] = vals[j - 1];
-            ids[j] = ids[j - 1];
-            j--;
-        }
-        vals[j] = logits[i];
-        ids[j] = i;
-    }
+    free(idx);
     r->top_steps++;
 }
 

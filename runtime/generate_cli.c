@@ -164,6 +164,7 @@ static void print_json(const struct rc_job *j, const int *prompt, int n_prompt, 
         for (int s = 0; s < r->top_steps; s++) {
             json_t *ids = json_array(), *vals = json_array();
             for (int k = 0; k < p->top_logits; k++) {
+                if (r->top_ids[s * p->top_logits + k] < 0) break;
                 json_array_append_new(ids, json_integer(r->top_ids[s * p->top_logits + k]));
                 json_array_append_new(vals, json_real(r->top_vals[s * p->top_logits + k]));
             }
@@ -215,7 +216,7 @@ int cmd_generate(int argc, char **argv)
         case OPT_JSON: json = 1; break;
         case OPT_QUIET: quiet = 1; break;
         case OPT_TOP_LOGITS:
-            if (ls_parse_long("--top-logits", optarg, 0, 1000, &v, err, sizeof err)) return ls_usage_error("generate", err);
+            if (ls_parse_long("--top-logits", optarg, 0, 1 << 22, &v, err, sizeof err)) return ls_usage_error("generate", err);
             gp.top_logits = (int)v;
             break;
         case OPT_TOP_STEPS:

@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "check.h"
 #include "log.h"
+#include "comm_custom.h"
 
 #include <math.h>
 #include <omp.h>
@@ -87,6 +88,17 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
     if (j->ctx.device >= 0) {
         j->be = &ls_backend_cuda;
         j->comm = ls_comm_nccl_create(MPI_COMM_WORLD, j->ctx.device);
+        if (o->allreduce != LS_AR_NCCL && j->ctx.size > 1) {
+            /* the largest all-reduce is a prefill chunk's rows; the custom comm routes messages
+             * past its thresholds to NCCL */
+            size_t max_bytes = (size_t)max_batch * 16384 * sizeof(float);
+            j->fallback = j->comm;
+            j->comm = ls_comm_custom_create(MPI_COMM_WORLD, j->ctx.device, max_bytes, j->fallback);
+            struct ls_comm_custom_info info;
+            if (ls_comm_custom_info(j->comm, &info) == 0 && !info.enabled && o->allreduce == LS_AR_CUSTOM &&
+                j->ctx.rank == 0)
+                ls_warn("--allreduce=custom: the IPC all-reduce is off (%s); using NCCL", info.why);
+        }
     } else
 #endif
     {
@@ -109,5 +121,6 @@ void rc_job_end(struct rc_job *j)
     ls_engine_free(j->engine);
     ls_model_free(j->model);
     j->comm->destroy(j->comm);
+    if (j->fallback) j->fallback->destroy(j->fallback);
     ls_shutdown(&j->ctx);
 }

@@ -49,7 +49,8 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
 
 struct rc_job {
     struct ls_ctx ctx;
-    struct ls_comm *comm;
+    struct ls_comm *comm;     /* the job's collectives */
+    struct ls_comm *fallback; /* NCCL under the custom all-reduce, or NULL */
     const struct ls_backend *be;
     struct ls_model *model;
     struct ls_engine *engine;

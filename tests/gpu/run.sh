@@ -9,7 +9,7 @@ OUT=${OUT:-/tmp/lockstep-out}
 mkdir -p "$OUT"
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
-stages=${STAGES:-build info launcher kernels e2e bench}
+stages=${STAGES:-build info launcher kernels e2e allreduce bench peer}
 declare -A result
 
 # The machine has Open MPI's runtime but no headers, and no hwloc/CUnit/jansson/PCRE2 headers:
@@ -81,7 +81,7 @@ stage_e2e() {
                 [ "$(ids_of "$OUT/e2e-graph.json")" = "$(ids_of "$OUT/e2e-gpu.json")" ] || { echo "graph != eager"; ok=1; }
         done
     done
-    compute-sanitizer --tool memcheck --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
+    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
         --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet || ok=1
     return $ok
 }
@@ -90,8 +90,42 @@ stage_bench() {
     local n
     n=$(ngpus)
     mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --json "$OUT/bench-8b-tp1.json"
-    [ "$n" -ge 2 ] && mpi -np 2 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --json "$OUT/bench-8b-tp2.json"
+    if [ "$n" -ge 2 ]; then
+        mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
+            --json "$OUT/bench-8b-tp2-nccl.json"
+        mpi -np 2 build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
+            --json "$OUT/bench-8b-tp2-custom.json"
+    fi
     true
+}
+
+# the custom all-reduce: correctness against NCCL (eager and in graphs replayed thousands of
+# times), the latency sweep, and the fault drills (a rank that hangs or exits mid-sequence)
+stage_allreduce() {
+    local t=build-gpu/tests/gpu/test_allreduce rc m
+    mpi -np 2 $t --max-mb 64 && mpi -np 2 $t --sweep-only --sweep-dtype f32 --max-mb 64 || return 1
+    for m in hang exit; do
+        timeout 60 mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -np 2 $t --kill-rank 1 --kill-mode $m >"$OUT/drill_$m.log" 2>&1
+        rc=$?
+        grep -m1 -E "never arrived|HANG|FAILED|illegal" "$OUT/drill_$m.log"
+        echo "drill $m rc=$rc"
+        [ $rc -ne 0 ] && [ $rc -ne 124 ] || return 1
+    done
+}
+
+# the peer in the same call, and lockstep's logits on the same random 8B model saved by
+# transformers (bf16 on both sides; the reference's own logits are bf16 matmuls)
+stage_peer() {
+    local n ids
+    n=$(ngpus)
+    PYTHONUNBUFFERED=1 python3 tests/gpu/hf_peer.py --save /tmp/llama8b | tee "$OUT/peer.json" || return 1
+    ids=$(python3 -c 'import json; print(",".join(map(str, json.load(open("/tmp/llama8b/reference.json"))["ids"])))')
+    for tp in 1 2; do
+        [ $tp -gt "$n" ] && continue
+        mpi -np $tp build-gpu/lockstep generate --gpu -m /tmp/llama8b --prompt-ids "$ids" -n 1 --json --quiet \
+            --top-logits 4000 --top-logit-steps 1 --max-context 512 >"$OUT/llama8b-tp$tp.json" &&
+            echo -n "TP=$tp: " && python3 tests/gpu/compare_ref.py "$OUT/llama8b-tp$tp.json" /tmp/llama8b/reference.json 5e-2 || return 1
+    done
 }
 
 setup_deps
