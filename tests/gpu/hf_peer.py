@@ -5,8 +5,8 @@ Prints one JSON line: decode tokens/s, from the time of a 256-token generate min
 1-token generate (the prefill), after two warm-up runs that also do the compilation.
 
 Also, with --save DIR, saves the model with save_pretrained and writes DIR/reference.json with
-transformers' fp32-accumulated bf16 logits of the last prompt position, for lockstep to load the
-same safetensors and compare (tests/gpu/run.sh).
+transformers' fp32 logits (on the saved bf16 weights) of the last prompt position, for lockstep to
+load the same safetensors and compare (tests/gpu/run.sh).
 """
 import argparse
 import json
@@ -35,8 +35,12 @@ ids = torch.randint(0, cfg.vocab_size, (1, a.prompt), device="cuda", generator=t
 
 if a.save:
     model.save_pretrained(a.save, safe_serialization=True, max_shard_size="5GB")
+    # the reference in fp32 on the same (bf16-valued) weights: transformers' bf16 activations
+    # would add their own rounding, larger than the differences being checked
+    model.float()
     with torch.no_grad():
         logits = model(ids).logits[0, -1].float().cpu()
+    model.to(torch.bfloat16)
     top = torch.topk(logits, 2000)
     json.dump({"ids": ids[0].tolist(), "top_ids": top.indices.tolist(), "top_logits": top.values.tolist(),
                "torch": torch.__version__}, open(os.path.join(a.save, "reference.json"), "w"))

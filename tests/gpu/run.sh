@@ -114,7 +114,7 @@ stage_allreduce() {
 }
 
 # the peer in the same call, and lockstep's logits on the same random 8B model saved by
-# transformers (bf16 on both sides; the reference's own logits are bf16 matmuls)
+# transformers (reference in fp32 on the bf16 weights; lockstep: bf16 weights and KV cache)
 stage_peer() {
     local n ids
     n=$(ngpus)
@@ -123,7 +123,7 @@ stage_peer() {
     for tp in 1 2; do
         [ $tp -gt "$n" ] && continue
         mpi -np $tp build-gpu/lockstep generate --gpu -m /tmp/llama8b --prompt-ids "$ids" -n 1 --json --quiet \
-            --top-logits 4000 --top-logit-steps 1 --max-context 512 >"$OUT/llama8b-tp$tp.json" &&
+            --top-logits 128256 --top-logit-steps 1 --max-context 512 >"$OUT/llama8b-tp$tp.json" &&
             echo -n "TP=$tp: " && python3 tests/gpu/compare_ref.py "$OUT/llama8b-tp$tp.json" /tmp/llama8b/reference.json 5e-2 || return 1
     done
 }
