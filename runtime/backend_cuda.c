@@ -234,7 +234,9 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
             ls_die(__FILE__, __LINE__, "cu_attention", "attention workspace first needed inside a graph capture");
         grow((void **)&cu.attn_ws, &cu.attn_ws_cap, ws);
     }
-    int prefill_ok = hd == 64 || hd == 128 || hd == 256;
+    /* LOCKSTEP_ATTN_PREFILL=0 sends prefills through the decode kernel, one position at a time */
+    const char *ap = getenv("LOCKSTEP_ATTN_PREFILL");
+    int prefill_ok = (hd == 64 || hd == 128 || hd == 256) && !(ap && !strcmp(ap, "0"));
     if (T > 1 && prefill_ok) {
         ls_attention_prefill(out, qkv, stride, kc, vc, pos0, T, hq, hkv, hd, max_ctx, stream_get());
         return;

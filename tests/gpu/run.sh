@@ -86,6 +86,28 @@ stage_e2e() {
     return $ok
 }
 
+# the prefill path at head dim 128 (cuBLASLt GEMMs, the prefill attention kernel) against the
+# CPU on a small random Llama, and the same prefill through the decode kernels
+stage_prefill() {
+    local ok=0 tp mode ids
+    ids=$(seq -s, 100 227)
+    for tp in 1 2; do
+        gen_json $tp "$OUT/pf-cpu.json" --cpu --dummy tests/gpu/llama-hd128.json --prompt-ids "$ids" -n 4 --top-logits 4096 --top-logit-steps 1 || ok=1
+        for mode in default gemv-chunks decode-attention; do
+            case $mode in
+            default) env=LOCKSTEP_PDL=1 ;;
+            gemv-chunks) env="LOCKSTEP_PREFILL_CHUNK=8" ;;
+            decode-attention) env="LOCKSTEP_ATTN_PREFILL=0" ;;
+            esac
+            # shellcheck disable=SC2086
+            (export $env; gen_json $tp "$OUT/pf-gpu.json" --gpu --dummy tests/gpu/llama-hd128.json --prompt-ids "$ids" -n 4 --top-logits 4096 --top-logit-steps 1) &&
+                echo -n "hd128 prefill TP=$tp $mode GPU vs CPU: " &&
+                python3 tests/gpu/compare_logits.py "$OUT/pf-gpu.json" "$OUT/pf-cpu.json" 3e-2 || ok=1
+        done
+    done
+    return $ok
+}
+
 stage_bench() {
     local n
     n=$(ngpus)
