@@ -20,6 +20,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--save", default="")
 ap.add_argument("--new", type=int, default=256)
 ap.add_argument("--prompt", type=int, default=128)
+ap.add_argument("--ref-only", action="store_true", help="save and write references, skip the timing")
+ap.add_argument("--ref-lens", default="", help="also write reference-N.json for these prompt lengths")
 a = ap.parse_args()
 
 torch.manual_seed(0)
@@ -38,12 +40,17 @@ if a.save:
     # the reference in fp32 on the same (bf16-valued) weights: transformers' bf16 activations
     # would add their own rounding, larger than the differences being checked
     model.float()
-    with torch.no_grad():
-        logits = model(ids).logits[0, -1].float().cpu()
+    print(open(os.path.join(a.save, "config.json")).read())
+    for n in [a.prompt] + [int(x) for x in a.ref_lens.split(",") if x]:
+        with torch.no_grad():
+            logits = model(ids[:, :n]).logits[0, -1].float().cpu()
+        top = torch.topk(logits, 2000)
+        name = "reference.json" if n == a.prompt else f"reference-{n}.json"
+        json.dump({"ids": ids[0, :n].tolist(), "top_ids": top.indices.tolist(), "top_logits": top.values.tolist(),
+                   "torch": torch.__version__}, open(os.path.join(a.save, name), "w"))
     model.to(torch.bfloat16)
-    top = torch.topk(logits, 2000)
-    json.dump({"ids": ids[0].tolist(), "top_ids": top.indices.tolist(), "top_logits": top.values.tolist(),
-               "torch": torch.__version__}, open(os.path.join(a.save, "reference.json"), "w"))
+    if a.ref_only:
+        raise SystemExit(0)
 
 gen = dict(do_sample=False, cache_implementation="static", pad_token_id=0, eos_token_id=None)
 

@@ -108,6 +108,21 @@ stage_prefill() {
     return $ok
 }
 
+# lockstep against transformers (fp32) on a saved random 8B model at several prompt lengths
+stage_ref8b() {
+    local len ids
+    PYTHONUNBUFFERED=1 python3 tests/gpu/hf_peer.py --save /tmp/llama8b --ref-only --ref-lens 1,4,16 || return 1
+    for len in 1 4 16 128; do
+        f=/tmp/llama8b/reference-$len.json
+        [ $len = 128 ] && f=/tmp/llama8b/reference.json
+        ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('$f'))['ids'])))")
+        mpi -np 1 build-gpu/lockstep generate --gpu -m /tmp/llama8b --prompt-ids "$ids" -n 1 --json --quiet \
+            --top-logits 128256 --top-logit-steps 1 --max-context 512 >"$OUT/l8-$len.json" &&
+            echo -n "prompt $len: " && python3 tests/gpu/compare_ref.py "$OUT/l8-$len.json" "$f" 5e-2
+    done
+    true
+}
+
 stage_bench() {
     local n
     n=$(ngpus)
