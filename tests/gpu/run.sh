@@ -111,7 +111,12 @@ stage_prefill() {
 # lockstep against transformers (fp32) on a saved random 8B model at several prompt lengths
 stage_ref8b() {
     local len ids
-    PYTHONUNBUFFERED=1 python3 tests/gpu/hf_peer.py --save /tmp/llama8b --ref-only --ref-lens 1,4,16 || return 1
+    PYTHONUNBUFFERED=1 python3 tests/gpu/hf_peer.py --save /tmp/llama8b --ref-only --ref-lens ${REF_LENS:-1,4,16} || return 1
+    # the CPU path (fp32 everywhere) on the same files, for the 128-token prompt
+    ids=$(python3 -c "import json; print(','.join(map(str, json.load(open('/tmp/llama8b/reference.json'))['ids'])))")
+    OMP_NUM_THREADS=32 mpirun --bind-to none -np 1 build-gpu/lockstep generate --cpu -m /tmp/llama8b --prompt-ids "$ids" \
+        -n 1 --json --quiet --top-logits 128256 --top-logit-steps 1 --max-context 512 >"$OUT/l8-cpu-128.json" &&
+        echo -n "CPU path, prompt 128: " && python3 tests/gpu/compare_ref.py "$OUT/l8-cpu-128.json" /tmp/llama8b/reference.json 5e-2
     for len in 1 4 16 128; do
         f=/tmp/llama8b/reference-$len.json
         [ $len = 128 ] && f=/tmp/llama8b/reference.json
