@@ -32,7 +32,12 @@ cfg = LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, 
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                   bos_token_id=128000, eos_token_id=128001)
 with torch.device("cuda"):
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    model = LlamaForCausalLM(cfg).eval()
+# bf16 parameters only: Module.to(bfloat16) would also cast the RoPE inv_freq buffer, which
+# transformers keeps in fp32 (as from_pretrained(torch_dtype=bfloat16) leaves it); a bf16
+# inv_freq shifts the rotary angles by ~0.4%, growing with the position
+for p in model.parameters():
+    p.data = p.data.to(torch.bfloat16)
 ids = torch.randint(0, cfg.vocab_size, (1, a.prompt), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
 
 if a.save:
@@ -48,7 +53,8 @@ if a.save:
         name = "reference.json" if n == a.prompt else f"reference-{n}.json"
         json.dump({"ids": ids[0, :n].tolist(), "top_ids": top.indices.tolist(), "top_logits": top.values.tolist(),
                    "torch": torch.__version__}, open(os.path.join(a.save, name), "w"))
-    model.to(torch.bfloat16)
+    for p in model.parameters():
+        p.data = p.data.to(torch.bfloat16)
     if a.ref_only:
         raise SystemExit(0)
 
