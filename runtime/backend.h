@@ -26,6 +26,8 @@ struct ls_backend {
     double (*read_bandwidth)(size_t bytes);
     double (*copy_bandwidth)(size_t bytes);
 
+    /* bytes free in the backend's memory, for clear errors before a load; NULL: unknown */
+    size_t (*mem_free)(void);
     void *(*alloc)(size_t bytes);   /* zeroed; NULL when out of memory */
     void (*free)(void *p);
     void (*to_host)(void *dst, const void *src, size_t bytes);   /* synchronous */

@@ -71,6 +71,17 @@ static double cu_copy_bandwidth(size_t bytes)
     return ls_bandwidth_copy(bytes, 7, stream_get());
 }
 
+static size_t cu_mem_free(void)
+{
+    size_t f = 0, t = 0;
+    stream_get();
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return f;
+}
+
 static void *cu_alloc(size_t bytes)
 {
     void *p = NULL;
@@ -310,6 +321,7 @@ const struct ls_backend ls_backend_cuda = {
     .sync = cu_sync,
     .read_bandwidth = cu_read_bandwidth,
     .copy_bandwidth = cu_copy_bandwidth,
+    .mem_free = cu_mem_free,
     .alloc = cu_alloc,
     .free = cu_free,
     .to_host = cu_to_host,

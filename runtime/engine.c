@@ -85,8 +85,11 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const 
     if (failed) {
         double need = ((double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes +
                        (double)B * (3.0 * D + 2.0 * qd + 2.0 * kd + 2.0 * F) * 4);
+        size_t free_b = be->mem_free ? be->mem_free() : 0;
+        char have[64] = "";
+        if (free_b) snprintf(have, sizeof have, " (%.2f GB free after the weights)", free_b / 1e9);
         snprintf(err, errlen, "out of %s memory for the KV cache and activations: %.2f GB needed for "
-                 "--max-context %d; lower --max-context", be->name, need / 1e9, max_ctx);
+                 "--max-context %d%s; lower --max-context", be->name, need / 1e9, max_ctx, have);
         ls_engine_free(e);
         return NULL;
     }

@@ -610,6 +610,16 @@ struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct 
     }
     m->shard = m->plan[rank];
     ld.total = m->shard.weight_bytes;
+    if (be->mem_free) {
+        size_t free_b = be->mem_free();
+        if (free_b && m->shard.weight_bytes > free_b) {
+            snprintf(err, errlen, "%s: this rank's shard needs %.2f GB for its weights (%s, TP=%d) but the %s "
+                     "device has %.2f GB free; run on more GPUs (a larger TP size) or a smaller model",
+                     path, m->shard.weight_bytes / 1e9, be->weight_bytes == 2 ? "bf16" : "fp32", tp, be->name,
+                     free_b / 1e9);
+            goto fail;
+        }
+    }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) goto fail;
     if (load_globals(&ld, err, errlen)) goto fail;
