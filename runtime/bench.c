@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_DUMMY = 1500, OPT_PROMPT_LEN, OPT_GEN, OPT_BATCH, OPT_JSON, OPT_BW_BYTES, OPT_WARMUP };
+enum { OPT_DUMMY = 1500, OPT_PROMPT_LEN, OPT_GEN, OPT_BATCH, OPT_JSON, OPT_BW_BYTES, OPT_WARMUP, OPT_SWEEP, OPT_SWEEP_MAX };
 
 static const char bench_help[] =
     "usage: lockstep bench (-m MODEL | --dummy PRESET) [--prompt-len P] [--gen N] [--batch 1] [--json FILE]\n"
@@ -33,7 +33,10 @@ static const char bench_help[] =
     "  --warmup N           untimed decode steps first (default 16)\n"
     "  --batch B            sequences per step; only 1 is supported\n"
     "  --bw-bytes N         bytes for the bandwidth measurement (default 4 GiB on GPUs, 512 MiB on CPUs)\n"
-    "  --json FILE          also write the results as JSON\n" LS_COMMON_HELP;
+    "  --json FILE          also write the results as JSON\n"
+    "  --allreduce-sweep    instead: all-reduce latency per message size (1 KB .. --sweep-max),\n"
+    "                       each communicator of the job eager and (on GPUs) in a CUDA graph\n"
+    "  --sweep-max BYTES    largest message of the sweep (default 64 MiB)\n" LS_COMMON_HELP;
 
 struct decode_run {
     double seconds;     /* for the timed steps */
@@ -65,6 +68,87 @@ static struct decode_run timed_decode(struct rc_job *j, int first, int warmup, i
     return r;
 }
 
+/* warm timing, microseconds per all-reduce on the slowest rank: the mean of back-to-back
+ * eager calls, or of a graph holding up to 20 of them replayed several times */
+static double time_allreduce(struct rc_job *j, struct ls_comm *c, float *buf, size_t count, int graph)
+{
+    const struct ls_backend *be = j->be;
+    void *stream = be->stream ? be->stream() : NULL;
+    size_t bytes = count * sizeof(float);
+    int iters = bytes <= (1 << 20) ? 200 : bytes <= (16 << 20) ? 40 : 10;
+    for (int i = 0; i < 3; i++) c->allreduce_sum(c, buf, count, LS_F32, stream);
+    be->sync();
+    double t;
+    if (!graph) {
+        c->barrier(c);
+        t = now_s();
+        for (int i = 0; i < iters; i++) c->allreduce_sum(c, buf, count, LS_F32, stream);
+        be->sync();
+        t = now_s() - t;
+    } else {
+        int per = iters < 20 ? iters : 20, reps = iters / per > 0 ? iters / per : 1;
+        be->graph_begin();
+        for (int i = 0; i < per; i++) c->allreduce_sum(c, buf, count, LS_F32, stream);
+        void *g = be->graph_end();
+        be->graph_launch(g);
+        be->sync();
+        c->barrier(c);
+        t = now_s();
+        for (int r = 0; r < reps; r++) be->graph_launch(g);
+        be->sync();
+        t = now_s() - t;
+        be->graph_free(g);
+        iters = per * reps;
+    }
+    double worst = 0;
+    CHECK_MPI(MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    return worst / iters * 1e6;
+}
+
+static void allreduce_sweep(struct rc_job *j, size_t max_bytes, const char *json_path)
+{
+    struct ls_comm *comms[2] = {j->comm, j->fallback};
+    int ncomm = j->fallback ? 2 : 1, graphs = j->be->graph_begin != NULL;
+    float *buf = j->be->alloc(max_bytes);
+    if (!buf) ls_die(__FILE__, __LINE__, "allreduce_sweep", "out of memory for the sweep buffer");
+    json_t *rows = json_array();
+    if (j->ctx.rank == 0) {
+        printf("all-reduce latency, fp32, %d ranks, us per all-reduce (slowest rank)\n%10s", j->ctx.size, "bytes");
+        for (int c = 0; c < ncomm; c++) {
+            printf(" %14s/eager", comms[c]->name);
+            if (graphs) printf(" %14s/graph", comms[c]->name);
+        }
+        printf("\n");
+    }
+    size_t sizes[32];
+    int ns = 0;
+    for (size_t b = 1024; b <= max_bytes && ns < 30; b *= 2) sizes[ns++] = b;
+    for (int i = 0; i < ns; i++) {
+        size_t count = sizes[i] / sizeof(float);
+        json_t *row = json_pack("{s:I}", "bytes", (json_int_t)sizes[i]);
+        if (j->ctx.rank == 0) printf("%10zu", sizes[i]);
+        for (int c = 0; c < ncomm; c++)
+            for (int g = 0; g <= graphs; g++) {
+                double us = time_allreduce(j, comms[c], buf, count, g);
+                char key[64];
+                snprintf(key, sizeof key, "%s_%s_us", comms[c]->name, g ? "graph" : "eager");
+                json_object_set_new(row, key, json_real(us));
+                if (j->ctx.rank == 0) printf(" %20.2f", us);
+            }
+        if (j->ctx.rank == 0) printf("%s\n", sizes[i] == 8192 ? "   <- 8 KB" : sizes[i] == 16384 ? "   <- 16 KB" : "");
+        json_array_append_new(rows, row);
+    }
+    if (j->ctx.rank == 0 && json_path) {
+        json_t *o = json_pack("{s:i, s:s, s:o}", "tp", j->ctx.size, "backend", j->be->name, "allreduce_sweep", rows);
+        if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0) ls_error("bench: cannot write --json %s", json_path);
+        json_decref(o);
+    } else {
+        json_decref(rows);
+    }
+    fflush(stdout);
+    j->be->free(buf);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -72,13 +156,14 @@ int cmd_bench(int argc, char **argv)
         {"prompt-len", required_argument, NULL, OPT_PROMPT_LEN}, {"gen", required_argument, NULL, OPT_GEN},
         {"warmup", required_argument, NULL, OPT_WARMUP}, {"batch", required_argument, NULL, OPT_BATCH},
         {"bw-bytes", required_argument, NULL, OPT_BW_BYTES}, {"json", required_argument, NULL, OPT_JSON},
+        {"allreduce-sweep", no_argument, NULL, OPT_SWEEP}, {"sweep-max", required_argument, NULL, OPT_SWEEP_MAX},
         {"help", no_argument, NULL, 'h'}, LS_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
     struct ls_common_opts common;
     ls_common_defaults(&common);
     const char *model = NULL, *json_path = NULL;
     char dummy[4200], err[512];
-    long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, v;
-    int reset = 1, opt;
+    long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, sweep_max = 64L << 20, v;
+    int reset = 1, opt, sweep = 0;
     while ((opt = ls_getopt(argc, argv, "m:h", longopts, &reset, err, sizeof err)) != -1) {
         switch (opt) {
         case 'm': model = optarg; break;
@@ -102,6 +187,10 @@ int cmd_bench(int argc, char **argv)
             if (ls_parse_long("--bw-bytes", optarg, 1 << 20, 1L << 40, &bw_bytes, err, sizeof err)) return ls_usage_error("bench", err);
             break;
         case OPT_JSON: json_path = optarg; break;
+        case OPT_SWEEP: sweep = 1; break;
+        case OPT_SWEEP_MAX:
+            if (ls_parse_long("--sweep-max", optarg, 1024, 1L << 32, &sweep_max, err, sizeof err)) return ls_usage_error("bench", err);
+            break;
         case 'h': ls_print0("%s", bench_help); return 0;
         case '?': return ls_usage_error("bench", err);
         default:
@@ -112,8 +201,18 @@ int cmd_bench(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
         return ls_usage_error("bench", err);
     }
-    if (!model) return ls_usage_error("bench", "missing --model (-m) or --dummy");
     (void)v;
+    if (sweep) {
+        struct rc_job j;
+        /* the custom comm's buffers must hold the largest message (it routes big ones to NCCL) */
+        rc_job_start(&j, &argc, &argv, &common, NULL, 0, (int)(sweep_max / (16384 * (long)sizeof(float)) + 1));
+        allreduce_sweep(&j, (size_t)sweep_max, json_path);
+        j.comm->destroy(j.comm);
+        if (j.fallback) j.fallback->destroy(j.fallback);
+        ls_shutdown(&j.ctx);
+        return 0;
+    }
+    if (!model) return ls_usage_error("bench", "missing --model (-m) or --dummy");
 
     struct rc_job j;
     int ctx_len = (int)(prompt_len + warmup + gen + 1);

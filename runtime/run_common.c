@@ -109,6 +109,7 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
      * run a prefill through the decode kernels when checking them) */
     const char *chunk = getenv("LOCKSTEP_PREFILL_CHUNK");
     if (chunk && atoi(chunk) > 0) max_batch = atoi(chunk);
+    if (!model_path) return; /* collectives only (bench --allreduce-sweep) */
     char err[1024] = "";
     int progress = j->ctx.rank == 0 && isatty(STDERR_FILENO);
     j->model = ls_model_load(model_path, j->ctx.rank, j->ctx.size, j->be, progress, err, sizeof err);

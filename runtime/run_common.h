@@ -57,7 +57,7 @@ struct rc_job {
 };
 
 /* bootstrap, load the model on every rank, build the engine; on any rank's error every rank
- * exits 1 (the failing rank says why) */
+ * exits 1 (the failing rank says why). model_path NULL: bootstrap, backend and collectives only */
 void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_common_opts *o,
                   const char *model_path, int max_ctx, int max_batch);
 void rc_job_end(struct rc_job *j);

@@ -14,6 +14,11 @@ check "bench JSON: TP=2, batch 1, 8 timed steps" jq_file "$tmp/b.json" '.tp == 2
 check "bench JSON: per-rank weights of the SmolLM2 shape split in two (0.2..0.4 GB in fp32)" \
     jq_file "$tmp/b.json" '.weight_bytes_per_rank > 2e8 and .weight_bytes_per_rank < 4e8'
 check "bench JSON: all-reduce share within [-1, 1]" jq_file "$tmp/b.json" '.allreduce_share >= -1 and .allreduce_share <= 1'
+run_mpi 2 "$LOCKSTEP" bench --cpu --allreduce-sweep --sweep-max 65536 --json "$tmp/sw.json"
+check "bench --allreduce-sweep on 2 CPU ranks exits 0" test "$rc" -eq 0
+check "bench --allreduce-sweep: one row per size, 1 KB to 64 KB" test "$(grep -cE '^ +[0-9]+ +[0-9.]+' "$tmp/out")" -eq 7
+check "bench --allreduce-sweep JSON: MPI latencies, positive" \
+    jq_file "$tmp/sw.json" '(.allreduce_sweep | length) == 7 and all(.allreduce_sweep[]; .mpi_eager_us > 0)'
 run "$LOCKSTEP" bench --batch 4 --dummy smollm2-135m
 check "bench --batch 4: a clear usage error" err_has "--batch: expected 1..1, found 4"
 run "$LOCKSTEP" bench
