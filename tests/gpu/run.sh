@@ -146,6 +146,7 @@ stage_bench() {
 stage_allreduce() {
     local t=build-gpu/tests/gpu/test_allreduce rc m
     mpi -np 2 $t --max-mb 64 && mpi -np 2 $t --sweep-only --sweep-dtype f32 --max-mb 64 || return 1
+    mpi -np 2 build-gpu/lockstep bench --gpu --allreduce-sweep --json "$OUT/sweep.json" || return 1
     for m in hang exit; do
         timeout 60 mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -np 2 $t --kill-rank 1 --kill-mode $m >"$OUT/drill_$m.log" 2>&1
         rc=$?
