@@ -4,6 +4,7 @@
  * str.strip(), Llama-3 with Jinja's trim (the same set of whitespace), ChatML and Mistral keep it
  * as given; Llama-2 and Mistral raise when roles do not alternate user/assistant. */
 #include "chat.h"
+#include "strbuf.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -49,34 +50,9 @@ enum chat_format chat_format_from_name(const char *name)
     return CHAT_UNKNOWN;
 }
 
-struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-};
-
-static void put(struct sbuf *b, const char *s, size_t len)
+static void puts_(struct ls_strbuf *b, const char *s)
 {
-    if (b->oom) return;
-    if (b->n + len + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + len + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
-    b->p[b->n] = '\0';
-}
-
-static void puts_(struct sbuf *b, const char *s)
-{
-    put(b, s, strlen(s));
+    ls_strbuf_put(b, s, strlen(s));
 }
 
 /* Python's str.isspace() for one code point */
@@ -101,7 +77,7 @@ static uint32_t cp_at(const unsigned char *s, size_t n, int *len)
 }
 
 /* str.strip(): appends s without leading and trailing whitespace */
-static void put_stripped(struct sbuf *b, const char *s)
+static void put_stripped(struct ls_strbuf *b, const char *s)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t n = strlen(s), a = 0, z = n;
@@ -119,7 +95,7 @@ static void put_stripped(struct sbuf *b, const char *s)
         if (!py_space(c)) last = i;
     }
     z = last;
-    put(b, s + a, z - a);
+    ls_strbuf_put(b, s + a, z - a);
 }
 
 static const char *str_or_empty(const char *s)
@@ -132,7 +108,7 @@ static int is_role(const struct chat_msg *m, const char *role)
     return m->role && strcmp(m->role, role) == 0;
 }
 
-static void render_chatml(struct sbuf *b, const struct chat_msg *m, int n, int gen,
+static void render_chatml(struct ls_strbuf *b, const struct chat_msg *m, int n, int gen,
                           const char *default_system)
 {
     for (int i = 0; i < n; i++) {
@@ -150,7 +126,7 @@ static void render_chatml(struct sbuf *b, const struct chat_msg *m, int n, int g
     if (gen) puts_(b, "<|im_start|>assistant\n");
 }
 
-static void render_llama3(struct sbuf *b, const struct chat_msg *m, int n, int gen)
+static void render_llama3(struct ls_strbuf *b, const struct chat_msg *m, int n, int gen)
 {
     for (int i = 0; i < n; i++) {
         if (i == 0) puts_(b, "<|begin_of_text|>");
@@ -166,7 +142,7 @@ static void render_llama3(struct sbuf *b, const struct chat_msg *m, int n, int g
 static const char ALTERNATE[] =
     "Conversation roles must alternate user/assistant/user/assistant/...";
 
-static int render_llama2(struct sbuf *b, const struct chat_msg *m, int n, char *err, size_t errlen)
+static int render_llama2(struct ls_strbuf *b, const struct chat_msg *m, int n, char *err, size_t errlen)
 {
     const char *system = NULL;
     if (n > 0 && is_role(&m[0], "system")) {
@@ -180,7 +156,7 @@ static int render_llama2(struct sbuf *b, const struct chat_msg *m, int n, char *
                       ALTERNATE, i + (system != NULL), str_or_empty(m[i].role));
             return -1;
         }
-        struct sbuf content = {0};
+        struct ls_strbuf content = {0};
         if (i == 0 && system) {
             puts_(&content, "<<SYS>>\n");
             puts_(&content, system);
@@ -206,7 +182,7 @@ static int render_llama2(struct sbuf *b, const struct chat_msg *m, int n, char *
     return 0;
 }
 
-static int render_mistral(struct sbuf *b, const struct chat_msg *m, int n, char *err, size_t errlen)
+static int render_mistral(struct ls_strbuf *b, const struct chat_msg *m, int n, char *err, size_t errlen)
 {
     puts_(b, "<s>");
     for (int i = 0; i < n; i++) {
@@ -241,7 +217,7 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, int n, int add_
         return -1;
     }
     *out = NULL;
-    struct sbuf b = {0};
+    struct ls_strbuf b = {0};
     int rc = 0;
     puts_(&b, "");
     switch (f) {

@@ -2,6 +2,7 @@
  * start of a stop string, so a stop string is never printed, even partly. */
 #include "config.h"
 #include "generate.h"
+#include "strbuf.h"
 #include "check.h"
 #include "tokenizer.h"
 
@@ -22,24 +23,6 @@ void ls_gen_defaults(struct ls_gen_params *p)
     memset(p, 0, sizeof *p);
     ls_sampling_defaults(&p->sampling);
     p->max_tokens = 256;
-}
-
-/* text buffer that grows */
-struct sbuf {
-    char *s;
-    size_t n, cap;
-};
-
-static void sbuf_add(struct sbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->s = realloc(b->s, b->cap);
-        CHECK_ALLOC(b->s);
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = 0;
 }
 
 /* length of the longest suffix of text[0..n) that is a proper prefix of a stop string */
@@ -143,7 +126,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     size_t piece_cap = m->tok ? tok_stream_max_out(m->tok) : 0;
     char *piece = malloc(piece_cap + 1);
     CHECK_ALLOC(piece);
-    struct sbuf text = {0};
+    struct ls_strbuf text = {0};
     size_t emitted = 0; /* bytes of text already written to p->stream */
     r->finish = "length";
 
@@ -176,16 +159,16 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         hist[n_prompt + r->n_gen - 1] = id;
         if (ts) {
             int k = tok_stream_push(ts, id, piece, piece_cap);
-            if (k > 0) sbuf_add(&text, piece, (size_t)k);
-            long stop = p->n_stops && text.s ? find_stop(text.s, p) : -1;
+            if (k > 0) ls_strbuf_put(&text, piece, (size_t)k);
+            long stop = p->n_stops && text.p ? find_stop(text.p, p) : -1;
             if (stop >= 0) {
                 text.n = (size_t)stop;
-                text.s[stop] = 0;
+                text.p[stop] = 0;
                 r->finish = "stop";
             }
-            size_t ready = stop >= 0 ? text.n : text.n - held_back(text.s ? text.s : "", text.n, p);
+            size_t ready = stop >= 0 ? text.n : text.n - held_back(text.p ? text.p : "", text.n, p);
             if (p->stream && ready > emitted) {
-                fwrite(text.s + emitted, 1, ready - emitted, p->stream);
+                fwrite(text.p + emitted, 1, ready - emitted, p->stream);
                 fflush(p->stream);
                 emitted = ready;
             }
@@ -202,13 +185,13 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     if (ts) {
         if (strcmp(r->finish, "stop") || !p->n_stops) {
             int k = tok_stream_flush(ts, piece, piece_cap);
-            if (k > 0) sbuf_add(&text, piece, (size_t)k);
+            if (k > 0) ls_strbuf_put(&text, piece, (size_t)k);
         }
-        if (p->stream && text.n > emitted) fwrite(text.s + emitted, 1, text.n - emitted, p->stream);
+        if (p->stream && text.n > emitted) fwrite(text.p + emitted, 1, text.n - emitted, p->stream);
         if (p->stream) fflush(p->stream);
         tok_stream_free(ts);
     }
-    r->text = text.s ? text.s : strdup("");
+    r->text = text.p ? text.p : strdup("");
     free(piece);
     free(hist);
     free(logits);

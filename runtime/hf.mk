@@ -7,7 +7,7 @@ check_PROGRAMS += tests/unit/test_safetensors tests/unit/test_hfconfig
 TESTS += tests/unit/test_safetensors tests/unit/test_hfconfig
 
 tests_unit_test_safetensors_SOURCES = tests/unit/test_safetensors.c tests/unit/cunit_tap.c \
-	tests/unit/cunit_tap.h runtime/safetensors.c runtime/safetensors.h runtime/log.c
+	tests/unit/cunit_tap.h runtime/safetensors.c runtime/safetensors.h runtime/json_util.c runtime/log.c
 tests_unit_test_safetensors_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) -lm
 tests_unit_test_safetensors_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 
@@ -27,7 +27,7 @@ if ENABLE_FUZZ
 # by make check, run by hand: tests/fuzz/fuzz_safetensors -max_total_time=60 CORPUS_DIR
 check_PROGRAMS += tests/fuzz/fuzz_safetensors
 tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c runtime/safetensors.c \
-	runtime/safetensors.h
+	runtime/safetensors.h runtime/json_util.c
 tests_fuzz_fuzz_safetensors_CFLAGS = $(AM_CFLAGS) -g -O1 -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=undefined
 tests_fuzz_fuzz_safetensors_LDFLAGS = -fsanitize=fuzzer,address,undefined

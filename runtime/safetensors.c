@@ -12,6 +12,7 @@
  *   different slices at once.
  * The data is little-endian, as is every host we build for (checked at compile time). */
 #include "config.h"
+#include "json_util.h"
 #include "safetensors.h"
 
 #include <errno.h>
@@ -92,28 +93,6 @@ const char *st_dtype_name(enum st_dtype dtype)
     return "?";
 }
 
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
-}
-
 static void tensor_free_array(struct st_tensor *t, int n)
 {
     if (!t) return;
@@ -161,13 +140,13 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
 {
     if (!json_is_object(v))
         return st_fail(err, errlen, "%s: tensor '%s': expected an object, found %s", fname, name,
-                       json_type_name(v));
+                       ls_json_type_name(v));
 
     json_t *jd = json_object_get(v, "dtype");
     if (!jd) return st_fail(err, errlen, "%s: tensor '%s': missing 'dtype'", fname, name);
     if (!json_is_string(jd))
         return st_fail(err, errlen, "%s: tensor '%s': 'dtype': expected a string, found %s", fname,
-                       name, json_type_name(jd));
+                       name, ls_json_type_name(jd));
     const char *ds = json_string_value(jd);
     if (strcmp(ds, "BF16") == 0)
         t->dtype = ST_BF16;
@@ -184,7 +163,7 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
     if (!js) return st_fail(err, errlen, "%s: tensor '%s': missing 'shape'", fname, name);
     if (!json_is_array(js))
         return st_fail(err, errlen, "%s: tensor '%s': 'shape': expected an array, found %s", fname,
-                       name, json_type_name(js));
+                       name, ls_json_type_name(js));
     size_t nd = json_array_size(js);
     if (nd > ST_MAX_DIMS)
         return st_fail(err, errlen,
@@ -199,7 +178,7 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
             return st_fail(
                 err, errlen,
                 "%s: tensor '%s': 'shape'[%zu]: expected a non-negative integer, found %s", fname,
-                name, i, json_is_integer(e) ? "a negative integer" : json_type_name(e));
+                name, i, json_is_integer(e) ? "a negative integer" : ls_json_type_name(e));
         t->shape[i] = (int64_t)json_integer_value(e);
         if (__builtin_mul_overflow(count, (uint64_t)t->shape[i], &count)) overflow = 1;
     }
@@ -214,7 +193,7 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
         return st_fail(err, errlen,
                        "%s: tensor '%s': 'data_offsets': expected an array of 2 integers, found %s",
                        fname, name,
-                       json_is_array(jo) ? "an array of another length" : json_type_name(jo));
+                       json_is_array(jo) ? "an array of another length" : ls_json_type_name(jo));
     json_t *jb = json_array_get(jo, 0), *je = json_array_get(jo, 1);
     if (!json_is_integer(jb) || !json_is_integer(je) || json_integer_value(jb) < 0 ||
         json_integer_value(je) < 0)
@@ -282,7 +261,7 @@ int st_parse_header(const void *buf, size_t len, uint64_t file_size, const char 
                        jerr.text, jerr.line, jerr.column);
     if (!json_is_object(root)) {
         st_fail(err, errlen, "%s: header: expected a JSON object, found %s", fname,
-                json_type_name(root));
+                ls_json_type_name(root));
         json_decref(root);
         return -1;
     }
@@ -299,7 +278,7 @@ int st_parse_header(const void *buf, size_t len, uint64_t file_size, const char 
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(v)) {
                 st_fail(err, errlen, "%s: '__metadata__': expected an object, found %s", fname,
-                        json_type_name(v));
+                        ls_json_type_name(v));
                 goto fail;
             }
             continue;
@@ -502,7 +481,7 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(wm)) {
         st_fail(err, errlen, "%s: field 'weight_map': expected an object, found %s", index_path,
-                wm                     ? json_type_name(wm)
+                wm                     ? ls_json_type_name(wm)
                 : json_is_object(root) ? "nothing"
                                        : "a non-object root");
         goto out;
@@ -518,7 +497,7 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
     {
         if (!json_is_string(v)) {
             st_fail(err, errlen, "%s: weight_map['%s']: expected a file name, found %s", index_path,
-                    key, json_type_name(v));
+                    key, ls_json_type_name(v));
             goto out;
         }
         const char *shard = json_string_value(v);

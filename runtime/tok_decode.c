@@ -12,6 +12,7 @@
  * replaces a whole byte-fallback run when any of it is invalid; the stream replaces only the
  * invalid part (it cannot see the rest of the run yet). For valid text both agree. */
 #include "tok_internal.h"
+#include "strbuf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -26,35 +27,11 @@ static int hexval(char c)
     return -1;
 }
 
-struct buf {
-    char *p;
-    size_t n, cap;
-    int oom;
-};
-
-static void buf_put(struct buf *b, const char *s, size_t len)
-{
-    if (b->oom) return;
-    if (b->n + len + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + len + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, len);
-    b->n += len;
-}
-
 /* the per-token steps of the decoder, into b */
 static void decode_token_text(const struct tokenizer *tok, const char *text, size_t len,
-                              struct buf *b)
+                              struct ls_strbuf *b)
 {
-    struct buf t = {0};
+    struct ls_strbuf t = {0};
     int mapped = 0;
     if (tok->dec_bytelevel) {
         /* a token whose characters are all in the byte alphabet becomes those bytes; any other
@@ -70,21 +47,21 @@ static void decode_token_text(const struct tokenizer *tok, const char *text, siz
             for (size_t i = 0; i < len;) {
                 int l = tok_utf8_len((const uint8_t *)text + i, len - i);
                 char c = (char)tok_cp_to_byte(tok_utf8_decode((const uint8_t *)text + i, l));
-                buf_put(&t, &c, 1);
+                ls_strbuf_put(&t, &c, 1);
                 i += (size_t)l;
             }
         }
     }
-    if (!mapped) buf_put(&t, text, len);
+    if (!mapped) ls_strbuf_put(&t, text, len);
     for (int r = 0; r < tok->n_dec_replace && !t.oom; r++) {
         const struct tok_replace *rp = &tok->dec_replace[r];
-        struct buf u = {0};
+        struct ls_strbuf u = {0};
         for (size_t i = 0; i < t.n;) {
             if (rp->flen && i + rp->flen <= t.n && memcmp(t.p + i, rp->from, rp->flen) == 0) {
-                buf_put(&u, rp->to, rp->tlen);
+                ls_strbuf_put(&u, rp->to, rp->tlen);
                 i += rp->flen;
             } else {
-                buf_put(&u, t.p + i, 1);
+                ls_strbuf_put(&u, t.p + i, 1);
                 i++;
             }
         }
@@ -92,14 +69,14 @@ static void decode_token_text(const struct tokenizer *tok, const char *text, siz
         t = u;
     }
     if (tok->dec_ms_repl_len > 0 && !t.oom) {
-        struct buf u = {0};
+        struct ls_strbuf u = {0};
         size_t rl = (size_t)tok->dec_ms_repl_len;
         for (size_t i = 0; i < t.n;) {
             if (i + rl <= t.n && memcmp(t.p + i, tok->dec_ms_repl, rl) == 0) {
-                buf_put(&u, " ", 1);
+                ls_strbuf_put(&u, " ", 1);
                 i += rl;
             } else {
-                buf_put(&u, t.p + i, 1);
+                ls_strbuf_put(&u, t.p + i, 1);
                 i++;
             }
         }
@@ -109,7 +86,7 @@ static void decode_token_text(const struct tokenizer *tok, const char *text, siz
     if (t.oom)
         b->oom = 1;
     else
-        buf_put(b, t.p ? t.p : "", t.n);
+        ls_strbuf_put(b, t.p ? t.p : "", t.n);
     free(t.p);
 }
 
@@ -124,7 +101,7 @@ int tok_build_decode(struct tokenizer *tok, char *err, size_t errlen)
     tok->dlen = malloc((size_t)n * sizeof(*tok->dlen));
     tok->byte_val = malloc((size_t)n * sizeof(*tok->byte_val));
     tok->special = calloc((size_t)n, 1);
-    struct buf pool = {0};
+    struct ls_strbuf pool = {0};
     if (!tok->doff || !tok->dlen || !tok->byte_val || !tok->special) goto oom;
     tok->max_dlen = 1;
     for (int32_t id = 0; id < n; id++) {
@@ -160,14 +137,14 @@ oom:
 }
 
 /* Rust's String::from_utf8_lossy: each maximal invalid subpart becomes one U+FFFD */
-static void put_lossy(struct buf *b, const char *s, size_t len)
+static void put_lossy(struct ls_strbuf *b, const char *s, size_t len)
 {
     const uint8_t *p = (const uint8_t *)s;
     size_t i = 0;
     while (i < len) {
         int l = tok_utf8_len(p + i, len - i);
         if (l > 0) {
-            buf_put(b, s + i, (size_t)l);
+            ls_strbuf_put(b, s + i, (size_t)l);
             i += (size_t)l;
             continue;
         }
@@ -186,12 +163,12 @@ static void put_lossy(struct buf *b, const char *s, size_t len)
                 while (k < need && i + k < len && p[i + k] >= 0x80 && p[i + k] <= 0xBF) k++;
             }
         }
-        buf_put(b, REPLACEMENT, 3);
+        ls_strbuf_put(b, REPLACEMENT, 3);
         i += k;
     }
 }
 
-static void flush_run(struct buf *b, struct buf *run)
+static void flush_run(struct ls_strbuf *b, struct ls_strbuf *run)
 {
     if (run->n == 0) return;
     size_t i = 0;
@@ -202,24 +179,24 @@ static void flush_run(struct buf *b, struct buf *run)
         i += l > 0 ? (size_t)l : 1;
     }
     if (valid) {
-        buf_put(b, run->p, run->n);
+        ls_strbuf_put(b, run->p, run->n);
     } else {
-        for (size_t k = 0; k < run->n; k++) buf_put(b, REPLACEMENT, 3);
+        for (size_t k = 0; k < run->n; k++) ls_strbuf_put(b, REPLACEMENT, 3);
     }
     run->n = 0;
 }
 
-static void put_token(const struct tokenizer *tok, struct buf *b, int32_t id, long index)
+static void put_token(const struct tokenizer *tok, struct ls_strbuf *b, int32_t id, long index)
 {
     const char *d = tok->dpool + tok->doff[id];
     size_t len = tok->dlen[id];
-    if (tok->dec_join_space && index > 0) buf_put(b, " ", 1);
+    if (tok->dec_join_space && index > 0) ls_strbuf_put(b, " ", 1);
     if (tok->dec_metaspace_first && index == 0) {
         for (size_t i = 0; i < len; i++)
-            if (d[i] != ' ') buf_put(b, d + i, 1);
+            if (d[i] != ' ') ls_strbuf_put(b, d + i, 1);
         return;
     }
-    buf_put(b, d, len);
+    ls_strbuf_put(b, d, len);
 }
 
 int tok_decode(const struct tokenizer *tok, const int32_t *ids, int n, int skip_special, char *out,
@@ -229,7 +206,7 @@ int tok_decode(const struct tokenizer *tok, const int32_t *ids, int n, int skip_
         tok_errf(err, errlen, "decode: invalid arguments");
         return -1;
     }
-    struct buf raw = {0}, run = {0}, text = {0};
+    struct ls_strbuf raw = {0}, run = {0}, text = {0};
     long index = 0;
     for (int i = 0; i < n; i++) {
         int32_t id = ids[i];
@@ -243,7 +220,7 @@ int tok_decode(const struct tokenizer *tok, const int32_t *ids, int n, int skip_
         if (skip_special && tok->special[id]) continue;
         if (tok->byte_val[id] >= 0) {
             char c = (char)tok->byte_val[id];
-            buf_put(&run, &c, 1);
+            ls_strbuf_put(&run, &c, 1);
         } else {
             flush_run(&raw, &run);
             put_token(tok, &raw, id, index);

@@ -14,6 +14,7 @@
  * no input makes this code exit or abort. Messages read "<file>: <json path>: expected X, found Y".
  */
 #include "tok_internal.h"
+#include "json_util.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -26,29 +27,6 @@ struct jctx {
     size_t errlen;
 };
 
-static const char *jtype(const json_t *j)
-{
-    if (!j) return "nothing";
-    switch (json_typeof(j)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
-}
-
 static int jfail(struct jctx *c, const char *path, const char *expected, const json_t *found)
 {
     if (found && json_is_string(found))
@@ -56,7 +34,7 @@ static int jfail(struct jctx *c, const char *path, const char *expected, const j
                  json_string_value(found));
     else
         tok_errf(c->err, c->errlen, "%s: %s: expected %s, found %s", c->name, path, expected,
-                 jtype(found));
+                 ls_json_type_name(found));
     return -1;
 }
 

@@ -1,7 +1,8 @@
 # runtime/tokenizer.mk: tokenizer (byte-level and SentencePiece BPE, from GGUF metadata or a
 # tokenizer.json) and chat templates.
 TOKENIZER_SRC = runtime/tokenizer.c runtime/tokenizer.h runtime/tok_internal.h \
-	runtime/tok_decode.c runtime/tok_spec.c runtime/tok_json.c
+	runtime/tok_decode.c runtime/tok_spec.c runtime/tok_json.c \
+	runtime/strbuf.c runtime/strbuf.h runtime/json_util.c runtime/json_util.h
 liblockstep_a_SOURCES += $(TOKENIZER_SRC) runtime/chat.c runtime/chat.h
 
 check_PROGRAMS += tests/unit/test_tokenizer tests/unit/test_chat
@@ -13,7 +14,7 @@ tests_unit_test_tokenizer_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS)
 tests_unit_test_tokenizer_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 
 tests_unit_test_chat_SOURCES = tests/unit/test_chat.c tests/unit/cunit_tap.c \
-	tests/unit/cunit_tap.h runtime/chat.c runtime/chat.h runtime/log.c
+	tests/unit/cunit_tap.h runtime/chat.c runtime/chat.h runtime/strbuf.c runtime/log.c
 tests_unit_test_chat_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS)
 tests_unit_test_chat_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 

@@ -6,6 +6,7 @@
  * sizes that can); 2 a usage error (unknown flag, missing or malformed value, unreadable
  * config). Every error is one line naming the flag, field or file, ending in a help hint. */
 #include "config.h"
+#include "json_util.h"
 #include "args.h"
 #include "commands.h"
 #include "log.h"
@@ -159,29 +160,6 @@ static int parse_dtype(const char *flag, const char *arg, int *out)
     return fail(-1, "--%s: expected bf16, f16, f32 or fp8, found '%s'", flag, arg);
 }
 
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a real number";
-    case JSON_TRUE:
-        return "true";
-    case JSON_FALSE:
-        return "false";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
-}
-
 /* an absent or null field leaves *out as it was */
 static int config_count(const json_t *obj, const char *key, const char *path, int *out)
 {
@@ -189,7 +167,7 @@ static int config_count(const json_t *obj, const char *key, const char *path, in
     if (!v || json_is_null(v)) return 0;
     if (!json_is_integer(v)) {
         return fail(-1, "%s: %s: expected a positive integer, found %s", path, key,
-                    json_type_name(v));
+                    ls_json_type_name(v));
     }
     json_int_t n = json_integer_value(v);
     if (n <= 0 || n > INT_MAX) {
@@ -205,7 +183,7 @@ static int config_bool(const json_t *obj, const char *key, const char *path, int
     const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_boolean(v)) {
-        return fail(-1, "%s: %s: expected true or false, found %s", path, key, json_type_name(v));
+        return fail(-1, "%s: %s: expected true or false, found %s", path, key, ls_json_type_name(v));
     }
     *out = json_is_true(v);
     return 0;
@@ -223,7 +201,7 @@ static int config_read(const char *path, struct shape *c)
     }
     int rc = -1;
     if (!json_is_object(root)) {
-        fail(-1, "%s: expected a JSON object at the top, found %s", path, json_type_name(root));
+        fail(-1, "%s: expected a JSON object at the top, found %s", path, ls_json_type_name(root));
         goto out;
     }
     const json_t *obj = root, *text = json_object_get(root, "text_config");

@@ -1,0 +1,26 @@
+/* See json_util.h. */
+#include "config.h"
+#include "json_util.h"
+
+const char *ls_json_type_name(const json_t *v)
+{
+    if (!v) return "nothing";
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
+    }
+    return "?";
+}

@@ -1,0 +1,12 @@
+/* What the parsers of JSON files (config.json, safetensors headers, tokenizer.json) say they
+ * found when a field has the wrong type. */
+#ifndef LOCKSTEP_JSON_UTIL_H
+#define LOCKSTEP_JSON_UTIL_H
+
+#include <jansson.h>
+
+/* "an object", "an array", "a string", "an integer", "a real number", "a boolean", "null";
+ * "nothing" for NULL (a missing field) */
+const char *ls_json_type_name(const json_t *v);
+
+#endif
