@@ -4,7 +4,10 @@
 #include "generate.h"
 #include "strbuf.h"
 #include "check.h"
+#include "log.h"
 #include "tokenizer.h"
+
+#include <unistd.h>
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +19,24 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* LOCKSTEP_FAULT_DRILL=R:S makes rank R die (exit without MPI_Finalize) before decode step S:
+ * the test that a rank lost mid-decode ends the whole job instead of leaving the others waiting
+ * in the next all-reduce */
+static void fault_drill(int step)
+{
+    static int rank = -2, at = -1;
+    if (rank == -2) {
+        const char *d = getenv("LOCKSTEP_FAULT_DRILL");
+        rank = -1;
+        if (d && sscanf(d, "%d:%d", &rank, &at) != 2) rank = -1;
+    }
+    if (rank >= 0 && rank == ls_self_rank() && step == at) {
+        fprintf(stderr, "lockstep: rank %d@%s: fault drill: dying before decode step %d\n", rank, ls_self_host(), step);
+        fflush(stderr);
+        _exit(9);
+    }
 }
 
 void ls_gen_defaults(struct ls_gen_params *p)
@@ -144,6 +165,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     t0 = now_s();
     int next = -1;
     for (int step = 0; step < budget; step++) {
+        fault_drill(step);
         int id;
         if (device_greedy && step > 0) {
             id = next;

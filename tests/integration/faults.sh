@@ -24,4 +24,15 @@ for np in 2 3; do
     check "failed MPI call on rank $victim of $np: rank, file:line, call and error" \
         err_has "rank $victim@.*selftest.c:[0-9]*: MPI_Send(.*): MPI_ERR_COUNT"
 done
+# a rank lost in the middle of a decode: the others are in (or about to enter) an all-reduce
+for np in 2 3; do
+    start=$(date +%s)
+    LOCKSTEP_FAULT_DRILL=1:3 run_mpi $np "$LOCKSTEP" generate --cpu -m "$SRCDIR/tests/fixtures/tiny-llama" \
+        --prompt-ids 1,2,3 -n 32 --ignore-eos --quiet
+    took=$(($(date +%s) - start))
+    check "rank 1 of $np dies mid-decode: the job ends non-zero" test "$rc" -ne 0 -a "$rc" -ne 124
+    check "rank 1 of $np dies mid-decode: every rank is gone within 10 s (took ${took}s)" test "$took" -le 10
+    check "rank 1 of $np dies mid-decode: the lost rank is named" err_has "rank 1@.*fault drill"
+    check "rank 1 of $np dies mid-decode: mpirun reports the process that exited" err_has "exited\|exit code\|Exit code"
+done
 done_testing
