@@ -128,6 +128,40 @@ stage_ref8b() {
     true
 }
 
+# SmolLM2 (the real Q4_1 GGUF, carried in two parts: tests/gpu/carry-model.sh) against the
+# transformers reference of tests/fixtures/smollm2, at TP=1 and 2 on GPUs
+stage_smollm2() {
+    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ok=0 tp p n kind args
+    [ -d .carry2 ] && cp .carry2/* /tmp/smollm2/ 2>/dev/null
+    [ -f "$m" ] || cat /tmp/smollm2/smollm2.part00 /tmp/smollm2/smollm2.part01 >"$m" || return 1
+    echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $m" | sha256sum -c || return 1
+    n=$(python3 -c 'import json; print(len(json.load(open("tests/fixtures/smollm2/reference.json"))["prompts"]))')
+    for tp in 1 2; do
+        for ((p = 0; p < n; p++)); do
+            python3 - "$p" >"$OUT/sm-args" <<'PY'
+import json, sys
+r = json.load(open("tests/fixtures/smollm2/reference.json"))["prompts"][int(sys.argv[1])]
+if r["kind"] == "chat":
+    sys_msg = [x["content"] for x in r["messages"] if x["role"] == "system"]
+    user = [x["content"] for x in r["messages"] if x["role"] == "user"][-1]
+    print(json.dumps(["--chat", "-p", user] + (["--system", sys_msg[0]] if sys_msg else [])))
+else:
+    open("/tmp/smollm2/prompt.txt", "w").write(r["text"])
+    print(json.dumps(["-p", "-"]))
+PY
+            mapfile -t args < <(python3 -c 'import json,sys; [print(a) for a in json.load(open(sys.argv[1]))]' "$OUT/sm-args")
+            mpi -np $tp build-gpu/lockstep generate --gpu -m "$m" "${args[@]}" -n 32 --ignore-eos --json --quiet \
+                --top-logits 1000 --top-logit-steps 4 </tmp/smollm2/prompt.txt >"$OUT/sm.json" &&
+                echo -n "TP=$tp " && python3 tests/gpu/compare_smollm2.py "$OUT/sm.json" tests/fixtures/smollm2/reference.json "$p" 3e-2 || ok=1
+        done
+    done
+    return $ok
+}
+
+stage_carry1() {
+    mkdir -p /tmp/smollm2 && cp .carry1/* /tmp/smollm2/ && touch /tmp/smollm2/prompt.txt && ls -l /tmp/smollm2
+}
+
 stage_bench() {
     local n
     n=$(ngpus)
