@@ -21,7 +21,8 @@ static float dot(const float *a, const float *b, int n)
 
 void ref_embed(float *out, const float *table, const int *ids, int T, int dim)
 {
-    for (int t = 0; t < T; t++) memcpy(out + (size_t)t * dim, table + (size_t)ids[t] * dim, (size_t)dim * sizeof(float));
+    for (int t = 0; t < T; t++)
+        memcpy(out + (size_t)t * dim, table + (size_t)ids[t] * dim, (size_t)dim * sizeof(float));
 }
 
 void ref_rmsnorm(float *out, const float *x, const float *w, int rows, int dim, float eps)
@@ -47,7 +48,8 @@ void ref_matmul(float *out, const float *in, const float *W, const float *bias, 
     }
 }
 
-void ref_rope(float *x, const int *pos, int T, int heads, int hd, const float *inv_freq, int interleaved)
+void ref_rope(float *x, const int *pos, int T, int heads, int hd, const float *inv_freq,
+              int interleaved)
 {
     int half = hd / 2;
     for (int t = 0; t < T; t++)
@@ -64,8 +66,8 @@ void ref_rope(float *x, const int *pos, int T, int heads, int hd, const float *i
         }
 }
 
-void ref_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc, int pos0,
-                   int T, int hq, int hkv, int hd, const int *kv_of)
+void ref_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc,
+                   int pos0, int T, int hq, int hkv, int hd, const int *kv_of)
 {
     const float scale = 1.0f / sqrtf((float)hd);
     const int ctx = pos0 + T;

@@ -17,15 +17,17 @@ void ref_embed(float *out, const float *table, const int *ids, int T, int dim);
 /* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, rows of dim; out may alias x */
 void ref_rmsnorm(float *out, const float *x, const float *w, int rows, int dim, float eps);
 /* out[T][n] = in[T][k] . W[n][k]^T (+ bias[n]) */
-void ref_matmul(float *out, const float *in, const float *W, const float *bias, int T, int k, int n);
+void ref_matmul(float *out, const float *in, const float *W, const float *bias, int T, int k,
+                int n);
 /* x[T][heads][hd] rotated in place; positions pos[T]; inv_freq[hd/2]; interleaved: pairs
  * (2i, 2i+1), else (i, i + hd/2) */
-void ref_rope(float *x, const int *pos, int T, int heads, int hd, const float *inv_freq, int interleaved);
+void ref_rope(float *x, const int *pos, int T, int heads, int hd, const float *inv_freq,
+              int interleaved);
 /* Causal attention of T new positions [pos0, pos0 + T) over a cache holding positions
  * [0, pos0 + T): q of position t at q + t * q_stride ([hq][hd]), kc/vc[ctx][hkv][hd] (rows of
  * the cache for positions), out [T][hq][hd]. q head h uses kv head kv_of[h]. */
-void ref_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc, int pos0,
-                   int T, int hq, int hkv, int hd, const int *kv_of);
+void ref_attention(float *out, const float *q, int q_stride, const float *kc, const float *vc,
+                   int pos0, int T, int hq, int hkv, int hd, const int *kv_of);
 /* out[i] = silu(gate[i]) * up[i] */
 void ref_swiglu(float *out, const float *gate, const float *up, size_t n);
 /* x[i] += y[i] */

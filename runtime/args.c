@@ -57,9 +57,12 @@ int ls_common_opt(int opt, const char *arg, struct ls_common_opts *o, char *err,
         }
         return 0;
     case LS_OPT_ALLREDUCE:
-        if (!strcmp(arg, "auto")) o->allreduce = LS_AR_AUTO;
-        else if (!strcmp(arg, "custom")) o->allreduce = LS_AR_CUSTOM;
-        else if (!strcmp(arg, "nccl")) o->allreduce = LS_AR_NCCL;
+        if (!strcmp(arg, "auto"))
+            o->allreduce = LS_AR_AUTO;
+        else if (!strcmp(arg, "custom"))
+            o->allreduce = LS_AR_CUSTOM;
+        else if (!strcmp(arg, "nccl"))
+            o->allreduce = LS_AR_NCCL;
         else {
             snprintf(err, errlen, "--allreduce: expected auto, custom or nccl, found '%s'", arg);
             return -1;

@@ -13,14 +13,16 @@ enum { LS_OPT_CPU = 1000, LS_OPT_GPU, LS_OPT_BIND, LS_OPT_ALLREDUCE, LS_OPT_FIRS
 #define LS_COMMON_LONGOPTS                                                                         \
     {"cpu", no_argument, NULL, LS_OPT_CPU}, {"gpu", no_argument, NULL, LS_OPT_GPU},                \
         {"bind", required_argument, NULL, LS_OPT_BIND},                                            \
-        {"allreduce", required_argument, NULL, LS_OPT_ALLREDUCE}
+    {                                                                                              \
+        "allreduce", required_argument, NULL, LS_OPT_ALLREDUCE                                     \
+    }
 
 #define LS_COMMON_HELP                                                                             \
     "  --cpu                run every rank on CPUs (all-reduce over MPI) even where GPUs exist\n"  \
     "  --gpu                require a GPU per rank; fail if there is none\n"                       \
     "  --bind=auto|gpu|none bind each rank near its GPU (auto, gpu) or to a share of the node's\n" \
-    "                       cores on CPU runs (auto); none leaves the binding to the launcher\n" \
-    "  --allreduce=auto|custom|nccl  GPU runs: custom one/two-shot all-reduce over CUDA IPC for\n"  \
+    "                       cores on CPU runs (auto); none leaves the binding to the launcher\n"   \
+    "  --allreduce=auto|custom|nccl  GPU runs: custom one/two-shot all-reduce over CUDA IPC for\n" \
     "                       small messages with NCCL for the rest (auto, custom), or NCCL only\n"
 
 void ls_common_defaults(struct ls_common_opts *o);

@@ -18,9 +18,9 @@ struct ls_comm;
 
 struct ls_backend {
     const char *name;
-    int weight_bytes;               /* bytes per weight and KV cache element: 4 (fp32) or 2 (bf16) */
-    void *(*stream)(void);          /* the stream collectives must run on (NULL on the CPU) */
-    void (*sync)(void);             /* wait for all work issued so far */
+    int weight_bytes;      /* bytes per weight and KV cache element: 4 (fp32) or 2 (bf16) */
+    void *(*stream)(void); /* the stream collectives must run on (NULL on the CPU) */
+    void (*sync)(void);    /* wait for all work issued so far */
     /* streaming read and copy of `bytes` of the backend's memory, GB/s (a copy counts bytes read
      * and written) */
     double (*read_bandwidth)(size_t bytes);
@@ -28,7 +28,7 @@ struct ls_backend {
 
     /* bytes free in the backend's memory, for clear errors before a load; NULL: unknown */
     size_t (*mem_free)(void);
-    void *(*alloc)(size_t bytes);   /* zeroed; NULL when out of memory */
+    void *(*alloc)(size_t bytes); /* zeroed; NULL when out of memory */
     void (*free)(void *p);
     void (*to_host)(void *dst, const void *src, size_t bytes);   /* synchronous */
     void (*to_device)(void *dst, const void *src, size_t bytes); /* synchronous */
@@ -46,16 +46,18 @@ struct ls_backend {
     void (*embed)(float *out, const void *table, const int *ids, int T, int dim);
     void (*rmsnorm)(float *out, const float *x, const float *w, int rows, int dim, float eps);
     /* x += res (the residual stream), then out = rmsnorm(x) * w; out aliases neither */
-    void (*add_rmsnorm)(float *out, float *x, const float *res, const float *w, int rows, int dim, float eps);
+    void (*add_rmsnorm)(float *out, float *x, const float *res, const float *w, int rows, int dim,
+                        float eps);
     /* out[T][n] = in[T][k] . W[n][k]^T (+ bias) */
-    void (*matmul)(float *out, const float *in, const void *W, const float *bias, int T, int k, int n);
+    void (*matmul)(float *out, const float *in, const void *W, const float *bias, int T, int k,
+                   int n);
     /* out[T][n] = (silu(g) * u)[T][f] . W[n][f]^T, with gu[T][2f] = gate | up */
     void (*matmul_swiglu)(float *out, const float *gu, const void *W, int T, int f, int n);
     /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
      * positions pos[t], k and v stored in the caches at pos[t] */
-    void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos, const float *inv_freq,
-                    int T, int hq, int hkv, int hd, int max_ctx, int interleaved, const float *q_norm,
-                    const float *k_norm, float eps);
+    void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos,
+                    const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
+                    int interleaved, const float *q_norm, const float *k_norm, float eps);
     /* causal attention of the T positions pos[0] .. pos[0] + T - 1 (pos0 is pos[0] as known to
      * the host; a decode step of a graph reads pos instead); q at qkv + t * stride; out
      * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */
@@ -65,8 +67,8 @@ struct ls_backend {
     /* the row-parallel matmul's partial sums summed over ranks by comm (in place), added to
      * the residual stream x, and normed = rmsnorm(x) * w: the tensor-parallel all-reduce with
      * what follows it, fused where the communicator can (the custom all-reduce) */
-    void (*allreduce_add_rmsnorm)(struct ls_comm *comm, float *partial, float *x, float *normed, const float *w,
-                                  int rows, int dim, float eps);
+    void (*allreduce_add_rmsnorm)(struct ls_comm *comm, float *partial, float *x, float *normed,
+                                  const float *w, int rows, int dim, float eps);
     /* *out = index of the largest of x[n], lowest on ties */
     void (*argmax)(int *out, const float *x, int n);
     /* pos[0] += 1 */

@@ -47,7 +47,8 @@ static void cpu_embed(float *out, const void *table, const int *ids, int T, int 
     ref_embed(out, table, ids, T, dim);
 }
 
-static void cpu_matmul(float *out, const float *in, const void *W, const float *bias, int T, int k, int n)
+static void cpu_matmul(float *out, const float *in, const void *W, const float *bias, int T, int k,
+                       int n)
 {
     ref_matmul(out, in, W, bias, T, k, n);
 }
@@ -66,13 +67,14 @@ static void cpu_matmul_swiglu(float *out, const float *gu, const void *W, int T,
         if (!act) abort();
     }
     for (int t = 0; t < T; t++)
-        ref_swiglu(act + (size_t)t * f, gu + (size_t)t * 2 * f, gu + (size_t)t * 2 * f + f, (size_t)f);
+        ref_swiglu(act + (size_t)t * f, gu + (size_t)t * 2 * f, gu + (size_t)t * 2 * f + f,
+                   (size_t)f);
     ref_matmul(out, act, W, NULL, T, f, n);
 }
 
-static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos, const float *inv_freq,
-                        int T, int hq, int hkv, int hd, int max_ctx, int interleaved, const float *q_norm,
-                        const float *k_norm, float eps)
+static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
+                        const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
+                        int interleaved, const float *q_norm, const float *k_norm, float eps)
 {
     (void)max_ctx;
     for (int t = 0; t < T; t++) {
@@ -96,7 +98,8 @@ static void cpu_attention(float *out, const float *qkv, int stride, const void *
     ref_attention(out, qkv, stride, kc, vc, pos0, T, hq, hkv, hd, kv_of);
 }
 
-static void cpu_add_rmsnorm(float *out, float *x, const float *res, const float *w, int rows, int dim, float eps)
+static void cpu_add_rmsnorm(float *out, float *x, const float *res, const float *w, int rows,
+                            int dim, float eps)
 {
     ref_add(x, res, (size_t)rows * dim);
     ref_rmsnorm(out, x, w, rows, dim, eps);
@@ -122,9 +125,7 @@ static void cpu_advance(int *pos)
     pos[0] += 1;
 }
 
-static void cpu_sync(void)
-{
-}
+static void cpu_sync(void) {}
 
 static double seconds(void)
 {

@@ -30,12 +30,12 @@
 static struct {
     cudaStream_t stream;
     struct ls_gemm *gemm;
-    uint16_t *act16;     /* bf16 copy of a prefill GEMM input */
-    size_t act16_cap;    /* elements */
-    float *act32;        /* silu(g) * u of a prefill chunk */
+    uint16_t *act16;  /* bf16 copy of a prefill GEMM input */
+    size_t act16_cap; /* elements */
+    float *act32;     /* silu(g) * u of a prefill chunk */
     size_t act32_cap;
-    float *attn_ws;      /* flash-decoding partials */
-    size_t attn_ws_cap;  /* bytes */
+    float *attn_ws;     /* flash-decoding partials */
+    size_t attn_ws_cap; /* bytes */
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -188,7 +188,8 @@ static void cu_rmsnorm(float *out, const float *x, const float *w, int rows, int
     ls_rmsnorm(out, x, w, rows, dim, eps, stream_get());
 }
 
-static void cu_add_rmsnorm(float *out, float *x, const float *res, const float *w, int rows, int dim, float eps)
+static void cu_add_rmsnorm(float *out, float *x, const float *res, const float *w, int rows,
+                           int dim, float eps)
 {
     ls_add_rmsnorm(out, x, res, w, rows, dim, eps, stream_get());
 }
@@ -204,10 +205,13 @@ static void gemm(float *out, const float *in, const void *W, const float *bias, 
     ls_gemm_bf16(cu.gemm, out, cu.act16, W, bias, T, k, n, stream_get());
 }
 
-static void cu_matmul(float *out, const float *in, const void *W, const float *bias, int T, int k, int n)
+static void cu_matmul(float *out, const float *in, const void *W, const float *bias, int T, int k,
+                      int n)
 {
-    if (T <= GEMV_MAX_T) ls_gemv(out, W, in, bias, T, n, k, stream_get());
-    else gemm(out, in, W, bias, T, k, n);
+    if (T <= GEMV_MAX_T)
+        ls_gemv(out, W, in, bias, T, n, k, stream_get());
+    else
+        gemm(out, in, W, bias, T, k, n);
 }
 
 static void cu_matmul_swiglu(float *out, const float *gu, const void *W, int T, int f, int n)
@@ -223,13 +227,13 @@ static void cu_matmul_swiglu(float *out, const float *gu, const void *W, int T, 
     gemm(out, cu.act32, W, NULL, T, f, n);
 }
 
-static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos, const float *inv_freq,
-                       int T, int hq, int hkv, int hd, int max_ctx, int interleaved, const float *q_norm,
-                       const float *k_norm, float eps)
+static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
+                       const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
+                       int interleaved, const float *q_norm, const float *k_norm, float eps)
 {
     float *q = qkv, *k = qkv + (size_t)hq * hd, *v = qkv + (size_t)(hq + hkv) * hd;
-    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx, interleaved, q_norm,
-               k_norm, eps, stream_get());
+    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx, interleaved,
+               q_norm, k_norm, eps, stream_get());
 }
 
 static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
@@ -242,7 +246,8 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
         enum cudaStreamCaptureStatus st;
         CHECK_CUDA(cudaStreamIsCapturing(stream_get(), &st));
         if (st != cudaStreamCaptureStatusNone)
-            ls_die(__FILE__, __LINE__, "cu_attention", "attention workspace first needed inside a graph capture");
+            ls_die(__FILE__, __LINE__, "cu_attention",
+                   "attention workspace first needed inside a graph capture");
         grow((void **)&cu.attn_ws, &cu.attn_ws_cap, ws);
     }
     /* LOCKSTEP_ATTN_PREFILL=0 sends prefills through the decode kernel, one position at a time */
@@ -255,8 +260,8 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
     /* decode, or a prefill of a head size the prefill kernel lacks: one position at a time,
      * each reading its own position from pos[t] */
     for (int t = 0; t < T; t++)
-        ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t, hq, hkv, hd,
-                            max_ctx, nsplit, cu.attn_ws, stream_get());
+        ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
+                            hq, hkv, hd, max_ctx, nsplit, cu.attn_ws, stream_get());
 }
 
 static void cu_add(float *x, const float *y, size_t n)

@@ -23,20 +23,24 @@ enum { OPT_INPUT = 1400, OPT_OUTPUT, OPT_CHAT };
 
 static const char batch_help[] =
     "usage: lockstep batch -m MODEL --input prompts.jsonl --output out.jsonl [defaults]\n"
-    "Each input line: {\"id\": ..., \"prompt\": \"...\"} or {\"id\": ..., \"messages\": [{\"role\":\n"
-    "\"user\", \"content\": \"...\"}]}, optionally with max_tokens, temperature, top_k, top_p, min_p,\n"
+    "Each input line: {\"id\": ..., \"prompt\": \"...\"} or {\"id\": ..., \"messages\": "
+    "[{\"role\":\n"
+    "\"user\", \"content\": \"...\"}]}, optionally with max_tokens, temperature, top_k, top_p, "
+    "min_p,\n"
     "repetition_penalty, presence_penalty, frequency_penalty, seed, stop (string or list).\n"
-    "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", \"finish_reason\"}\n"
+    "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", "
+    "\"finish_reason\"}\n"
     "or {\"id\", \"error\"} for a line that could not be run.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
     "  --input FILE         JSONL prompts ('-' for stdin)\n"
     "  --output FILE        JSONL results, written as they finish ('-' for stdout)\n"
     "  -n, --max-tokens N   default budget per prompt (256)\n"
-    "  --chat               apply the chat template to \"prompt\" lines too\n" RC_SAMPLING_HELP LS_COMMON_HELP;
+    "  --chat               apply the chat template to \"prompt\" lines too\n" RC_SAMPLING_HELP
+        LS_COMMON_HELP;
 
 /* ids of the request's prompt; -1 with err naming the field */
-static int request_ids(const struct ls_model *m, json_t *req, int chat_default, int **out, int *n, char *err,
-                       size_t errlen)
+static int request_ids(const struct ls_model *m, json_t *req, int chat_default, int **out, int *n,
+                       char *err, size_t errlen)
 {
     json_t *prompt = json_object_get(req, "prompt"), *messages = json_object_get(req, "messages");
     if (!m->tok) {
@@ -44,7 +48,8 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
         return -1;
     }
     if (!prompt == !messages) {
-        snprintf(err, errlen, "expected exactly one of \"prompt\" (a string) and \"messages\" (a list)");
+        snprintf(err, errlen,
+                 "expected exactly one of \"prompt\" (a string) and \"messages\" (a list)");
         return -1;
     }
     char *text = NULL;
@@ -57,24 +62,34 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
         struct chat_msg msgs[64];
         int k = 0;
         if (messages) {
-            if (!json_is_array(messages) || json_array_size(messages) == 0 || json_array_size(messages) > 64) {
-                snprintf(err, errlen, "field \"messages\": expected a list of 1 to 64 {\"role\", \"content\"} objects");
+            if (!json_is_array(messages) || json_array_size(messages) == 0 ||
+                json_array_size(messages) > 64) {
+                snprintf(err, errlen,
+                         "field \"messages\": expected a list of 1 to 64 {\"role\", \"content\"} "
+                         "objects");
                 return -1;
             }
             size_t i;
             json_t *msg;
-            json_array_foreach(messages, i, msg) {
-                json_t *role = json_object_get(msg, "role"), *content = json_object_get(msg, "content");
+            json_array_foreach(messages, i, msg)
+            {
+                json_t *role = json_object_get(msg, "role"),
+                       *content = json_object_get(msg, "content");
                 if (!json_is_string(role) || !json_is_string(content)) {
-                    snprintf(err, errlen, "field \"messages\"[%zu]: expected {\"role\": string, \"content\": string}", i);
+                    snprintf(
+                        err, errlen,
+                        "field \"messages\"[%zu]: expected {\"role\": string, \"content\": string}",
+                        i);
                     return -1;
                 }
-                msgs[k++] = (struct chat_msg){.role = json_string_value(role), .content = json_string_value(content)};
+                msgs[k++] = (struct chat_msg){.role = json_string_value(role),
+                                              .content = json_string_value(content)};
             }
         } else {
             msgs[k++] = (struct chat_msg){.role = "user", .content = json_string_value(prompt)};
         }
-        if (chat_render(chat_detect(tok_chat_template(m->tok)), msgs, k, 1, &text, err, errlen) < 0) return -1;
+        if (chat_render(chat_detect(tok_chat_template(m->tok)), msgs, k, 1, &text, err, errlen) < 0)
+            return -1;
     }
     const char *src = text ? text : json_string_value(prompt);
     size_t len = text ? strlen(text) : json_string_length(prompt);
@@ -93,12 +108,14 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
     return count < 0 ? -1 : 0;
 }
 
-static int num_field(json_t *req, const char *key, double lo, double hi, int integer, double *out, char *err, size_t errlen)
+static int num_field(json_t *req, const char *key, double lo, double hi, int integer, double *out,
+                     char *err, size_t errlen)
 {
     json_t *v = json_object_get(req, key);
     if (!v) return 0;
     if (!json_is_number(v) || (integer && !json_is_integer(v))) {
-        snprintf(err, errlen, "field \"%s\": expected %s", key, integer ? "an integer" : "a number");
+        snprintf(err, errlen, "field \"%s\": expected %s", key,
+                 integer ? "an integer" : "a number");
         return -1;
     }
     double d = json_number_value(v);
@@ -111,8 +128,8 @@ static int num_field(json_t *req, const char *key, double lo, double hi, int int
 }
 
 /* the request's parameters over the defaults; stop strings point into req */
-static int request_params(json_t *req, const struct ls_gen_params *dflt, struct ls_gen_params *p, char *err,
-                          size_t errlen)
+static int request_params(json_t *req, const struct ls_gen_params *dflt, struct ls_gen_params *p,
+                          char *err, size_t errlen)
 {
     *p = *dflt;
     struct ls_sampling *s = &p->sampling;
@@ -150,7 +167,8 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
         } else if (json_is_array(stop) && json_array_size(stop) <= LS_MAX_STOPS) {
             size_t i;
             json_t *x;
-            json_array_foreach(stop, i, x) {
+            json_array_foreach(stop, i, x)
+            {
                 if (!json_is_string(x) || !json_string_length(x)) {
                     snprintf(err, errlen, "field \"stop\"[%zu]: expected a non-empty string", i);
                     return -1;
@@ -158,7 +176,9 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
                 p->stops[p->n_stops++] = json_string_value(x);
             }
         } else {
-            snprintf(err, errlen, "field \"stop\": expected a string or a list of at most %d strings", LS_MAX_STOPS);
+            snprintf(err, errlen,
+                     "field \"stop\": expected a string or a list of at most %d strings",
+                     LS_MAX_STOPS);
             return -1;
         }
     }
@@ -175,11 +195,15 @@ static void write_line(FILE *out, json_t *o)
 
 int cmd_batch(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'}, {"input", required_argument, NULL, OPT_INPUT},
-        {"output", required_argument, NULL, OPT_OUTPUT}, {"max-tokens", required_argument, NULL, 'n'},
-        {"chat", no_argument, NULL, OPT_CHAT}, {"help", no_argument, NULL, 'h'},
-        RC_SAMPLING_LONGOPTS, LS_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
+                                             {"input", required_argument, NULL, OPT_INPUT},
+                                             {"output", required_argument, NULL, OPT_OUTPUT},
+                                             {"max-tokens", required_argument, NULL, 'n'},
+                                             {"chat", no_argument, NULL, OPT_CHAT},
+                                             {"help", no_argument, NULL, 'h'},
+                                             RC_SAMPLING_LONGOPTS,
+                                             LS_COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
     struct ls_common_opts common;
     ls_common_defaults(&common);
     struct ls_gen_params dflt;
@@ -190,16 +214,28 @@ int cmd_batch(int argc, char **argv)
     char err[1024];
     while ((opt = ls_getopt(argc, argv, "m:n:h", longopts, &reset, err, sizeof err)) != -1) {
         switch (opt) {
-        case 'm': model = optarg; break;
-        case OPT_INPUT: in_path = optarg; break;
-        case OPT_OUTPUT: out_path = optarg; break;
-        case OPT_CHAT: chat = 1; break;
+        case 'm':
+            model = optarg;
+            break;
+        case OPT_INPUT:
+            in_path = optarg;
+            break;
+        case OPT_OUTPUT:
+            out_path = optarg;
+            break;
+        case OPT_CHAT:
+            chat = 1;
+            break;
         case 'n':
-            if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err)) return ls_usage_error("batch", err);
+            if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err))
+                return ls_usage_error("batch", err);
             dflt.max_tokens = (int)v;
             break;
-        case 'h': ls_print0("%s", batch_help); return 0;
-        case '?': return ls_usage_error("batch", err);
+        case 'h':
+            ls_print0("%s", batch_help);
+            return 0;
+        case '?':
+            return ls_usage_error("batch", err);
         default:
             rc = rc_sampling_opt(opt, optarg, &dflt, &max_ctx, err, sizeof err);
             if (rc == 1) rc = ls_common_opt(opt, optarg, &common, err, sizeof err);
@@ -266,7 +302,8 @@ int cmd_batch(int argc, char **argv)
         int *ids = NULL, n_ids = 0;
         int good = 1;
         if (!req) {
-            snprintf(err, sizeof err, "line %ld: not JSON: %s (column %d)", lineno, jerr.text, jerr.column);
+            snprintf(err, sizeof err, "line %ld: not JSON: %s (column %d)", lineno, jerr.text,
+                     jerr.column);
             good = 0;
         } else if (!json_is_object(req)) {
             snprintf(err, sizeof err, "line %ld: expected a JSON object", lineno);
@@ -308,8 +345,10 @@ int cmd_batch(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (j.ctx.rank == 0) {
-        fprintf(stderr, "lockstep: batch: %ld lines, %ld done, %ld errors, %ld tokens generated in %.2f s\n",
-                n_ok + n_err, n_ok, n_err, toks, dt);
+        fprintf(
+            stderr,
+            "lockstep: batch: %ld lines, %ld done, %ld errors, %ld tokens generated in %.2f s\n",
+            n_ok + n_err, n_ok, n_err, toks, dt);
         if (in != stdin) fclose(in);
         if (out != stdout) fclose(out);
     }

@@ -19,10 +19,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_DUMMY = 1500, OPT_PROMPT_LEN, OPT_GEN, OPT_BATCH, OPT_JSON, OPT_BW_BYTES, OPT_WARMUP, OPT_SWEEP, OPT_SWEEP_MAX };
+enum {
+    OPT_DUMMY = 1500,
+    OPT_PROMPT_LEN,
+    OPT_GEN,
+    OPT_BATCH,
+    OPT_JSON,
+    OPT_BW_BYTES,
+    OPT_WARMUP,
+    OPT_SWEEP,
+    OPT_SWEEP_MAX
+};
 
 static const char bench_help[] =
-    "usage: lockstep bench (-m MODEL | --dummy PRESET) [--prompt-len P] [--gen N] [--batch 1] [--json FILE]\n"
+    "usage: lockstep bench (-m MODEL | --dummy PRESET) [--prompt-len P] [--gen N] [--batch 1] "
+    "[--json FILE]\n"
     "Measures the read roofline, prefill tokens/s and decode ms/token in one run, on every rank;\n"
     "rank 0 prints a table.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
@@ -32,14 +43,15 @@ static const char bench_help[] =
     "  --gen N              timed decode steps (default 256)\n"
     "  --warmup N           untimed decode steps first (default 16)\n"
     "  --batch B            sequences per step; only 1 is supported\n"
-    "  --bw-bytes N         bytes for the bandwidth measurement (default 4 GiB on GPUs, 512 MiB on CPUs)\n"
+    "  --bw-bytes N         bytes for the bandwidth measurement (default 4 GiB on GPUs, 512 MiB on "
+    "CPUs)\n"
     "  --json FILE          also write the results as JSON\n"
     "  --allreduce-sweep    instead: all-reduce latency per message size (1 KB .. --sweep-max),\n"
     "                       each communicator of the job eager and (on GPUs) in a CUDA graph\n"
     "  --sweep-max BYTES    largest message of the sweep (default 64 MiB)\n" LS_COMMON_HELP;
 
 struct decode_run {
-    double seconds;     /* for the timed steps */
+    double seconds; /* for the timed steps */
     int steps;
 };
 
@@ -70,7 +82,8 @@ static struct decode_run timed_decode(struct rc_job *j, int first, int warmup, i
 
 /* warm timing, microseconds per all-reduce on the slowest rank: the mean of back-to-back
  * eager calls, or of a graph holding up to 20 of them replayed several times */
-static double time_allreduce(struct rc_job *j, struct ls_comm *c, float *buf, size_t count, int graph)
+static double time_allreduce(struct rc_job *j, struct ls_comm *c, float *buf, size_t count,
+                             int graph)
 {
     const struct ls_backend *be = j->be;
     void *stream = be->stream ? be->stream() : NULL;
@@ -113,7 +126,8 @@ static void allreduce_sweep(struct rc_job *j, size_t max_bytes, const char *json
     if (!buf) ls_die(__FILE__, __LINE__, "allreduce_sweep", "out of memory for the sweep buffer");
     json_t *rows = json_array();
     if (j->ctx.rank == 0) {
-        printf("all-reduce latency, fp32, %d ranks, us per all-reduce (slowest rank)\n%10s", j->ctx.size, "bytes");
+        printf("all-reduce latency, fp32, %d ranks, us per all-reduce (slowest rank)\n%10s",
+               j->ctx.size, "bytes");
         for (int c = 0; c < ncomm; c++) {
             printf(" %14s/eager", comms[c]->name);
             if (graphs) printf(" %14s/graph", comms[c]->name);
@@ -135,12 +149,17 @@ static void allreduce_sweep(struct rc_job *j, size_t max_bytes, const char *json
                 json_object_set_new(row, key, json_real(us));
                 if (j->ctx.rank == 0) printf(" %20.2f", us);
             }
-        if (j->ctx.rank == 0) printf("%s\n", sizes[i] == 8192 ? "   <- 8 KB" : sizes[i] == 16384 ? "   <- 16 KB" : "");
+        if (j->ctx.rank == 0)
+            printf("%s\n", sizes[i] == 8192    ? "   <- 8 KB"
+                           : sizes[i] == 16384 ? "   <- 16 KB"
+                                               : "");
         json_array_append_new(rows, row);
     }
     if (j->ctx.rank == 0 && json_path) {
-        json_t *o = json_pack("{s:i, s:s, s:o}", "tp", j->ctx.size, "backend", j->be->name, "allreduce_sweep", rows);
-        if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0) ls_error("bench: cannot write --json %s", json_path);
+        json_t *o = json_pack("{s:i, s:s, s:o}", "tp", j->ctx.size, "backend", j->be->name,
+                              "allreduce_sweep", rows);
+        if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0)
+            ls_error("bench: cannot write --json %s", json_path);
         json_decref(o);
     } else {
         json_decref(rows);
@@ -152,49 +171,73 @@ static void allreduce_sweep(struct rc_job *j, size_t max_bytes, const char *json
 int cmd_bench(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'}, {"dummy", required_argument, NULL, OPT_DUMMY},
-        {"prompt-len", required_argument, NULL, OPT_PROMPT_LEN}, {"gen", required_argument, NULL, OPT_GEN},
-        {"warmup", required_argument, NULL, OPT_WARMUP}, {"batch", required_argument, NULL, OPT_BATCH},
-        {"bw-bytes", required_argument, NULL, OPT_BW_BYTES}, {"json", required_argument, NULL, OPT_JSON},
-        {"allreduce-sweep", no_argument, NULL, OPT_SWEEP}, {"sweep-max", required_argument, NULL, OPT_SWEEP_MAX},
-        {"help", no_argument, NULL, 'h'}, LS_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+        {"model", required_argument, NULL, 'm'},
+        {"dummy", required_argument, NULL, OPT_DUMMY},
+        {"prompt-len", required_argument, NULL, OPT_PROMPT_LEN},
+        {"gen", required_argument, NULL, OPT_GEN},
+        {"warmup", required_argument, NULL, OPT_WARMUP},
+        {"batch", required_argument, NULL, OPT_BATCH},
+        {"bw-bytes", required_argument, NULL, OPT_BW_BYTES},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"allreduce-sweep", no_argument, NULL, OPT_SWEEP},
+        {"sweep-max", required_argument, NULL, OPT_SWEEP_MAX},
+        {"help", no_argument, NULL, 'h'},
+        LS_COMMON_LONGOPTS,
+        {NULL, 0, NULL, 0}};
     struct ls_common_opts common;
     ls_common_defaults(&common);
     const char *model = NULL, *json_path = NULL;
     char dummy[4200], err[512];
-    long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, sweep_max = 64L << 20, v;
+    long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, sweep_max = 64L << 20,
+         v;
     int reset = 1, opt, sweep = 0;
     while ((opt = ls_getopt(argc, argv, "m:h", longopts, &reset, err, sizeof err)) != -1) {
         switch (opt) {
-        case 'm': model = optarg; break;
+        case 'm':
+            model = optarg;
+            break;
         case OPT_DUMMY:
             snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
             model = dummy;
             break;
         case OPT_PROMPT_LEN:
-            if (ls_parse_long("--prompt-len", optarg, 1, 1 << 20, &prompt_len, err, sizeof err)) return ls_usage_error("bench", err);
+            if (ls_parse_long("--prompt-len", optarg, 1, 1 << 20, &prompt_len, err, sizeof err))
+                return ls_usage_error("bench", err);
             break;
         case OPT_GEN:
-            if (ls_parse_long("--gen", optarg, 1, 1 << 20, &gen, err, sizeof err)) return ls_usage_error("bench", err);
+            if (ls_parse_long("--gen", optarg, 1, 1 << 20, &gen, err, sizeof err))
+                return ls_usage_error("bench", err);
             break;
         case OPT_WARMUP:
-            if (ls_parse_long("--warmup", optarg, 0, 1 << 20, &warmup, err, sizeof err)) return ls_usage_error("bench", err);
+            if (ls_parse_long("--warmup", optarg, 0, 1 << 20, &warmup, err, sizeof err))
+                return ls_usage_error("bench", err);
             break;
         case OPT_BATCH:
-            if (ls_parse_long("--batch", optarg, 1, 1, &batch, err, sizeof err)) return ls_usage_error("bench", err);
+            if (ls_parse_long("--batch", optarg, 1, 1, &batch, err, sizeof err))
+                return ls_usage_error("bench", err);
             break;
         case OPT_BW_BYTES:
-            if (ls_parse_long("--bw-bytes", optarg, 1 << 20, 1L << 40, &bw_bytes, err, sizeof err)) return ls_usage_error("bench", err);
+            if (ls_parse_long("--bw-bytes", optarg, 1 << 20, 1L << 40, &bw_bytes, err, sizeof err))
+                return ls_usage_error("bench", err);
             break;
-        case OPT_JSON: json_path = optarg; break;
-        case OPT_SWEEP: sweep = 1; break;
+        case OPT_JSON:
+            json_path = optarg;
+            break;
+        case OPT_SWEEP:
+            sweep = 1;
+            break;
         case OPT_SWEEP_MAX:
-            if (ls_parse_long("--sweep-max", optarg, 1024, 1L << 32, &sweep_max, err, sizeof err)) return ls_usage_error("bench", err);
+            if (ls_parse_long("--sweep-max", optarg, 1024, 1L << 32, &sweep_max, err, sizeof err))
+                return ls_usage_error("bench", err);
             break;
-        case 'h': ls_print0("%s", bench_help); return 0;
-        case '?': return ls_usage_error("bench", err);
+        case 'h':
+            ls_print0("%s", bench_help);
+            return 0;
+        case '?':
+            return ls_usage_error("bench", err);
         default:
-            if (ls_common_opt(opt, optarg, &common, err, sizeof err) != 0) return ls_usage_error("bench", err);
+            if (ls_common_opt(opt, optarg, &common, err, sizeof err) != 0)
+                return ls_usage_error("bench", err);
         }
     }
     if (optind < argc) {
@@ -205,7 +248,8 @@ int cmd_bench(int argc, char **argv)
     if (sweep) {
         struct rc_job j;
         /* the custom comm's buffers must hold the largest message (it routes big ones to NCCL) */
-        rc_job_start(&j, &argc, &argv, &common, NULL, 0, (int)(sweep_max / (16384 * (long)sizeof(float)) + 1));
+        rc_job_start(&j, &argc, &argv, &common, NULL, 0,
+                     (int)(sweep_max / (16384 * (long)sizeof(float)) + 1));
         allreduce_sweep(&j, (size_t)sweep_max, json_path);
         j.comm->destroy(j.comm);
         if (j.fallback) j.fallback->destroy(j.fallback);
@@ -216,13 +260,15 @@ int cmd_bench(int argc, char **argv)
 
     struct rc_job j;
     int ctx_len = (int)(prompt_len + warmup + gen + 1);
-    rc_job_start(&j, &argc, &argv, &common, model, ctx_len, (int)(prompt_len < 512 ? prompt_len : 512));
+    rc_job_start(&j, &argc, &argv, &common, model, ctx_len,
+                 (int)(prompt_len < 512 ? prompt_len : 512));
     const struct ls_model *m = j.model;
     const struct ls_model_config *c = &m->cfg;
     const struct ls_shard *s = &m->shard;
 
     /* 1. the roofline */
-    size_t bw = bw_bytes ? (size_t)bw_bytes : (strcmp(j.be->name, "cpu") ? (size_t)4 << 30 : (size_t)512 << 20);
+    size_t bw = bw_bytes ? (size_t)bw_bytes
+                         : (strcmp(j.be->name, "cpu") ? (size_t)4 << 30 : (size_t)512 << 20);
     double read_gbs = j.be->read_bandwidth(bw), copy_gbs = j.be->copy_bandwidth(bw / 2);
 
     /* 2. prefill: a seeded random prompt, best of 3 */
@@ -262,7 +308,8 @@ int cmd_bench(int argc, char **argv)
      * it is read), plus the KV cache up to the mean position of the timed steps */
     size_t wb = (size_t)j.be->weight_bytes;
     size_t embed = (size_t)c->vocab * c->dim * wb;
-    size_t weights = s->weight_bytes - embed + (c->tied_embeddings ? (size_t)s->vocab_rows * c->dim * wb : 0);
+    size_t weights =
+        s->weight_bytes - embed + (c->tied_embeddings ? (size_t)s->vocab_rows * c->dim * wb : 0);
     double mean_pos = (double)prompt_len + (double)warmup + (double)gen / 2.0;
     double step_bytes = (double)weights + mean_pos * (double)s->kv_bytes_token;
     double ms_tok = full.seconds / full.steps * 1e3, ms_alone = alone.seconds / alone.steps * 1e3;
@@ -276,30 +323,36 @@ int cmd_bench(int argc, char **argv)
 
     if (j.ctx.rank == 0) {
         double share = ms_tok > 0 ? (ms_tok - ms_alone) / ms_tok : 0;
-        printf("lockstep bench: %s, %s, TP=%d (%s backend, %s collectives), batch 1\n", m->path, c->arch,
-               j.ctx.size, j.be->name, j.comm->name);
-        printf("  %-38s %10.1f GB/s   (%.2f GiB, streaming)\n", "read bandwidth (roofline)", read_gbs,
-               (double)bw / (1 << 30));
+        printf("lockstep bench: %s, %s, TP=%d (%s backend, %s collectives), batch 1\n", m->path,
+               c->arch, j.ctx.size, j.be->name, j.comm->name);
+        printf("  %-38s %10.1f GB/s   (%.2f GiB, streaming)\n", "read bandwidth (roofline)",
+               read_gbs, (double)bw / (1 << 30));
         printf("  %-38s %10.1f GB/s   (read + written)\n", "copy bandwidth", copy_gbs);
         printf("  %-38s %10.3f GB\n", "weights per rank", (double)s->weight_bytes / 1e9);
         printf("  %-38s %10.3f GB\n", "bytes read per decode step per rank", step_bytes / 1e9);
         printf("  %-38s %10.1f tok/s  (%d tokens in %.3f ms)\n", "prefill", prompt_len / prefill,
                (int)prompt_len, prefill * 1e3);
-        printf("  %-38s %10.3f ms/token = %.1f tok/s (slowest rank %.3f ms)\n", "decode", ms_tok, 1e3 / ms_tok, worst_ms);
-        printf("  %-38s %10.1f GB/s = %.1f%% of the read roofline (ceiling %.1f tok/s)\n", "achieved", achieved,
-               100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
-        printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives", ms_alone, 100.0 * share);
+        printf("  %-38s %10.3f ms/token = %.1f tok/s (slowest rank %.3f ms)\n", "decode", ms_tok,
+               1e3 / ms_tok, worst_ms);
+        printf("  %-38s %10.1f GB/s = %.1f%% of the read roofline (ceiling %.1f tok/s)\n",
+               "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
+        printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
+               ms_alone, 100.0 * share);
         if (json_path) {
-            json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
-                                  "model", m->path, "arch", c->arch, "tp", j.ctx.size, "backend", j.be->name,
-                                  "collectives", j.comm->name, "prompt_len", (int)prompt_len, "gen", (int)gen,
-                                  "batch", 1, "read_gbs", read_gbs, "read_gbs_min_rank", min_read, "copy_gbs", copy_gbs,
-                                  "weight_bytes_per_rank", (double)s->weight_bytes, "step_bytes_per_rank", step_bytes,
-                                  "prefill_tok_s", prompt_len / prefill, "decode_ms_per_token", ms_tok,
-                                  "decode_ms_per_token_slowest_rank", worst_ms, "decode_tok_s", 1e3 / ms_tok,
-                                  "roofline_fraction", achieved / read_gbs, "decode_ms_without_collectives", ms_alone);
+            json_t *o = json_pack(
+                "{s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+                "s:f, s:f, s:f}",
+                "model", m->path, "arch", c->arch, "tp", j.ctx.size, "backend", j.be->name,
+                "collectives", j.comm->name, "prompt_len", (int)prompt_len, "gen", (int)gen,
+                "batch", 1, "read_gbs", read_gbs, "read_gbs_min_rank", min_read, "copy_gbs",
+                copy_gbs, "weight_bytes_per_rank", (double)s->weight_bytes, "step_bytes_per_rank",
+                step_bytes, "prefill_tok_s", prompt_len / prefill, "decode_ms_per_token", ms_tok,
+                "decode_ms_per_token_slowest_rank", worst_ms, "decode_tok_s", 1e3 / ms_tok,
+                "roofline_fraction", achieved / read_gbs, "decode_ms_without_collectives",
+                ms_alone);
             json_object_set_new(o, "allreduce_share", json_real(share));
-            if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0) ls_error("bench: cannot write --json %s", json_path);
+            if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0)
+                ls_error("bench: cannot write --json %s", json_path);
             json_decref(o);
         }
         fflush(stdout);

@@ -27,10 +27,14 @@
 
 int ls_parse_bind(const char *s, enum ls_bind *out)
 {
-    if (!strcmp(s, "auto")) *out = LS_BIND_AUTO;
-    else if (!strcmp(s, "gpu")) *out = LS_BIND_GPU;
-    else if (!strcmp(s, "none")) *out = LS_BIND_NONE;
-    else return -1;
+    if (!strcmp(s, "auto"))
+        *out = LS_BIND_AUTO;
+    else if (!strcmp(s, "gpu"))
+        *out = LS_BIND_GPU;
+    else if (!strcmp(s, "none"))
+        *out = LS_BIND_NONE;
+    else
+        return -1;
     return 0;
 }
 
@@ -106,8 +110,10 @@ void ls_numa_of_set(hwloc_topology_t topo, hwloc_const_cpuset_t set, char *out, 
         hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, i);
         if (o->cpuset && hwloc_bitmap_intersects(o->cpuset, set)) hwloc_bitmap_set(ns, o->os_index);
     }
-    if (hwloc_bitmap_iszero(ns)) snprintf(out, outlen, "-");
-    else hwloc_bitmap_list_snprintf(out, outlen, ns);
+    if (hwloc_bitmap_iszero(ns))
+        snprintf(out, outlen, "-");
+    else
+        hwloc_bitmap_list_snprintf(out, outlen, ns);
     hwloc_bitmap_free(ns);
 }
 
@@ -128,8 +134,8 @@ static void find_placement(struct ls_ctx *c)
     CHECK_MPI(MPI_Comm_rank(c->node_comm, &c->local_rank));
     CHECK_MPI(MPI_Comm_size(c->node_comm, &c->local_size));
     MPI_Comm leaders;
-    CHECK_MPI(MPI_Comm_split(MPI_COMM_WORLD, c->local_rank == 0 ? 0 : MPI_UNDEFINED, c->rank,
-                             &leaders));
+    CHECK_MPI(
+        MPI_Comm_split(MPI_COMM_WORLD, c->local_rank == 0 ? 0 : MPI_UNDEFINED, c->rank, &leaders));
     int ids[2] = {0, 0};
     if (c->local_rank == 0) {
         CHECK_MPI(MPI_Comm_rank(leaders, &ids[0]));
@@ -162,8 +168,8 @@ static hwloc_cpuset_t choose_binding(struct ls_ctx *c, enum ls_bind mode)
         CHECK_ALLOC(sets);
         memset(mine, 0, sizeof mine);
         hwloc_bitmap_list_snprintf(mine, sizeof mine, near);
-        CHECK_MPI(MPI_Allgather(mine, sizeof mine, MPI_CHAR, sets, sizeof mine, MPI_CHAR,
-                                c->node_comm));
+        CHECK_MPI(
+            MPI_Allgather(mine, sizeof mine, MPI_CHAR, sets, sizeof mine, MPI_CHAR, c->node_comm));
         int index = 0, count = 0;
         for (int r = 0; r < c->local_size; r++) {
             if (strcmp(sets + (size_t)r * sizeof mine, mine) != 0) continue;

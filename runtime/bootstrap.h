@@ -27,11 +27,11 @@ struct ls_ctx {
     int local_rank, local_size; /* ranks sharing this node */
     int node, nnodes;           /* node index, ordered by the lowest world rank on each */
     char host[64];
-    int gpus_visible;           /* CUDA devices this rank sees (CUDA_VISIBLE_DEVICES applies) */
-    int device;                 /* CUDA ordinal this rank drives; -1 on CPU runs */
-    char cpuset[256];           /* CPUs this rank is bound to, as a list: "0-15,32-47" */
-    char numa[64];              /* NUMA nodes of that binding: "0" or "0,1" */
-    int ncpus;                  /* processing units in the binding: threads for the CPU path */
+    int gpus_visible; /* CUDA devices this rank sees (CUDA_VISIBLE_DEVICES applies) */
+    int device;       /* CUDA ordinal this rank drives; -1 on CPU runs */
+    char cpuset[256]; /* CPUs this rank is bound to, as a list: "0-15,32-47" */
+    char numa[64];    /* NUMA nodes of that binding: "0" or "0,1" */
+    int ncpus;        /* processing units in the binding: threads for the CPU path */
     hwloc_topology_t topo;
     MPI_Comm node_comm;
 };

@@ -142,7 +142,8 @@ static void render_llama3(struct ls_strbuf *b, const struct chat_msg *m, int n, 
 static const char ALTERNATE[] =
     "Conversation roles must alternate user/assistant/user/assistant/...";
 
-static int render_llama2(struct ls_strbuf *b, const struct chat_msg *m, int n, char *err, size_t errlen)
+static int render_llama2(struct ls_strbuf *b, const struct chat_msg *m, int n, char *err,
+                         size_t errlen)
 {
     const char *system = NULL;
     if (n > 0 && is_role(&m[0], "system")) {
@@ -182,7 +183,8 @@ static int render_llama2(struct ls_strbuf *b, const struct chat_msg *m, int n, c
     return 0;
 }
 
-static int render_mistral(struct ls_strbuf *b, const struct chat_msg *m, int n, char *err, size_t errlen)
+static int render_mistral(struct ls_strbuf *b, const struct chat_msg *m, int n, char *err,
+                          size_t errlen)
 {
     puts_(b, "<s>");
     for (int i = 0; i < n; i++) {

@@ -31,7 +31,8 @@ const char *ls_mpi_strerror(int code)
 {
     static char buf[MPI_MAX_ERROR_STRING];
     int len = 0;
-    if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) snprintf(buf, sizeof buf, "MPI error %d", code);
+    if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS)
+        snprintf(buf, sizeof buf, "MPI error %d", code);
     return buf;
 }
 
@@ -46,8 +47,10 @@ static void on_fatal_signal(int sig, siginfo_t *info, void *uctx)
 {
     (void)uctx;
     char msg[256];
-    int n = snprintf(msg, sizeof msg, "lockstep: rank %d@%s: fatal signal %d (%s) at address %p; aborting the job\n",
-                     ls_self_rank(), ls_self_host(), sig, strsignal(sig), info ? info->si_addr : NULL);
+    int n =
+        snprintf(msg, sizeof msg,
+                 "lockstep: rank %d@%s: fatal signal %d (%s) at address %p; aborting the job\n",
+                 ls_self_rank(), ls_self_host(), sig, strsignal(sig), info ? info->si_addr : NULL);
     if (n > 0) {
         ssize_t w = write(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
         (void)w;

@@ -12,7 +12,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-__attribute__((noreturn)) void ls_die(const char *file, int line, const char *call, const char *msg);
+__attribute__((noreturn)) void ls_die(const char *file, int line, const char *call,
+                                      const char *msg);
 /* MPI_Abort when MPI is up, exit otherwise */
 __attribute__((noreturn)) void ls_abort(int code);
 void ls_install_crash_handlers(void);
@@ -24,7 +25,7 @@ const char *ls_mpi_strerror(int code);
 #define CHECK_MPI(call)                                                                            \
     do {                                                                                           \
         int ls_e_ = (call);                                                                        \
-        if (ls_e_ != 0) ls_die(__FILE__, __LINE__, #call, ls_mpi_strerror(ls_e_));                \
+        if (ls_e_ != 0) ls_die(__FILE__, __LINE__, #call, ls_mpi_strerror(ls_e_));                 \
     } while (0)
 
 /* system calls that return -1 and set errno */
@@ -45,12 +46,12 @@ const char *ls_mpi_strerror(int code);
 #define CHECK_CUDA(call)                                                                           \
     do {                                                                                           \
         cudaError_t ls_e_ = (call);                                                                \
-        if (ls_e_ != cudaSuccess) ls_die(__FILE__, __LINE__, #call, cudaGetErrorString(ls_e_));   \
+        if (ls_e_ != cudaSuccess) ls_die(__FILE__, __LINE__, #call, cudaGetErrorString(ls_e_));    \
     } while (0)
 #define CHECK_NCCL(call)                                                                           \
     do {                                                                                           \
         ncclResult_t ls_e_ = (call);                                                               \
-        if (ls_e_ != ncclSuccess) ls_die(__FILE__, __LINE__, #call, ncclGetErrorString(ls_e_));   \
+        if (ls_e_ != ncclSuccess) ls_die(__FILE__, __LINE__, #call, ncclGetErrorString(ls_e_));    \
     } while (0)
 #endif
 

@@ -22,7 +22,8 @@ static MPI_Datatype mpi_type(enum ls_dtype t)
 {
     if (t == LS_F32) return MPI_FLOAT;
     if (t == LS_I32) return MPI_INT;
-    ls_die(__FILE__, __LINE__, "mpi_type", "the MPI communicator has no bf16 sum (CPU runs use fp32)");
+    ls_die(__FILE__, __LINE__, "mpi_type",
+           "the MPI communicator has no bf16 sum (CPU runs use fp32)");
 }
 
 static void mpi_allreduce(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t, void *stream)
@@ -55,11 +56,12 @@ static void mpi_bcast(struct ls_comm *c, void *buf, size_t bytes, int root, void
     }
 }
 
-static void mpi_allgather(struct ls_comm *c, const void *send, void *recv, size_t count, enum ls_dtype t,
-                          void *stream)
+static void mpi_allgather(struct ls_comm *c, const void *send, void *recv, size_t count,
+                          enum ls_dtype t, void *stream)
 {
     (void)stream;
-    if (count > (size_t)1 << 30) ls_die(__FILE__, __LINE__, "mpi_allgather", "count exceeds MPI's int range");
+    if (count > (size_t)1 << 30)
+        ls_die(__FILE__, __LINE__, "mpi_allgather", "count exceeds MPI's int range");
     CHECK_MPI(MPI_Allgather(send, (int)count, mpi_type(t), recv, (int)count, mpi_type(t),
                             ((struct mpi_comm *)c->impl)->comm));
 }
@@ -98,7 +100,8 @@ struct ls_comm *ls_comm_mpi_create(MPI_Comm world)
 
 /* ---- null: timing without communication ---- */
 
-static void null_allreduce(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t, void *stream)
+static void null_allreduce(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t,
+                           void *stream)
 {
     (void)c, (void)buf, (void)count, (void)t, (void)stream;
 }
@@ -108,8 +111,8 @@ static void null_bcast(struct ls_comm *c, void *buf, size_t bytes, int root, voi
     (void)c, (void)buf, (void)bytes, (void)root, (void)stream;
 }
 
-static void null_allgather(struct ls_comm *c, const void *send, void *recv, size_t count, enum ls_dtype t,
-                           void *stream)
+static void null_allgather(struct ls_comm *c, const void *send, void *recv, size_t count,
+                           enum ls_dtype t, void *stream)
 {
     (void)stream;
     const struct ls_backend *be = c->impl;
@@ -159,10 +162,12 @@ static ncclDataType_t nccl_type(enum ls_dtype t)
     return t == LS_F32 ? ncclFloat32 : t == LS_BF16 ? ncclBfloat16 : ncclInt32;
 }
 
-static void nccl_allreduce(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t, void *stream)
+static void nccl_allreduce(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t,
+                           void *stream)
 {
     struct nccl_comm *n = c->impl;
-    CHECK_NCCL(ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, n->comm, (cudaStream_t)stream));
+    CHECK_NCCL(
+        ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, n->comm, (cudaStream_t)stream));
 }
 
 static void nccl_bcast(struct ls_comm *c, void *buf, size_t bytes, int root, void *stream)
@@ -171,8 +176,8 @@ static void nccl_bcast(struct ls_comm *c, void *buf, size_t bytes, int root, voi
     CHECK_NCCL(ncclBroadcast(buf, buf, bytes, ncclUint8, root, n->comm, (cudaStream_t)stream));
 }
 
-static void nccl_allgather(struct ls_comm *c, const void *send, void *recv, size_t count, enum ls_dtype t,
-                           void *stream)
+static void nccl_allgather(struct ls_comm *c, const void *send, void *recv, size_t count,
+                           enum ls_dtype t, void *stream)
 {
     struct nccl_comm *n = c->impl;
     CHECK_NCCL(ncclAllGather(send, recv, count, nccl_type(t), n->comm, (cudaStream_t)stream));

@@ -19,11 +19,12 @@ struct ls_comm {
     const char *name; /* "mpi" or "nccl" */
     int rank, size;
     /* in place; stream is a cudaStream_t for NCCL, ignored by MPI */
-    void (*allreduce_sum)(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t, void *stream);
+    void (*allreduce_sum)(struct ls_comm *c, void *buf, size_t count, enum ls_dtype t,
+                          void *stream);
     void (*bcast)(struct ls_comm *c, void *buf, size_t bytes, int root, void *stream);
     /* recv[size][count] = every rank's send[count], rank order */
-    void (*allgather)(struct ls_comm *c, const void *send, void *recv, size_t count, enum ls_dtype t,
-                      void *stream);
+    void (*allgather)(struct ls_comm *c, const void *send, void *recv, size_t count,
+                      enum ls_dtype t, void *stream);
     void (*barrier)(struct ls_comm *c);
     void (*destroy)(struct ls_comm *c);
     void *impl;

@@ -14,7 +14,7 @@ struct ls_engine {
     struct ls_model *m;
     struct ls_comm *comm;
     const struct ls_backend *be;
-    void *stream;        /* the backend's stream, for the collectives */
+    void *stream; /* the backend's stream, for the collectives */
     int max_ctx, max_batch;
     int pos;             /* positions filled in the KV cache (host's count) */
     int vpad;            /* vocab rows per rank in the gather (the largest slice) */
@@ -41,8 +41,9 @@ static float *balloc(struct ls_engine *e, size_t n, int *failed)
     return p;
 }
 
-struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const struct ls_backend *be,
-                                int max_ctx, int max_batch, char *err, size_t errlen)
+struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
+                                const struct ls_backend *be, int max_ctx, int max_batch, char *err,
+                                size_t errlen)
 {
     struct ls_engine *e = calloc(1, sizeof *e);
     CHECK_ALLOC(e);
@@ -88,8 +89,10 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const 
         size_t free_b = be->mem_free ? be->mem_free() : 0;
         char have[64] = "";
         if (free_b) snprintf(have, sizeof have, " (%.2f GB free after the weights)", free_b / 1e9);
-        snprintf(err, errlen, "out of %s memory for the KV cache and activations: %.2f GB needed for "
-                 "--max-context %d%s; lower --max-context", be->name, need / 1e9, max_ctx, have);
+        snprintf(err, errlen,
+                 "out of %s memory for the KV cache and activations: %.2f GB needed for "
+                 "--max-context %d%s; lower --max-context",
+                 be->name, need / 1e9, max_ctx, have);
         ls_engine_free(e);
         return NULL;
     }
@@ -101,8 +104,8 @@ void ls_engine_free(struct ls_engine *e)
     if (!e) return;
     const struct ls_backend *be = e->be;
     if (e->graph) be->graph_free(e->graph);
-    void *bufs[] = {e->ids, e->posb, e->x, e->xn, e->qkv, e->att, e->proj, e->gu,
-                    e->logits_local, e->logits_all, e->logits};
+    void *bufs[] = {e->ids, e->posb,         e->x,          e->xn,    e->qkv, e->att, e->proj,
+                    e->gu,  e->logits_local, e->logits_all, e->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     for (int l = 0; e->kc && l < e->m->cfg.n_layers; l++) {
@@ -152,13 +155,15 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     const struct ls_shard *s = &e->m->shard;
     const struct ls_layer *L = &e->m->layers[l];
     const int D = c->dim, hd = c->head_dim, hq = s->q_heads, hkv = s->kv_heads, F = s->ffn_cols;
-    const int qd = hq * hd, stride = (hq + 2 * hkv) * hd, rope_il = c->rope_style == LS_ROPE_INTERLEAVED;
+    const int qd = hq * hd, stride = (hq + 2 * hkv) * hd,
+              rope_il = c->rope_style == LS_ROPE_INTERLEAVED;
     const float eps = c->norm_eps;
 
     be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
-    be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd, e->max_ctx,
-                rope_il, L->q_norm, L->k_norm, eps);
-    be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd, e->max_ctx);
+    be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
+                e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
+    be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
+                  e->max_ctx);
     be->matmul(e->proj, e->att, L->wo, NULL, T, qd, D);
     /* TP all-reduce of the attention output, + residual, + the MLP's RMSNorm */
     be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, L->ffn_norm, T, D, eps);
@@ -176,7 +181,8 @@ static void head_forward(struct ls_engine *e, int T)
     const struct ls_backend *be = e->be;
     const struct ls_model *m = e->m;
     const int D = m->cfg.dim;
-    be->matmul(e->logits_local, e->xn + (size_t)(T - 1) * D, m->lm_head, NULL, 1, D, m->shard.vocab_rows);
+    be->matmul(e->logits_local, e->xn + (size_t)(T - 1) * D, m->lm_head, NULL, 1, D,
+               m->shard.vocab_rows);
     e->comm->allgather(e->comm, e->logits_local, e->logits_all, (size_t)e->vpad, LS_F32, e->stream);
     for (int r = 0; r < m->tp; r++)
         be->copy(e->logits + m->plan[r].vocab_first, e->logits_all + (size_t)r * e->vpad,

@@ -14,8 +14,9 @@
 struct ls_engine;
 
 /* max_ctx: KV cache length in tokens; max_batch: positions per forward call (prefill chunk) */
-struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm, const struct ls_backend *be,
-                                int max_ctx, int max_batch, char *err, size_t errlen);
+struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
+                                const struct ls_backend *be, int max_ctx, int max_batch, char *err,
+                                size_t errlen);
 void ls_engine_free(struct ls_engine *e);
 /* swap the communicator (bench: a null one measures the step without collectives); returns
  * the previous one. Drops a captured graph, which holds the old one's calls. */

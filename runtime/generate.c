@@ -33,7 +33,8 @@ static void fault_drill(int step)
         if (d && sscanf(d, "%d:%d", &rank, &at) != 2) rank = -1;
     }
     if (rank >= 0 && rank == ls_self_rank() && step == at) {
-        fprintf(stderr, "lockstep: rank %d@%s: fault drill: dying before decode step %d\n", rank, ls_self_host(), step);
+        fprintf(stderr, "lockstep: rank %d@%s: fault drill: dying before decode step %d\n", rank,
+                ls_self_host(), step);
         fflush(stderr);
         _exit(9);
     }
@@ -88,7 +89,8 @@ static int by_logit_desc(const void *a, const void *b, void *ctx)
     return ia - ib;
 }
 
-static void record_top(struct ls_gen_result *r, const struct ls_gen_params *p, const float *logits, int V)
+static void record_top(struct ls_gen_result *r, const struct ls_gen_params *p, const float *logits,
+                       int V)
 {
     if (r->top_steps >= p->top_logit_steps || p->top_logits <= 0) return;
     int K = p->top_logits < V ? p->top_logits : V;
@@ -116,13 +118,16 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         return -1;
     }
     if (n_prompt >= max_ctx) {
-        snprintf(err, errlen, "the prompt has %d tokens but the context holds %d (--max-context); "
-                 "shorten the prompt or raise --max-context", n_prompt, max_ctx);
+        snprintf(err, errlen,
+                 "the prompt has %d tokens but the context holds %d (--max-context); "
+                 "shorten the prompt or raise --max-context",
+                 n_prompt, max_ctx);
         return -1;
     }
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= V) {
-            snprintf(err, errlen, "prompt token %d: id %d is outside the vocabulary [0, %d)", i, prompt[i], V);
+            snprintf(err, errlen, "prompt token %d: id %d is outside the vocabulary [0, %d)", i,
+                     prompt[i], V);
             return -1;
         }
     struct ls_sampler *smp = ls_sampler_new(&p->sampling, V);

@@ -23,14 +23,14 @@ struct ls_gen_params {
 };
 
 struct ls_gen_result {
-    int *ids;            /* [n_gen] generated ids */
+    int *ids; /* [n_gen] generated ids */
     int n_prompt, n_gen;
-    char *text;          /* generated text, stop string excluded */
-    const char *finish;  /* "stop" (EOS or stop string), "length" (budget or context) */
+    char *text;         /* generated text, stop string excluded */
+    const char *finish; /* "stop" (EOS or stop string), "length" (budget or context) */
     double prefill_s, decode_s;
-    int *top_ids;        /* [top_logit_steps][top_logits] */
+    int *top_ids; /* [top_logit_steps][top_logits] */
     float *top_vals;
-    int top_steps;       /* steps recorded */
+    int top_steps; /* steps recorded */
 };
 
 void ls_gen_defaults(struct ls_gen_params *p);

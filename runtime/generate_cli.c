@@ -16,14 +16,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_DUMMY = 1299, OPT_CHAT = 1300, OPT_SYSTEM, OPT_PROMPT_IDS, OPT_JSON, OPT_TOP_LOGITS, OPT_TOP_STEPS, OPT_QUIET };
+enum {
+    OPT_DUMMY = 1299,
+    OPT_CHAT = 1300,
+    OPT_SYSTEM,
+    OPT_PROMPT_IDS,
+    OPT_JSON,
+    OPT_TOP_LOGITS,
+    OPT_TOP_STEPS,
+    OPT_QUIET
+};
 
 static const char generate_help[] =
     "usage: lockstep generate -m MODEL -p PROMPT [-n N] [sampling flags] [--chat] [--system S]\n"
     "Run under mpirun (one rank per GPU, or CPU ranks): rank 0 streams the text to stdout and\n"
     "the timing to stderr.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
-    "  --dummy PRESET|FILE  random weights (seeded) of a preset shape (llama-3.1-8b, llama-3.1-70b,\n"
+    "  --dummy PRESET|FILE  random weights (seeded) of a preset shape (llama-3.1-8b, "
+    "llama-3.1-70b,\n"
     "                       qwen2.5-7b, smollm2-135m) or of a config.json; no checkpoint needed\n"
     "  -p, --prompt TEXT    the prompt; '-' reads it from stdin\n"
     "  --prompt-ids LIST    the prompt as token ids, \"1,2,3\" (models without a tokenizer)\n"
@@ -82,7 +92,8 @@ static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
         char *end = NULL;
         long v = strtol(p, &end, 10);
         if (end == p || v < 0 || v > (1 << 30)) {
-            snprintf(err, errlen, "--prompt-ids: expected comma-separated token ids, found '%s'", s);
+            snprintf(err, errlen, "--prompt-ids: expected comma-separated token ids, found '%s'",
+                     s);
             free(ids);
             return -1;
         }
@@ -93,9 +104,11 @@ static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
         }
         ids[k++] = (int)v;
         p = end;
-        if (*p == ',') p++;
+        if (*p == ',')
+            p++;
         else if (*p) {
-            snprintf(err, errlen, "--prompt-ids: expected comma-separated token ids, found '%s'", s);
+            snprintf(err, errlen, "--prompt-ids: expected comma-separated token ids, found '%s'",
+                     s);
             free(ids);
             return -1;
         }
@@ -106,8 +119,8 @@ static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
 }
 
 /* The prompt as ids: chat-templated and/or encoded with the model's tokenizer. */
-static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, const char *system, int **out,
-                      int *n, char *err, size_t errlen)
+static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, const char *system,
+                      int **out, int *n, char *err, size_t errlen)
 {
     if (!m->tok) {
         snprintf(err, errlen, "%.900s has no tokenizer: give the prompt as --prompt-ids", m->path);
@@ -143,8 +156,8 @@ static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, co
     return count < 0 ? -1 : 0;
 }
 
-static void print_json(const struct rc_job *j, const int *prompt, int n_prompt, const struct ls_gen_result *r,
-                       const struct ls_gen_params *p)
+static void print_json(const struct rc_job *j, const int *prompt, int n_prompt,
+                       const struct ls_gen_result *r, const struct ls_gen_params *p)
 {
     json_t *o = json_object(), *pi = json_array(), *gi = json_array();
     for (int i = 0; i < n_prompt; i++) json_array_append_new(pi, json_integer(prompt[i]));
@@ -180,14 +193,21 @@ static void print_json(const struct rc_job *j, const int *prompt, int n_prompt, 
 int cmd_generate(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'}, {"prompt", required_argument, NULL, 'p'},
+        {"model", required_argument, NULL, 'm'},
+        {"prompt", required_argument, NULL, 'p'},
         {"dummy", required_argument, NULL, OPT_DUMMY},
-        {"max-tokens", required_argument, NULL, 'n'}, {"help", no_argument, NULL, 'h'},
-        {"chat", no_argument, NULL, OPT_CHAT}, {"system", required_argument, NULL, OPT_SYSTEM},
-        {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS}, {"json", no_argument, NULL, OPT_JSON},
+        {"max-tokens", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
+        {"chat", no_argument, NULL, OPT_CHAT},
+        {"system", required_argument, NULL, OPT_SYSTEM},
+        {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
+        {"json", no_argument, NULL, OPT_JSON},
         {"top-logits", required_argument, NULL, OPT_TOP_LOGITS},
-        {"top-logit-steps", required_argument, NULL, OPT_TOP_STEPS}, {"quiet", no_argument, NULL, OPT_QUIET},
-        RC_SAMPLING_LONGOPTS, LS_COMMON_LONGOPTS, {NULL, 0, NULL, 0}};
+        {"top-logit-steps", required_argument, NULL, OPT_TOP_STEPS},
+        {"quiet", no_argument, NULL, OPT_QUIET},
+        RC_SAMPLING_LONGOPTS,
+        LS_COMMON_LONGOPTS,
+        {NULL, 0, NULL, 0}};
     struct ls_common_opts common;
     ls_common_defaults(&common);
     struct ls_gen_params gp;
@@ -199,31 +219,51 @@ int cmd_generate(int argc, char **argv)
     char err[1024], dummy[4200];
     while ((opt = ls_getopt(argc, argv, "m:p:n:h", longopts, &reset, err, sizeof err)) != -1) {
         switch (opt) {
-        case 'm': model = optarg; break;
+        case 'm':
+            model = optarg;
+            break;
         case OPT_DUMMY:
             snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
             model = dummy;
             break;
-        case 'p': prompt = optarg; break;
+        case 'p':
+            prompt = optarg;
+            break;
         case 'n':
-            if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err)) return ls_usage_error("generate", err);
+            if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err))
+                return ls_usage_error("generate", err);
             gp.max_tokens = (int)v;
             break;
-        case 'h': ls_print0("%s", generate_help); return 0;
-        case OPT_CHAT: chat = 1; break;
-        case OPT_SYSTEM: system = optarg; break;
-        case OPT_PROMPT_IDS: ids_arg = optarg; break;
-        case OPT_JSON: json = 1; break;
-        case OPT_QUIET: quiet = 1; break;
+        case 'h':
+            ls_print0("%s", generate_help);
+            return 0;
+        case OPT_CHAT:
+            chat = 1;
+            break;
+        case OPT_SYSTEM:
+            system = optarg;
+            break;
+        case OPT_PROMPT_IDS:
+            ids_arg = optarg;
+            break;
+        case OPT_JSON:
+            json = 1;
+            break;
+        case OPT_QUIET:
+            quiet = 1;
+            break;
         case OPT_TOP_LOGITS:
-            if (ls_parse_long("--top-logits", optarg, 0, 1 << 22, &v, err, sizeof err)) return ls_usage_error("generate", err);
+            if (ls_parse_long("--top-logits", optarg, 0, 1 << 22, &v, err, sizeof err))
+                return ls_usage_error("generate", err);
             gp.top_logits = (int)v;
             break;
         case OPT_TOP_STEPS:
-            if (ls_parse_long("--top-logit-steps", optarg, 0, 1 << 20, &v, err, sizeof err)) return ls_usage_error("generate", err);
+            if (ls_parse_long("--top-logit-steps", optarg, 0, 1 << 20, &v, err, sizeof err))
+                return ls_usage_error("generate", err);
             gp.top_logit_steps = (int)v;
             break;
-        case '?': return ls_usage_error("generate", err);
+        case '?':
+            return ls_usage_error("generate", err);
         default:
             rc = rc_sampling_opt(opt, optarg, &gp, &max_ctx, err, sizeof err);
             if (rc == 1) rc = ls_common_opt(opt, optarg, &common, err, sizeof err);
@@ -231,12 +271,15 @@ int cmd_generate(int argc, char **argv)
         }
     }
     if (optind < argc) {
-        snprintf(err, sizeof err, "unexpected argument '%s' (quote the prompt: -p \"...\")", argv[optind]);
+        snprintf(err, sizeof err, "unexpected argument '%s' (quote the prompt: -p \"...\")",
+                 argv[optind]);
         return ls_usage_error("generate", err);
     }
     if (!model) return ls_usage_error("generate", "missing --model (-m) or --dummy");
-    if (!prompt == !ids_arg) return ls_usage_error("generate", "give exactly one of --prompt (-p) and --prompt-ids");
-    if (ids_arg && chat) return ls_usage_error("generate", "--chat needs a text prompt, not --prompt-ids");
+    if (!prompt == !ids_arg)
+        return ls_usage_error("generate", "give exactly one of --prompt (-p) and --prompt-ids");
+    if (ids_arg && chat)
+        return ls_usage_error("generate", "--chat needs a text prompt, not --prompt-ids");
     if (system && !chat) return ls_usage_error("generate", "--system needs --chat");
 
     struct rc_job j;
@@ -249,8 +292,9 @@ int cmd_generate(int argc, char **argv)
         prompt = text;
     }
     int *ids = NULL, n_ids = 0;
-    int ok = (ids_arg ? parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
-                      : prompt_ids(j.model, prompt, chat, system, &ids, &n_ids, err, sizeof err)) == 0;
+    int ok =
+        (ids_arg ? parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
+                 : prompt_ids(j.model, prompt, chat, system, &ids, &n_ids, err, sizeof err)) == 0;
     if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);
     if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
     gp.stream = j.ctx.rank == 0 && !json ? stdout : NULL;
@@ -260,13 +304,19 @@ int cmd_generate(int argc, char **argv)
     if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);
     if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
     if (j.ctx.rank == 0) {
-        if (json) print_json(&j, ids, n_ids, &r, &gp);
-        else printf("\n");
+        if (json)
+            print_json(&j, ids, n_ids, &r, &gp);
+        else
+            printf("\n");
         fflush(stdout);
         if (!quiet)
-            fprintf(stderr, "lockstep: %d ranks (%s): prompt %d tokens in %.3f s (%.1f tok/s); generated %d tokens in %.3f s (%.2f tok/s); finish: %s\n",
-                    j.ctx.size, j.be->name, r.n_prompt, r.prefill_s, r.n_prompt / (r.prefill_s > 0 ? r.prefill_s : 1e-9),
-                    r.n_gen, r.decode_s, r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_s > 0 ? r.decode_s : 1e-9) : 0.0, r.finish);
+            fprintf(stderr,
+                    "lockstep: %d ranks (%s): prompt %d tokens in %.3f s (%.1f tok/s); generated "
+                    "%d tokens in %.3f s (%.2f tok/s); finish: %s\n",
+                    j.ctx.size, j.be->name, r.n_prompt, r.prefill_s,
+                    r.n_prompt / (r.prefill_s > 0 ? r.prefill_s : 1e-9), r.n_gen, r.decode_s,
+                    r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_s > 0 ? r.decode_s : 1e-9) : 0.0,
+                    r.finish);
     }
     ls_gen_result_free(&r);
     free(ids);

@@ -109,7 +109,8 @@ void ls_gpu_link(int a, int b, char *out, size_t outlen)
             /* NVML reports a link's remote end by the bus id NVML itself uses for the peer, which
              * in a VM is not the guest's id that CUDA reports: compare with NVML's view of b */
             nvml_pci_info bi;
-            if (nvml.pci_info && nvml.pci_info(db, &bi) == 0) snprintf(pb, sizeof pb, "%s", bi.bus_id);
+            if (nvml.pci_info && nvml.pci_info(db, &bi) == 0)
+                snprintf(pb, sizeof pb, "%s", bi.bus_id);
             int links = 0;
             for (unsigned l = 0; l < NVML_MAX_LINKS; l++) {
                 unsigned active = 0;
@@ -133,9 +134,12 @@ void ls_gpu_link(int a, int b, char *out, size_t outlen)
     cudaDeviceCanAccessPeer(&access, a, b);
     cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, a, b);
     cudaGetLastError();
-    if (access && atomics) snprintf(out, outlen, "P2P (NVLink?)");
-    else if (access) snprintf(out, outlen, "PCIe P2P");
-    else snprintf(out, outlen, "PCIe (no P2P)");
+    if (access && atomics)
+        snprintf(out, outlen, "P2P (NVLink?)");
+    else if (access)
+        snprintf(out, outlen, "PCIe P2P");
+    else
+        snprintf(out, outlen, "PCIe (no P2P)");
 }
 
 void ls_cuda_version(char *out, size_t outlen)
@@ -145,8 +149,8 @@ void ls_cuda_version(char *out, size_t outlen)
     cudaRuntimeGetVersion(&rt);
     cudaGetLastError();
     if (drv > 0)
-        snprintf(out, outlen, "driver %d.%d, runtime %d.%d", drv / 1000, drv % 1000 / 10,
-                 rt / 1000, rt % 1000 / 10);
+        snprintf(out, outlen, "driver %d.%d, runtime %d.%d", drv / 1000, drv % 1000 / 10, rt / 1000,
+                 rt % 1000 / 10);
     else
         snprintf(out, outlen, "no driver, runtime %d.%d", rt / 1000, rt % 1000 / 10);
 }
@@ -201,10 +205,7 @@ void ls_gpu_to_host(void *dst, const void *src, size_t bytes)
     (void)dst, (void)src, (void)bytes;
     ls_die(__FILE__, __LINE__, "ls_gpu_to_host", "this build has no CUDA backend");
 }
-void ls_gpu_sync(void)
-{
-}
-
+void ls_gpu_sync(void) {}
 
 int ls_gpu_count(void)
 {

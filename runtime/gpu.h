@@ -8,9 +8,9 @@
 
 struct ls_gpu_props {
     char name[96];
-    char pci[32];          /* PCI bus id, "0000:19:00.0" */
-    size_t mem_total;      /* bytes */
-    size_t mem_free;       /* bytes, at the time of the query */
+    char pci[32];     /* PCI bus id, "0000:19:00.0" */
+    size_t mem_total; /* bytes */
+    size_t mem_free;  /* bytes, at the time of the query */
     int cc_major, cc_minor;
     int sms;
 };

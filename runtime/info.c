@@ -146,27 +146,28 @@ static void check_allreduce(const struct ls_ctx *c, struct comm_check *out)
     comm->destroy(comm);
 }
 
-static void print_table(const struct ls_ctx *c, const struct rank_info *ri, const struct node_links *nl,
-                        const struct comm_check *cc)
+static void print_table(const struct ls_ctx *c, const struct rank_info *ri,
+                        const struct node_links *nl, const struct comm_check *cc)
 {
-    printf("lockstep %s: %d rank%s on %d node%s\n", PACKAGE_VERSION, c->size, c->size == 1 ? "" : "s",
-           c->nnodes, c->nnodes == 1 ? "" : "s");
+    printf("lockstep %s: %d rank%s on %d node%s\n", PACKAGE_VERSION, c->size,
+           c->size == 1 ? "" : "s", c->nnodes, c->nnodes == 1 ? "" : "s");
     printf("%-4s %-4s %-5s %-16s %-28s %-13s %-10s %-18s %-4s\n", "rank", "node", "local", "host",
            "device", "pci", "memory", "cpus", "numa");
     for (int r = 0; r < c->size; r++) {
         const struct rank_info *x = &ri[r];
         char dev[64], mem[24] = "-";
         if (x->device >= 0) {
-            snprintf(dev, sizeof dev, "GPU%d %s (sm_%d%d)", x->device, x->gpu, x->cc_major, x->cc_minor);
+            snprintf(dev, sizeof dev, "GPU%d %s (sm_%d%d)", x->device, x->gpu, x->cc_major,
+                     x->cc_minor);
             snprintf(mem, sizeof mem, "%.1f GiB", x->mem_gib);
         } else {
             snprintf(dev, sizeof dev, "cpu (%d threads)", x->ncpus);
         }
-        printf("%-4d %-4d %-5d %-16s %-28s %-13s %-10s %-18s %-4s\n", x->rank, x->node, x->local_rank,
-               x->host, dev, x->device >= 0 ? x->pci : "-", mem, x->cpuset, x->numa);
+        printf("%-4d %-4d %-5d %-16s %-28s %-13s %-10s %-18s %-4s\n", x->rank, x->node,
+               x->local_rank, x->host, dev, x->device >= 0 ? x->pci : "-", mem, x->cpuset, x->numa);
     }
-    printf("versions: %s; NCCL %s; CUDA %s; hwloc %s\n", ri[0].mpi_ver, ri[0].nccl_ver, ri[0].cuda_ver,
-           ri[0].hwloc_ver);
+    printf("versions: %s; NCCL %s; CUDA %s; hwloc %s\n", ri[0].mpi_ver, ri[0].nccl_ver,
+           ri[0].cuda_ver, ri[0].hwloc_ver);
     for (int r = 1; r < c->size; r++)
         if (strcmp(ri[r].mpi_ver, ri[0].mpi_ver) || strcmp(ri[r].nccl_ver, ri[0].nccl_ver) ||
             strcmp(ri[r].cuda_ver, ri[0].cuda_ver))
@@ -188,25 +189,26 @@ static void print_table(const struct ls_ctx *c, const struct rank_info *ri, cons
            c->size == 1 ? "" : "s", cc->ok ? "ok" : "FAILED", cc->detail, cc->usec);
 }
 
-static void print_json(const struct ls_ctx *c, const struct rank_info *ri, const struct node_links *nl,
-                       const struct comm_check *cc)
+static void print_json(const struct ls_ctx *c, const struct rank_info *ri,
+                       const struct node_links *nl, const struct comm_check *cc)
 {
     json_t *root = json_object(), *ranks = json_array(), *nodes = json_array();
     for (int r = 0; r < c->size; r++) {
         const struct rank_info *x = &ri[r];
-        json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:i}", "rank", x->rank, "node",
-                              x->node, "local_rank", x->local_rank, "local_size", x->local_size,
-                              "host", x->host, "cpuset", x->cpuset, "numa", x->numa, "threads",
-                              x->ncpus);
+        json_t *o =
+            json_pack("{s:i, s:i, s:i, s:i, s:s, s:s, s:s, s:i}", "rank", x->rank, "node", x->node,
+                      "local_rank", x->local_rank, "local_size", x->local_size, "host", x->host,
+                      "cpuset", x->cpuset, "numa", x->numa, "threads", x->ncpus);
         if (x->device >= 0)
-            json_object_set_new(o, "gpu", json_pack("{s:i, s:s, s:s, s:f, s:s, s:i}", "index", x->device,
-                                                    "name", x->gpu, "pci", x->pci, "memory_gib",
-                                                    x->mem_gib, "arch", "", "sms", x->sms));
+            json_object_set_new(o, "gpu",
+                                json_pack("{s:i, s:s, s:s, s:f, s:s, s:i}", "index", x->device,
+                                          "name", x->gpu, "pci", x->pci, "memory_gib", x->mem_gib,
+                                          "arch", "", "sms", x->sms));
         else
             json_object_set_new(o, "gpu", json_null());
-        json_object_set_new(o, "versions", json_pack("{s:s, s:s, s:s, s:s}", "mpi", x->mpi_ver, "nccl",
-                                                     x->nccl_ver, "cuda", x->cuda_ver, "hwloc",
-                                                     x->hwloc_ver));
+        json_object_set_new(o, "versions",
+                            json_pack("{s:s, s:s, s:s, s:s}", "mpi", x->mpi_ver, "nccl",
+                                      x->nccl_ver, "cuda", x->cuda_ver, "hwloc", x->hwloc_ver));
         if (x->device >= 0) {
             char arch[16];
             snprintf(arch, sizeof arch, "sm_%d%d", x->cc_major, x->cc_minor);
@@ -220,20 +222,21 @@ static void print_json(const struct ls_ctx *c, const struct rank_info *ri, const
         json_t *m = json_array();
         for (int a = 0; a < l->ngpus; a++) {
             json_t *row = json_array();
-            for (int b = 0; b < l->ngpus; b++) json_array_append_new(row, json_string(l->link[a][b]));
+            for (int b = 0; b < l->ngpus; b++)
+                json_array_append_new(row, json_string(l->link[a][b]));
             json_array_append_new(m, row);
         }
-        json_array_append_new(nodes, json_pack("{s:i, s:s, s:o}", "node", l->node, "host", l->host,
-                                               "gpu_links", m));
+        json_array_append_new(
+            nodes, json_pack("{s:i, s:s, s:o}", "node", l->node, "host", l->host, "gpu_links", m));
     }
     json_object_set_new(root, "version", json_string(PACKAGE_VERSION));
     json_object_set_new(root, "size", json_integer(c->size));
     json_object_set_new(root, "nodes_count", json_integer(c->nnodes));
     json_object_set_new(root, "ranks", ranks);
     json_object_set_new(root, "nodes", nodes);
-    json_object_set_new(root, "allreduce_check",
-                        json_pack("{s:b, s:s, s:f}", "ok", cc->ok, "backend", cc->backend, "usec",
-                                  cc->usec));
+    json_object_set_new(
+        root, "allreduce_check",
+        json_pack("{s:b, s:s, s:f}", "ok", cc->ok, "backend", cc->backend, "usec", cc->usec));
     json_dumpf(root, stdout, JSON_INDENT(2));
     printf("\n");
     json_decref(root);
@@ -256,11 +259,13 @@ int cmd_info(int argc, char **argv)
     int json = 0, reset = 1, opt;
     char err[256];
     while ((opt = ls_getopt(argc, argv, "jh", longopts, &reset, err, sizeof err)) != -1) {
-        if (opt == 'j') json = 1;
+        if (opt == 'j')
+            json = 1;
         else if (opt == 'h') {
             ls_print0("%s", info_help);
             return 0;
-        } else if (opt == '?') return ls_usage_error("info", err);
+        } else if (opt == '?')
+            return ls_usage_error("info", err);
         else if (ls_common_opt(opt, optarg, &common, err, sizeof err) != 0)
             return ls_usage_error("info", err);
     }
@@ -281,14 +286,17 @@ int cmd_info(int argc, char **argv)
         CHECK_ALLOC(all);
         CHECK_ALLOC(all_links);
     }
-    CHECK_MPI(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD));
+    CHECK_MPI(
+        MPI_Gather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD));
     CHECK_MPI(MPI_Gather(&links, sizeof links, MPI_BYTE, all_links, sizeof links, MPI_BYTE, 0,
                          MPI_COMM_WORLD));
     struct comm_check cc;
     check_allreduce(&ctx, &cc);
     if (ctx.rank == 0) {
-        if (json) print_json(&ctx, all, all_links, &cc);
-        else print_table(&ctx, all, all_links, &cc);
+        if (json)
+            print_json(&ctx, all, all_links, &cc);
+        else
+            print_table(&ctx, all, all_links, &cc);
         fflush(stdout);
     }
     free(all);

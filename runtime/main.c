@@ -19,13 +19,15 @@ static const struct {
     {"bench", cmd_bench, "measure the read roofline, prefill and decode speed"},
     {"info", cmd_info, "placement, GPUs, binding and library versions of every rank"},
     {"plan", cmd_plan, "the tensor-parallel shard plan for a model shape"},
-    {"launch", cmd_launch, "compose and run mpirun for a TP job (what launcher/lockstep-run calls)"},
+    {"launch", cmd_launch,
+     "compose and run mpirun for a TP job (what launcher/lockstep-run calls)"},
     {"selftest", cmd_selftest, NULL},
 };
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: lockstep <command> [options]   (lockstep <command> --help for its options)\n\ncommands:\n");
+    fprintf(f, "usage: lockstep <command> [options]   (lockstep <command> --help for its "
+               "options)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].help) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  %-10s %s\n", "version", "print the version");

@@ -46,8 +46,8 @@ static uint64_t mix64(uint64_t z)
 /* Random weights that depend only on (seed, tensor name, row, column), so every rank's shard is
  * the slice of one and the same model, whatever the TP size. Norm weights are 1; matrices are
  * uniform in +-sqrt(3 / cols) (unit variance of outputs for unit inputs), biases small. */
-static void dummy_fill(const struct source *s, const char *name, int64_t full_cols, int64_t r0, int64_t nr,
-                       int64_t c0, int64_t nc, float *dst)
+static void dummy_fill(const struct source *s, const char *name, int64_t full_cols, int64_t r0,
+                       int64_t nr, int64_t c0, int64_t nc, float *dst)
 {
     uint64_t h = s->seed * 0x9e3779b97f4a7c15ULL;
     for (const char *p = name; *p; p++) h = mix64(h ^ (uint64_t)(unsigned char)*p);
@@ -68,11 +68,12 @@ static void dummy_fill(const struct source *s, const char *name, int64_t full_co
 
 static int src_shape(struct source *s, const char *name, int64_t *rows, int64_t *cols)
 {
-    return s->g ? gguf_tensor_shape(s->g, name, rows, cols) : st_tensor_shape(s->st, name, rows, cols);
+    return s->g ? gguf_tensor_shape(s->g, name, rows, cols)
+                : st_tensor_shape(s->st, name, rows, cols);
 }
 
-static int src_read(struct source *s, const char *name, int64_t full_cols, int64_t r0, int64_t nr, int64_t c0,
-                    int64_t nc, float *dst, char *err, size_t errlen)
+static int src_read(struct source *s, const char *name, int64_t full_cols, int64_t r0, int64_t nr,
+                    int64_t c0, int64_t nc, float *dst, char *err, size_t errlen)
 {
     if (s->dummy) {
         dummy_fill(s, name, full_cols, r0, nr, c0, nc, dst);
@@ -88,22 +89,78 @@ static const struct {
     const char *name;
     struct ls_model_config c;
 } presets[] = {
-    {"llama-3.1-8b", {.arch = "llama", .n_layers = 32, .dim = 4096, .n_heads = 32, .n_kv_heads = 8,
-                      .head_dim = 128, .ffn = 14336, .vocab = 128256, .max_pos = 131072, .norm_eps = 1e-5f,
-                      .rope_theta = 500000.0f, .rope_scaling = LS_ROPE_SCALING_LLAMA3, .rope_factor = 8.0f,
-                      .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f, .rope_orig_max_pos = 8192,
-                      .bos_id = 128000, .eos_ids = {128001, 128008, 128009}, .n_eos = 3}},
-    {"llama-3.1-70b", {.arch = "llama", .n_layers = 80, .dim = 8192, .n_heads = 64, .n_kv_heads = 8,
-                       .head_dim = 128, .ffn = 28672, .vocab = 128256, .max_pos = 131072, .norm_eps = 1e-5f,
-                       .rope_theta = 500000.0f, .rope_scaling = LS_ROPE_SCALING_LLAMA3, .rope_factor = 8.0f,
-                       .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f, .rope_orig_max_pos = 8192,
-                       .bos_id = 128000, .eos_ids = {128001, 128008, 128009}, .n_eos = 3}},
-    {"qwen2.5-7b", {.arch = "qwen2", .n_layers = 28, .dim = 3584, .n_heads = 28, .n_kv_heads = 4,
-                    .head_dim = 128, .ffn = 18944, .vocab = 152064, .max_pos = 32768, .norm_eps = 1e-6f,
-                    .rope_theta = 1000000.0f, .qkv_bias = 1, .bos_id = -1, .eos_ids = {151645, 151643}, .n_eos = 2}},
-    {"smollm2-135m", {.arch = "llama", .n_layers = 30, .dim = 576, .n_heads = 9, .n_kv_heads = 3,
-                      .head_dim = 64, .ffn = 1536, .vocab = 49152, .max_pos = 8192, .norm_eps = 1e-5f,
-                      .rope_theta = 100000.0f, .tied_embeddings = 1, .bos_id = 1, .eos_ids = {2}, .n_eos = 1}},
+    {"llama-3.1-8b",
+     {.arch = "llama",
+      .n_layers = 32,
+      .dim = 4096,
+      .n_heads = 32,
+      .n_kv_heads = 8,
+      .head_dim = 128,
+      .ffn = 14336,
+      .vocab = 128256,
+      .max_pos = 131072,
+      .norm_eps = 1e-5f,
+      .rope_theta = 500000.0f,
+      .rope_scaling = LS_ROPE_SCALING_LLAMA3,
+      .rope_factor = 8.0f,
+      .rope_low_freq_factor = 1.0f,
+      .rope_high_freq_factor = 4.0f,
+      .rope_orig_max_pos = 8192,
+      .bos_id = 128000,
+      .eos_ids = {128001, 128008, 128009},
+      .n_eos = 3}},
+    {"llama-3.1-70b",
+     {.arch = "llama",
+      .n_layers = 80,
+      .dim = 8192,
+      .n_heads = 64,
+      .n_kv_heads = 8,
+      .head_dim = 128,
+      .ffn = 28672,
+      .vocab = 128256,
+      .max_pos = 131072,
+      .norm_eps = 1e-5f,
+      .rope_theta = 500000.0f,
+      .rope_scaling = LS_ROPE_SCALING_LLAMA3,
+      .rope_factor = 8.0f,
+      .rope_low_freq_factor = 1.0f,
+      .rope_high_freq_factor = 4.0f,
+      .rope_orig_max_pos = 8192,
+      .bos_id = 128000,
+      .eos_ids = {128001, 128008, 128009},
+      .n_eos = 3}},
+    {"qwen2.5-7b",
+     {.arch = "qwen2",
+      .n_layers = 28,
+      .dim = 3584,
+      .n_heads = 28,
+      .n_kv_heads = 4,
+      .head_dim = 128,
+      .ffn = 18944,
+      .vocab = 152064,
+      .max_pos = 32768,
+      .norm_eps = 1e-6f,
+      .rope_theta = 1000000.0f,
+      .qkv_bias = 1,
+      .bos_id = -1,
+      .eos_ids = {151645, 151643},
+      .n_eos = 2}},
+    {"smollm2-135m",
+     {.arch = "llama",
+      .n_layers = 30,
+      .dim = 576,
+      .n_heads = 9,
+      .n_kv_heads = 3,
+      .head_dim = 64,
+      .ffn = 1536,
+      .vocab = 49152,
+      .max_pos = 8192,
+      .norm_eps = 1e-5f,
+      .rope_theta = 100000.0f,
+      .tied_embeddings = 1,
+      .bos_id = 1,
+      .eos_ids = {2},
+      .n_eos = 1}},
 };
 
 static int dummy_config(const char *what, struct ls_model_config *c, char *err, size_t errlen)
@@ -115,8 +172,10 @@ static int dummy_config(const char *what, struct ls_model_config *c, char *err, 
             return 0;
         }
     if (access(what, R_OK) == 0) return hf_config_load(what, c, err, errlen);
-    snprintf(err, errlen, "--dummy: '%s' is neither a preset (llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, "
-             "smollm2-135m) nor a readable config.json", what);
+    snprintf(err, errlen,
+             "--dummy: '%s' is neither a preset (llama-3.1-8b, llama-3.1-70b, qwen2.5-7b, "
+             "smollm2-135m) nor a readable config.json",
+             what);
     return -1;
 }
 
@@ -138,12 +197,14 @@ static int gguf_int(struct gguf_file *g, const char *arch, const char *key, int 
         return 0;
     }
     snprintf(err, errlen, "%s: metadata '%s': expected a positive integer, found %s", path, full,
-             rc == GGUF_ENOKEY ? "nothing (missing)" : rc == GGUF_OK ? "an out-of-range value" : "another type");
+             rc == GGUF_ENOKEY ? "nothing (missing)"
+             : rc == GGUF_OK   ? "an out-of-range value"
+                               : "another type");
     return -1;
 }
 
-static int gguf_float(struct gguf_file *g, const char *arch, const char *key, float dflt, float *out,
-                      const char *path, char *err, size_t errlen)
+static int gguf_float(struct gguf_file *g, const char *arch, const char *key, float dflt,
+                      float *out, const char *path, char *err, size_t errlen)
 {
     char full[160];
     snprintf(full, sizeof full, "%s.%s", arch, key);
@@ -159,8 +220,8 @@ static int gguf_float(struct gguf_file *g, const char *arch, const char *key, fl
     return 0;
 }
 
-static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_model_config *c, char *err,
-                            size_t errlen)
+static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_model_config *c,
+                            char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
     const char *arch = NULL;
@@ -168,8 +229,11 @@ static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_mod
         snprintf(err, errlen, "%s: metadata 'general.architecture': missing or not a string", path);
         return -1;
     }
-    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && strcmp(arch, "mistral")) {
-        snprintf(err, errlen, "%s: metadata 'general.architecture': '%s' is not supported (supported: llama, mistral, qwen2, qwen3)",
+    if (strcmp(arch, "llama") && strcmp(arch, "qwen2") && strcmp(arch, "qwen3") &&
+        strcmp(arch, "mistral")) {
+        snprintf(err, errlen,
+                 "%s: metadata 'general.architecture': '%s' is not supported (supported: llama, "
+                 "mistral, qwen2, qwen3)",
                  path, arch);
         return -1;
     }
@@ -177,11 +241,14 @@ static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_mod
     if (gguf_int(g, arch, "block_count", 1, 0, &c->n_layers, path, err, errlen) ||
         gguf_int(g, arch, "embedding_length", 1, 0, &c->dim, path, err, errlen) ||
         gguf_int(g, arch, "attention.head_count", 1, 0, &c->n_heads, path, err, errlen) ||
-        gguf_int(g, arch, "attention.head_count_kv", 0, c->n_heads, &c->n_kv_heads, path, err, errlen) ||
+        gguf_int(g, arch, "attention.head_count_kv", 0, c->n_heads, &c->n_kv_heads, path, err,
+                 errlen) ||
         gguf_int(g, arch, "feed_forward_length", 1, 0, &c->ffn, path, err, errlen) ||
         gguf_int(g, arch, "context_length", 0, 4096, &c->max_pos, path, err, errlen) ||
-        gguf_int(g, arch, "attention.key_length", 0, c->dim / c->n_heads, &c->head_dim, path, err, errlen) ||
-        gguf_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps, path, err, errlen) ||
+        gguf_int(g, arch, "attention.key_length", 0, c->dim / c->n_heads, &c->head_dim, path, err,
+                 errlen) ||
+        gguf_float(g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, &c->norm_eps, path, err,
+                   errlen) ||
         gguf_float(g, arch, "rope.freq_base", 10000.0f, &c->rope_theta, path, err, errlen))
         return -1;
     int64_t rows = 0, cols = 0;
@@ -193,23 +260,29 @@ static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_mod
     c->tied_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
     c->qkv_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     c->qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
-    c->rope_style = !strcmp(arch, "llama") || !strcmp(arch, "mistral") ? LS_ROPE_INTERLEAVED : LS_ROPE_NEOX;
+    c->rope_style =
+        !strcmp(arch, "llama") || !strcmp(arch, "mistral") ? LS_ROPE_INTERLEAVED : LS_ROPE_NEOX;
     const char *scaling = NULL;
     char key[160];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     if (gguf_get_str(g, key, &scaling) == GGUF_OK && strcmp(scaling, "none")) {
         if (strcmp(scaling, "linear")) {
-            snprintf(err, errlen, "%s: metadata '%s': rope scaling '%s' is not supported (supported: none, linear, llama3)",
+            snprintf(err, errlen,
+                     "%s: metadata '%s': rope scaling '%s' is not supported (supported: none, "
+                     "linear, llama3)",
                      path, key, scaling);
             return -1;
         }
         c->rope_scaling = LS_ROPE_SCALING_LINEAR;
-        if (gguf_float(g, arch, "rope.scaling.factor", 1.0f, &c->rope_factor, path, err, errlen)) return -1;
+        if (gguf_float(g, arch, "rope.scaling.factor", 1.0f, &c->rope_factor, path, err, errlen))
+            return -1;
     }
     uint32_t id = 0;
     c->bos_id = gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &id) == GGUF_OK ? (int)id : -1;
-    if (gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id) == GGUF_OK) c->eos_ids[c->n_eos++] = (int)id;
-    if (gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &id) == GGUF_OK && (c->n_eos == 0 || c->eos_ids[0] != (int)id))
+    if (gguf_get_u32(g, "tokenizer.ggml.eos_token_id", &id) == GGUF_OK)
+        c->eos_ids[c->n_eos++] = (int)id;
+    if (gguf_get_u32(g, "tokenizer.ggml.eot_token_id", &id) == GGUF_OK &&
+        (c->n_eos == 0 || c->eos_ids[0] != (int)id))
         c->eos_ids[c->n_eos++] = (int)id;
     return 0;
 }
@@ -217,11 +290,13 @@ static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_mod
 static int check_config(const struct ls_model_config *c, const char *path, char *err, size_t errlen)
 {
     if (c->n_heads % c->n_kv_heads) {
-        snprintf(err, errlen, "%s: %d attention heads are not a multiple of %d KV heads", path, c->n_heads, c->n_kv_heads);
+        snprintf(err, errlen, "%s: %d attention heads are not a multiple of %d KV heads", path,
+                 c->n_heads, c->n_kv_heads);
         return -1;
     }
     if (c->head_dim % 2 || c->head_dim > 1024) {
-        snprintf(err, errlen, "%s: head dim: expected an even number up to 1024, found %d", path, c->head_dim);
+        snprintf(err, errlen, "%s: head dim: expected an even number up to 1024, found %d", path,
+                 c->head_dim);
         return -1;
     }
     return 0;
@@ -233,27 +308,47 @@ enum split { REPLICATED, ROWS_Q, ROWS_KV, ROWS_FFN, COLS_Q, COLS_FFN, ROWS_VOCAB
 
 /* The tensors of a layer as stored; the loader fuses q/k/v and gate/up into one matrix each
  * (one GEMV instead of three or two in the decode step). */
-enum lw { LW_ATTN_NORM, LW_Q, LW_K, LW_V, LW_BQ, LW_BK, LW_BV, LW_QN, LW_KN, LW_O, LW_FFN_NORM, LW_GATE, LW_UP, LW_DOWN, LW_COUNT };
+enum lw {
+    LW_ATTN_NORM,
+    LW_Q,
+    LW_K,
+    LW_V,
+    LW_BQ,
+    LW_BK,
+    LW_BV,
+    LW_QN,
+    LW_KN,
+    LW_O,
+    LW_FFN_NORM,
+    LW_GATE,
+    LW_UP,
+    LW_DOWN,
+    LW_COUNT
+};
 
 struct wspec {
     const char *gguf, *hf; /* names; %d is the layer */
     enum split split;
-    int optional_flag;     /* 0: always; 1: qkv_bias; 2: qk_norm */
-    int is_vector;         /* 1-D tensor */
+    int optional_flag; /* 0: always; 1: qkv_bias; 2: qk_norm */
+    int is_vector;     /* 1-D tensor */
 };
 
 static const struct wspec layer_specs[LW_COUNT] = {
-    [LW_ATTN_NORM] = {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight", REPLICATED, 0, 1},
+    [LW_ATTN_NORM] = {"blk.%d.attn_norm.weight", "model.layers.%d.input_layernorm.weight",
+                      REPLICATED, 0, 1},
     [LW_Q] = {"blk.%d.attn_q.weight", "model.layers.%d.self_attn.q_proj.weight", ROWS_Q, 0, 0},
     [LW_K] = {"blk.%d.attn_k.weight", "model.layers.%d.self_attn.k_proj.weight", ROWS_KV, 0, 0},
     [LW_V] = {"blk.%d.attn_v.weight", "model.layers.%d.self_attn.v_proj.weight", ROWS_KV, 0, 0},
     [LW_BQ] = {"blk.%d.attn_q.bias", "model.layers.%d.self_attn.q_proj.bias", ROWS_Q, 1, 1},
     [LW_BK] = {"blk.%d.attn_k.bias", "model.layers.%d.self_attn.k_proj.bias", ROWS_KV, 1, 1},
     [LW_BV] = {"blk.%d.attn_v.bias", "model.layers.%d.self_attn.v_proj.bias", ROWS_KV, 1, 1},
-    [LW_QN] = {"blk.%d.attn_q_norm.weight", "model.layers.%d.self_attn.q_norm.weight", REPLICATED, 2, 1},
-    [LW_KN] = {"blk.%d.attn_k_norm.weight", "model.layers.%d.self_attn.k_norm.weight", REPLICATED, 2, 1},
+    [LW_QN] = {"blk.%d.attn_q_norm.weight", "model.layers.%d.self_attn.q_norm.weight", REPLICATED,
+               2, 1},
+    [LW_KN] = {"blk.%d.attn_k_norm.weight", "model.layers.%d.self_attn.k_norm.weight", REPLICATED,
+               2, 1},
     [LW_O] = {"blk.%d.attn_output.weight", "model.layers.%d.self_attn.o_proj.weight", COLS_Q, 0, 0},
-    [LW_FFN_NORM] = {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight", REPLICATED, 0, 1},
+    [LW_FFN_NORM] = {"blk.%d.ffn_norm.weight", "model.layers.%d.post_attention_layernorm.weight",
+                     REPLICATED, 0, 1},
     [LW_GATE] = {"blk.%d.ffn_gate.weight", "model.layers.%d.mlp.gate_proj.weight", ROWS_FFN, 0, 0},
     [LW_UP] = {"blk.%d.ffn_up.weight", "model.layers.%d.mlp.up_proj.weight", ROWS_FFN, 0, 0},
     [LW_DOWN] = {"blk.%d.ffn_down.weight", "model.layers.%d.mlp.down_proj.weight", COLS_FFN, 0, 0},
@@ -286,8 +381,10 @@ static float *load_part(struct loader *ld, const char *name, int64_t full_rows, 
         return NULL;
     }
     if (rows != full_rows || cols != full_cols) {
-        snprintf(err, errlen, "%s: tensor '%s': expected shape [%lld, %lld] from the config, found [%lld, %lld]",
-                 ld->file, name, (long long)full_rows, (long long)full_cols, (long long)rows, (long long)cols);
+        snprintf(err, errlen,
+                 "%s: tensor '%s': expected shape [%lld, %lld] from the config, found [%lld, %lld]",
+                 ld->file, name, (long long)full_rows, (long long)full_cols, (long long)rows,
+                 (long long)cols);
         return NULL;
     }
     float *dst = malloc((size_t)(nr * nc) * sizeof(float) + 1);
@@ -312,7 +409,8 @@ static float *load_part(struct loader *ld, const char *name, int64_t full_rows, 
 }
 
 /* rows of a then rows of b (and c), each cols wide, in one new buffer; frees the parts */
-static float *concat_rows(float *a, size_t ra, float *b, size_t rb, float *c, size_t rc, size_t cols)
+static float *concat_rows(float *a, size_t ra, float *b, size_t rb, float *c, size_t rc,
+                          size_t cols)
 {
     float *o = malloc((ra + rb + rc) * cols * sizeof(float) + 1);
     if (o) {
@@ -338,7 +436,8 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
     int rc = -1;
     for (int i = 0; i < LW_COUNT; i++) {
         const struct wspec *w = &layer_specs[i];
-        if ((w->optional_flag == 1 && !c->qkv_bias) || (w->optional_flag == 2 && !c->qk_norm)) continue;
+        if ((w->optional_flag == 1 && !c->qkv_bias) || (w->optional_flag == 2 && !c->qk_norm))
+            continue;
         char name[160];
         snprintf(name, sizeof name, ld->src.g ? w->gguf : w->hf, l);
         int64_t fr = 0, fc = 0, r0 = 0, nr = 0, c0 = 0, nc = 0;
@@ -347,10 +446,12 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
             fr = 1, fc = w->optional_flag == 2 ? hd : c->dim, nr = 1, nc = fc;
             break;
         case ROWS_Q:
-            fr = (int64_t)c->n_heads * hd, r0 = (int64_t)s->q_first * hd, nr = (int64_t)s->q_heads * hd;
+            fr = (int64_t)c->n_heads * hd, r0 = (int64_t)s->q_first * hd,
+            nr = (int64_t)s->q_heads * hd;
             break;
         case ROWS_KV:
-            fr = (int64_t)c->n_kv_heads * hd, r0 = (int64_t)s->kv_first * hd, nr = (int64_t)s->kv_heads * hd;
+            fr = (int64_t)c->n_kv_heads * hd, r0 = (int64_t)s->kv_first * hd,
+            nr = (int64_t)s->kv_heads * hd;
             break;
         case ROWS_FFN:
             fr = c->ffn, r0 = s->ffn_first, nr = s->ffn_cols;
@@ -375,7 +476,8 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
         rows[i] = nr;
     }
     struct ls_layer *L = &m->layers[l];
-    size_t D = (size_t)c->dim, qd = (size_t)rows[LW_Q], kd = (size_t)rows[LW_K], F = (size_t)rows[LW_GATE];
+    size_t D = (size_t)c->dim, qd = (size_t)rows[LW_Q], kd = (size_t)rows[LW_K],
+           F = (size_t)rows[LW_GATE];
     float *qkv = concat_rows(h[LW_Q], qd, h[LW_K], kd, h[LW_V], kd, D);
     float *gu = concat_rows(h[LW_GATE], F, h[LW_UP], F, NULL, 0, D);
     h[LW_Q] = h[LW_K] = h[LW_V] = h[LW_GATE] = h[LW_UP] = NULL;
@@ -402,7 +504,8 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
     h[LW_O] = h[LW_DOWN] = h[LW_ATTN_NORM] = h[LW_FFN_NORM] = h[LW_QN] = h[LW_KN] = NULL;
     if (!L->wqkv || !L->w_gu || !L->wo || !L->w_down || !L->attn_norm || !L->ffn_norm ||
         (c->qkv_bias && !L->bqkv) || (c->qk_norm && (!L->q_norm || !L->k_norm))) {
-        snprintf(err, errlen, "%s: layer %d: out of %s memory for its weights", ld->file, l, be->name);
+        snprintf(err, errlen, "%s: layer %d: out of %s memory for its weights", ld->file, l,
+                 be->name);
         goto out;
     }
     rc = 0;
@@ -420,15 +523,17 @@ static int load_globals(struct loader *ld, char *err, size_t errlen)
     const struct ls_backend *be = m->be;
     float *host = load_part(ld, embed, c->vocab, c->dim, 0, c->vocab, 0, c->dim, err, errlen);
     if (!host || !(m->embed = be->upload_matrix(host, (size_t)c->vocab, (size_t)c->dim))) goto oom;
-    host = load_part(ld, gg ? "output_norm.weight" : "model.norm.weight", 1, c->dim, 0, 1, 0, c->dim, err, errlen);
+    host = load_part(ld, gg ? "output_norm.weight" : "model.norm.weight", 1, c->dim, 0, 1, 0,
+                     c->dim, err, errlen);
     if (!host || !(m->final_norm = be->upload_vector(host, (size_t)c->dim))) goto oom;
     const struct ls_shard *s = &m->shard;
     if (c->tied_embeddings) {
         m->lm_head = be->matrix_row(m->embed, (size_t)s->vocab_first, (size_t)c->dim);
     } else {
-        host = load_part(ld, gg ? "output.weight" : "lm_head.weight", c->vocab, c->dim, s->vocab_first,
-                         s->vocab_rows, 0, c->dim, err, errlen);
-        if (!host || !(m->lm_head = be->upload_matrix(host, (size_t)s->vocab_rows, (size_t)c->dim))) goto oom;
+        host = load_part(ld, gg ? "output.weight" : "lm_head.weight", c->vocab, c->dim,
+                         s->vocab_first, s->vocab_rows, 0, c->dim, err, errlen);
+        if (!host || !(m->lm_head = be->upload_matrix(host, (size_t)s->vocab_rows, (size_t)c->dim)))
+            goto oom;
     }
     int half = c->head_dim / 2;
     float *inv = malloc((size_t)half * sizeof(float));
@@ -447,7 +552,8 @@ static int load_globals(struct loader *ld, char *err, size_t errlen)
     if (!(m->inv_freq = be->upload_vector(inv, (size_t)half))) goto oom;
     return 0;
 oom:
-    if (host) snprintf(err, errlen, "%s: out of %s memory for the global weights", ld->file, be->name);
+    if (host)
+        snprintf(err, errlen, "%s: out of %s memory for the global weights", ld->file, be->name);
     return -1;
 }
 
@@ -455,27 +561,42 @@ oom:
 
 /* GGUF tokenizer metadata -> tok_spec. A GGUF without tokenizer.ggml.tokens has no tokenizer
  * (m->tok stays NULL; prompts must then be given as ids). */
-static int tokenizer_from_gguf(struct gguf_file *g, const char *path, struct ls_model *m, char *err, size_t errlen)
+static int tokenizer_from_gguf(struct gguf_file *g, const char *path, struct ls_model *m, char *err,
+                               size_t errlen)
 {
     enum gguf_type et;
     uint64_t n = 0, nm = 0;
     const void *tokens = NULL, *merges = NULL, *scores = NULL, *types = NULL;
     if (gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n, &tokens) != GGUF_OK) return 0;
     if (et != GGUF_TYPE_STRING || n == 0 || n > (1u << 24)) {
-        snprintf(err, errlen, "%s: metadata 'tokenizer.ggml.tokens': expected an array of strings", path);
+        snprintf(err, errlen, "%s: metadata 'tokenizer.ggml.tokens': expected an array of strings",
+                 path);
         return -1;
     }
     const char *model = "gpt2", *pre = NULL, *tmpl = NULL;
     gguf_get_str(g, "tokenizer.ggml.model", &model);
     gguf_get_str(g, "tokenizer.ggml.pre", &pre);
     gguf_get_str(g, "tokenizer.chat_template", &tmpl);
-    struct tok_spec spec = {.pre = pre, .n_tokens = (int)n, .tokens = tokens, .bos_id = -1, .eos_id = -1,
-                            .unk_id = -1, .pad_id = -1, .add_bos = -1, .add_eos = -1,
-                            .add_space_prefix = -1, .chat_template = tmpl};
-    if (!strcmp(model, "gpt2")) spec.kind = TOK_KIND_BPE;
-    else if (!strcmp(model, "llama")) spec.kind = TOK_KIND_SPM;
+    struct tok_spec spec = {.pre = pre,
+                            .n_tokens = (int)n,
+                            .tokens = tokens,
+                            .bos_id = -1,
+                            .eos_id = -1,
+                            .unk_id = -1,
+                            .pad_id = -1,
+                            .add_bos = -1,
+                            .add_eos = -1,
+                            .add_space_prefix = -1,
+                            .chat_template = tmpl};
+    if (!strcmp(model, "gpt2"))
+        spec.kind = TOK_KIND_BPE;
+    else if (!strcmp(model, "llama"))
+        spec.kind = TOK_KIND_SPM;
     else {
-        snprintf(err, errlen, "%s: metadata 'tokenizer.ggml.model': '%s' is not supported (supported: gpt2, llama)", path, model);
+        snprintf(
+            err, errlen,
+            "%s: metadata 'tokenizer.ggml.model': '%s' is not supported (supported: gpt2, llama)",
+            path, model);
         return -1;
     }
     uint32_t *lens = malloc(n * sizeof *lens);
@@ -483,16 +604,20 @@ static int tokenizer_from_gguf(struct gguf_file *g, const char *path, struct ls_
         snprintf(err, errlen, "out of host memory");
         return -1;
     }
-    for (uint64_t i = 0; i < n; i++) lens[i] = (uint32_t)gguf_arr_str_len(g, "tokenizer.ggml.tokens", i);
+    for (uint64_t i = 0; i < n; i++)
+        lens[i] = (uint32_t)gguf_arr_str_len(g, "tokenizer.ggml.tokens", i);
     spec.token_lens = lens;
-    if (gguf_get_arr(g, "tokenizer.ggml.merges", &et, &nm, &merges) == GGUF_OK && et == GGUF_TYPE_STRING) {
+    if (gguf_get_arr(g, "tokenizer.ggml.merges", &et, &nm, &merges) == GGUF_OK &&
+        et == GGUF_TYPE_STRING) {
         spec.n_merges = (int)nm;
         spec.merges = merges;
     }
     uint64_t k = 0;
-    if (gguf_get_arr(g, "tokenizer.ggml.scores", &et, &k, &scores) == GGUF_OK && et == GGUF_TYPE_FLOAT32 && k == n)
+    if (gguf_get_arr(g, "tokenizer.ggml.scores", &et, &k, &scores) == GGUF_OK &&
+        et == GGUF_TYPE_FLOAT32 && k == n)
         spec.scores = scores;
-    if (gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &k, &types) == GGUF_OK && et == GGUF_TYPE_INT32 && k == n)
+    if (gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &k, &types) == GGUF_OK &&
+        et == GGUF_TYPE_INT32 && k == n)
         spec.types = types;
     uint32_t id;
     bool b;
@@ -502,7 +627,8 @@ static int tokenizer_from_gguf(struct gguf_file *g, const char *path, struct ls_
     if (gguf_get_u32(g, "tokenizer.ggml.padding_token_id", &id) == GGUF_OK) spec.pad_id = (int)id;
     if (gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b) == GGUF_OK) spec.add_bos = b;
     if (gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &b) == GGUF_OK) spec.add_eos = b;
-    if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == GGUF_OK) spec.add_space_prefix = b;
+    if (gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b) == GGUF_OK)
+        spec.add_space_prefix = b;
     char terr[512];
     m->tok = tok_build(&spec, terr, sizeof terr);
     free(lens);
@@ -525,7 +651,8 @@ static int tokenizer_from_dir(const char *dir, struct ls_model *m, char *err, si
 /* ids that end generation: the config's, plus the end-of-turn tokens the vocabulary has */
 static void add_stop_ids(struct ls_model *m)
 {
-    static const char *eot[] = {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<|end|>"};
+    static const char *eot[] = {"<|im_end|>",    "<|eot_id|>", "<|end_of_text|>",
+                                "<|endoftext|>", "</s>",       "<|end|>"};
     struct ls_model_config *c = &m->cfg;
     if (!m->tok) return;
     if (tok_eos(m->tok) >= 0 && c->n_eos == 0) c->eos_ids[c->n_eos++] = tok_eos(m->tok);
@@ -578,29 +705,42 @@ struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct 
         snprintf(dir, sizeof dir, "%s", path);
         if (!is_dir(dir)) {
             char *slash = strrchr(dir, '/');
-            if (slash) *slash = 0;
-            else snprintf(dir, sizeof dir, ".");
+            if (slash)
+                *slash = 0;
+            else
+                snprintf(dir, sizeof dir, ".");
         }
         if (!is_dir(path) && access(path, R_OK) != 0) {
             snprintf(err, errlen, "%s: %s", path, strerror(errno));
             goto fail;
         }
-        if (hf_config_load_dir(dir, &m->cfg, err, errlen) || tokenizer_from_dir(dir, m, err, errlen)) goto fail;
+        if (hf_config_load_dir(dir, &m->cfg, err, errlen) ||
+            tokenizer_from_dir(dir, m, err, errlen))
+            goto fail;
         ld.src.st = st_open(path, err, errlen);
         if (!ld.src.st) goto fail;
     }
     if (check_config(&m->cfg, path, err, errlen)) goto fail;
     add_stop_ids(m);
     if (m->tok && tok_n_vocab(m->tok) > m->cfg.vocab) {
-        snprintf(err, errlen, "%s: the tokenizer has %d tokens but the embedding only %d rows", path,
-                 tok_n_vocab(m->tok), m->cfg.vocab);
+        snprintf(err, errlen, "%s: the tokenizer has %d tokens but the embedding only %d rows",
+                 path, tok_n_vocab(m->tok), m->cfg.vocab);
         goto fail;
     }
     const struct ls_model_config *c = &m->cfg;
-    struct ls_plan_input in = {
-        .heads = c->n_heads, .kv_heads = c->n_kv_heads, .head_dim = c->head_dim, .dim = c->dim,
-        .ffn = c->ffn, .vocab = c->vocab, .layers = c->n_layers, .tp = tp, .weight_bytes = be->weight_bytes,
-        .kv_bytes = be->weight_bytes, .tied = c->tied_embeddings, .qkv_bias = c->qkv_bias, .qk_norm = c->qk_norm};
+    struct ls_plan_input in = {.heads = c->n_heads,
+                               .kv_heads = c->n_kv_heads,
+                               .head_dim = c->head_dim,
+                               .dim = c->dim,
+                               .ffn = c->ffn,
+                               .vocab = c->vocab,
+                               .layers = c->n_layers,
+                               .tp = tp,
+                               .weight_bytes = be->weight_bytes,
+                               .kv_bytes = be->weight_bytes,
+                               .tied = c->tied_embeddings,
+                               .qkv_bias = c->qkv_bias,
+                               .qk_norm = c->qk_norm};
     m->plan = calloc((size_t)tp, sizeof *m->plan);
     if (!m->plan) goto fail;
     char perr[512];
@@ -613,10 +753,12 @@ struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct 
     if (be->mem_free) {
         size_t free_b = be->mem_free();
         if (free_b && m->shard.weight_bytes > free_b) {
-            snprintf(err, errlen, "%s: this rank's shard needs %.2f GB for its weights (%s, TP=%d) but the %s "
-                     "device has %.2f GB free; run on more GPUs (a larger TP size) or a smaller model",
-                     path, m->shard.weight_bytes / 1e9, be->weight_bytes == 2 ? "bf16" : "fp32", tp, be->name,
-                     free_b / 1e9);
+            snprintf(
+                err, errlen,
+                "%s: this rank's shard needs %.2f GB for its weights (%s, TP=%d) but the %s "
+                "device has %.2f GB free; run on more GPUs (a larger TP size) or a smaller model",
+                path, m->shard.weight_bytes / 1e9, be->weight_bytes == 2 ? "bf16" : "fp32", tp,
+                be->name, free_b / 1e9);
             goto fail;
         }
     }
@@ -644,13 +786,15 @@ void ls_model_free(struct ls_model *m)
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             struct ls_layer *y = &m->layers[l];
-            void *ps[] = {y->attn_norm, y->wqkv, y->bqkv, y->q_norm, y->k_norm, y->wo, y->ffn_norm, y->w_gu, y->w_down};
+            void *ps[] = {y->attn_norm, y->wqkv,     y->bqkv, y->q_norm, y->k_norm,
+                          y->wo,        y->ffn_norm, y->w_gu, y->w_down};
             for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
                 if (ps[i]) be->free(ps[i]);
         }
         free(m->layers);
     }
-    void *globals[] = {m->cfg.tied_embeddings ? NULL : m->lm_head, m->embed, m->final_norm, m->inv_freq};
+    void *globals[] = {m->cfg.tied_embeddings ? NULL : m->lm_head, m->embed, m->final_norm,
+                       m->inv_freq};
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
         if (globals[i]) be->free(globals[i]);
     free(m->plan);

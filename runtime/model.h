@@ -16,31 +16,31 @@ struct tokenizer;
 struct ls_backend;
 
 struct ls_layer {
-    float *attn_norm;      /* [dim] */
-    void *wqkv;            /* [(q_heads + 2 * kv_heads) * head_dim, dim]: q rows, then k, then v */
-    float *bqkv;           /* [(q_heads + 2 * kv_heads) * head_dim] (qwen2) or NULL */
-    float *q_norm, *k_norm;/* [head_dim] (qwen3) or NULL */
-    void *wo;              /* [dim, q_heads * head_dim] */
-    float *ffn_norm;       /* [dim] */
-    void *w_gu;            /* [2 * ffn_cols, dim]: gate rows, then up rows */
-    void *w_down;          /* [dim, ffn_cols] */
+    float *attn_norm;       /* [dim] */
+    void *wqkv;             /* [(q_heads + 2 * kv_heads) * head_dim, dim]: q rows, then k, then v */
+    float *bqkv;            /* [(q_heads + 2 * kv_heads) * head_dim] (qwen2) or NULL */
+    float *q_norm, *k_norm; /* [head_dim] (qwen3) or NULL */
+    void *wo;               /* [dim, q_heads * head_dim] */
+    float *ffn_norm;        /* [dim] */
+    void *w_gu;             /* [2 * ffn_cols, dim]: gate rows, then up rows */
+    void *w_down;           /* [dim, ffn_cols] */
 };
 
 struct ls_model {
     struct ls_model_config cfg;
-    struct ls_shard shard;        /* this rank's */
-    struct ls_shard *plan;        /* every rank's [tp] (for gathering the vocab slices) */
+    struct ls_shard shard; /* this rank's */
+    struct ls_shard *plan; /* every rank's [tp] (for gathering the vocab slices) */
     int tp;
     char path[4096];
-    char format[16];              /* "gguf" or "safetensors" */
-    const struct ls_backend *be;  /* owner of the weights */
-    void *embed;                  /* [vocab, dim], replicated */
-    float *final_norm;            /* [dim] */
-    void *lm_head;                /* [vocab_rows, dim]; points into embed when tied */
-    float *inv_freq;              /* [head_dim / 2] (backend memory), RoPE frequencies, scaled */
-    struct ls_layer *layers;      /* [n_layers] */
-    struct tokenizer *tok;        /* NULL for models without one (tiny fixtures) */
-    size_t bytes_read;            /* bytes of weights this rank read */
+    char format[16];             /* "gguf" or "safetensors" */
+    const struct ls_backend *be; /* owner of the weights */
+    void *embed;                 /* [vocab, dim], replicated */
+    float *final_norm;           /* [dim] */
+    void *lm_head;               /* [vocab_rows, dim]; points into embed when tied */
+    float *inv_freq;             /* [head_dim / 2] (backend memory), RoPE frequencies, scaled */
+    struct ls_layer *layers;     /* [n_layers] */
+    struct tokenizer *tok;       /* NULL for models without one (tiny fixtures) */
+    size_t bytes_read;           /* bytes of weights this rank read */
 };
 
 /* Loads the shard of `rank` of `tp`. path: a .gguf file, or a folder / .safetensors file with

@@ -12,15 +12,15 @@ enum ls_rope_style {
 enum ls_rope_scaling { LS_ROPE_SCALING_NONE, LS_ROPE_SCALING_LLAMA3, LS_ROPE_SCALING_LINEAR };
 
 struct ls_model_config {
-    char arch[32];       /* "llama", "mistral", "qwen2", "qwen3" */
+    char arch[32]; /* "llama", "mistral", "qwen2", "qwen3" */
     int n_layers;
-    int dim;             /* hidden size */
-    int n_heads;         /* query heads */
+    int dim;     /* hidden size */
+    int n_heads; /* query heads */
     int n_kv_heads;
     int head_dim;
-    int ffn;             /* intermediate size */
+    int ffn; /* intermediate size */
     int vocab;
-    int max_pos;         /* max_position_embeddings / context_length */
+    int max_pos; /* max_position_embeddings / context_length */
     float norm_eps;
     float rope_theta;
     enum ls_rope_style rope_style;

@@ -26,18 +26,31 @@ static int parse_float(const char *flag, const char *s, float *out, char *err, s
     return 0;
 }
 
-int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err, size_t errlen)
+int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err,
+                    size_t errlen)
 {
     struct ls_sampling *s = &p->sampling;
     long v = 0;
     int rc = 0;
     switch (opt) {
-    case RC_OPT_TEMP: rc = parse_float("--temperature", arg, &s->temperature, err, errlen); break;
-    case RC_OPT_TOP_P: rc = parse_float("--top-p", arg, &s->top_p, err, errlen); break;
-    case RC_OPT_MIN_P: rc = parse_float("--min-p", arg, &s->min_p, err, errlen); break;
-    case RC_OPT_REP: rc = parse_float("--repeat-penalty", arg, &s->repetition_penalty, err, errlen); break;
-    case RC_OPT_PRES: rc = parse_float("--presence-penalty", arg, &s->presence_penalty, err, errlen); break;
-    case RC_OPT_FREQ: rc = parse_float("--frequency-penalty", arg, &s->frequency_penalty, err, errlen); break;
+    case RC_OPT_TEMP:
+        rc = parse_float("--temperature", arg, &s->temperature, err, errlen);
+        break;
+    case RC_OPT_TOP_P:
+        rc = parse_float("--top-p", arg, &s->top_p, err, errlen);
+        break;
+    case RC_OPT_MIN_P:
+        rc = parse_float("--min-p", arg, &s->min_p, err, errlen);
+        break;
+    case RC_OPT_REP:
+        rc = parse_float("--repeat-penalty", arg, &s->repetition_penalty, err, errlen);
+        break;
+    case RC_OPT_PRES:
+        rc = parse_float("--presence-penalty", arg, &s->presence_penalty, err, errlen);
+        break;
+    case RC_OPT_FREQ:
+        rc = parse_float("--frequency-penalty", arg, &s->frequency_penalty, err, errlen);
+        break;
     case RC_OPT_TOP_K:
         rc = ls_parse_long("--top-k", arg, 0, 1 << 24, &v, err, errlen);
         s->top_k = (int)v;
@@ -71,8 +84,11 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
         rc = ls_parse_long("--max-context", arg, 2, 1 << 22, &v, err, errlen);
         *max_ctx = (int)v;
         break;
-    case RC_OPT_IGNORE_EOS: p->ignore_eos = 1; break;
-    default: return 1;
+    case RC_OPT_IGNORE_EOS:
+        p->ignore_eos = 1;
+        break;
+    default:
+        return 1;
     }
     if (rc) return -1;
     return ls_sampling_validate(s, err, errlen) ? -1 : 0;
@@ -95,8 +111,8 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
             j->fallback = j->comm;
             j->comm = ls_comm_custom_create(MPI_COMM_WORLD, j->ctx.device, max_bytes, j->fallback);
             struct ls_comm_custom_info info;
-            if (ls_comm_custom_info(j->comm, &info) == 0 && !info.enabled && o->allreduce == LS_AR_CUSTOM &&
-                j->ctx.rank == 0)
+            if (ls_comm_custom_info(j->comm, &info) == 0 && !info.enabled &&
+                o->allreduce == LS_AR_CUSTOM && j->ctx.rank == 0)
                 ls_warn("--allreduce=custom: the IPC all-reduce is off (%s); using NCCL", info.why);
         }
     } else
@@ -112,7 +128,8 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
     if (!model_path) return; /* collectives only (bench --allreduce-sweep) */
     char err[1024] = "";
     int progress = j->ctx.rank == 0 && isatty(STDERR_FILENO);
-    j->model = ls_model_load(model_path, j->ctx.rank, j->ctx.size, j->be, progress, err, sizeof err);
+    j->model =
+        ls_model_load(model_path, j->ctx.rank, j->ctx.size, j->be, progress, err, sizeof err);
     if (!j->model) ls_error("%s", err);
     if (!ls_agree(j->model != NULL)) ls_abort_quiet(&j->ctx);
     if (max_ctx <= 0) max_ctx = j->model->cfg.max_pos < 4096 ? j->model->cfg.max_pos : 4096;

@@ -12,8 +12,18 @@
 #include <getopt.h>
 
 enum {
-    RC_OPT_TEMP = 1200, RC_OPT_TOP_K, RC_OPT_TOP_P, RC_OPT_MIN_P, RC_OPT_REP, RC_OPT_PRES, RC_OPT_FREQ,
-    RC_OPT_LAST_N, RC_OPT_SEED, RC_OPT_STOP, RC_OPT_MAX_CTX, RC_OPT_IGNORE_EOS,
+    RC_OPT_TEMP = 1200,
+    RC_OPT_TOP_K,
+    RC_OPT_TOP_P,
+    RC_OPT_MIN_P,
+    RC_OPT_REP,
+    RC_OPT_PRES,
+    RC_OPT_FREQ,
+    RC_OPT_LAST_N,
+    RC_OPT_SEED,
+    RC_OPT_STOP,
+    RC_OPT_MAX_CTX,
+    RC_OPT_IGNORE_EOS,
 };
 
 #define RC_SAMPLING_LONGOPTS                                                                       \
@@ -29,7 +39,9 @@ enum {
         {"seed", required_argument, NULL, RC_OPT_SEED},                                            \
         {"stop", required_argument, NULL, RC_OPT_STOP},                                            \
         {"max-context", required_argument, NULL, RC_OPT_MAX_CTX},                                  \
-        {"ignore-eos", no_argument, NULL, RC_OPT_IGNORE_EOS}
+    {                                                                                              \
+        "ignore-eos", no_argument, NULL, RC_OPT_IGNORE_EOS                                         \
+    }
 
 #define RC_SAMPLING_HELP                                                                           \
     "  --temperature F      0 = greedy (default); --temp is the same\n"                            \
@@ -37,7 +49,7 @@ enum {
     "  --top-p F            nucleus sampling (1 = off)\n"                                          \
     "  --min-p F            keep tokens with p >= F * p_max (0 = off)\n"                           \
     "  --repeat-penalty F   Hugging Face repetition penalty (1 = off)\n"                           \
-    "  --presence-penalty F, --frequency-penalty F   OpenAI-style penalties (0 = off)\n"            \
+    "  --presence-penalty F, --frequency-penalty F   OpenAI-style penalties (0 = off)\n"           \
     "  --repeat-last-n N    tokens the penalties look back over (0 = all)\n"                       \
     "  --seed N             random seed (default 0); same seed, same text, at any TP size\n"       \
     "  --stop S             stop before the string S (repeatable, up to 16)\n"                     \
@@ -45,7 +57,8 @@ enum {
     "  --max-context N      KV cache length (default: the model's, at most 4096)\n"
 
 /* handles an RC_OPT_* option: 0 handled, -1 bad value (err), 1 not ours */
-int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err, size_t errlen);
+int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err,
+                    size_t errlen);
 
 struct rc_job {
     struct ls_ctx ctx;

@@ -12,9 +12,9 @@ struct ls_sampler {
     struct ls_sampling p;
     int vocab;
     uint64_t rng[4];
-    int *idx;      /* [vocab] candidate ids */
-    float *prob;   /* [vocab] */
-    int *count;    /* [vocab] occurrences in the penalty window */
+    int *idx;    /* [vocab] candidate ids */
+    float *prob; /* [vocab] */
+    int *count;  /* [vocab] occurrences in the penalty window */
 };
 
 static uint64_t splitmix64(uint64_t *x)
@@ -68,11 +68,14 @@ int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen)
     else if (!(s->min_p >= 0 && s->min_p <= 1))
         snprintf(err, errlen, "min_p: expected 0..1, found %g", s->min_p);
     else if (!(s->repetition_penalty > 0 && s->repetition_penalty <= 100))
-        snprintf(err, errlen, "repetition_penalty: expected a value in (0, 100], found %g", s->repetition_penalty);
+        snprintf(err, errlen, "repetition_penalty: expected a value in (0, 100], found %g",
+                 s->repetition_penalty);
     else if (!(fabsf(s->presence_penalty) <= 100))
-        snprintf(err, errlen, "presence_penalty: expected -100..100, found %g", s->presence_penalty);
+        snprintf(err, errlen, "presence_penalty: expected -100..100, found %g",
+                 s->presence_penalty);
     else if (!(fabsf(s->frequency_penalty) <= 100))
-        snprintf(err, errlen, "frequency_penalty: expected -100..100, found %g", s->frequency_penalty);
+        snprintf(err, errlen, "frequency_penalty: expected -100..100, found %g",
+                 s->frequency_penalty);
     else if (s->penalty_last_n < 0)
         snprintf(err, errlen, "penalty_last_n: expected >= 0, found %d", s->penalty_last_n);
     else
@@ -118,7 +121,8 @@ int ls_argmax(const float *x, int n)
 static void apply_penalties(struct ls_sampler *s, float *logits, const int *hist, int n)
 {
     const struct ls_sampling *p = &s->p;
-    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0)
+        return;
     int from = p->penalty_last_n > 0 && n > p->penalty_last_n ? n - p->penalty_last_n : 0;
     for (int i = from; i < n; i++)
         if (hist[i] >= 0 && hist[i] < s->vocab) s->count[hist[i]]++;
@@ -126,7 +130,8 @@ static void apply_penalties(struct ls_sampler *s, float *logits, const int *hist
         int t = hist[i];
         if (t < 0 || t >= s->vocab || s->count[t] == 0) continue;
         float l = logits[t];
-        if (p->repetition_penalty != 1.0f) l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        if (p->repetition_penalty != 1.0f)
+            l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
         l -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
         logits[t] = l;
         s->count[t] = 0; /* once per distinct token; also leaves the counts zeroed */

@@ -2,7 +2,8 @@
  * vocab slices are all-gathered) and the same sampler state, so every rank draws the same token
  * without a broadcast: same seed -> same output at any TP size.
  * Order, as Hugging Face applies it: repetition / presence / frequency penalties, then
- * temperature (0 = greedy argmax, lowest id on ties), top-k, top-p, min-p, then one uniform draw. */
+ * temperature (0 = greedy argmax, lowest id on ties), top-k, top-p, min-p, then one uniform draw.
+ */
 #ifndef LOCKSTEP_SAMPLER_H
 #define LOCKSTEP_SAMPLER_H
 
@@ -18,7 +19,8 @@ struct ls_sampling {
     int top_k;                /* 0: off */
     float top_p;              /* 1: off */
     float min_p;              /* 0: off; keep tokens with p >= min_p * p_max */
-    float repetition_penalty; /* 1: off; HF: logit / pen if > 0 else logit * pen, once per seen token */
+    float repetition_penalty; /* 1: off; HF: logit / pen if > 0 else logit * pen, once per seen
+                                 token */
     float presence_penalty;   /* 0: off; logit -= pen once per seen token */
     float frequency_penalty;  /* 0: off; logit -= pen * count */
     int penalty_last_n;       /* window of history the penalties look at; 0: all of it */

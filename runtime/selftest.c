@@ -42,14 +42,18 @@ int cmd_selftest(int argc, char **argv)
         } else if (opt == 'h') {
             ls_print0("%s", selftest_help);
             return 0;
-        } else if (opt == '?') return ls_usage_error("selftest", err);
+        } else if (opt == '?')
+            return ls_usage_error("selftest", err);
         else if (ls_common_opt(opt, optarg, &common, err, sizeof err) != 0)
             return ls_usage_error("selftest", err);
     }
-    if (optind != argc - 1) return ls_usage_error("selftest", "expected one drill: signal, exit, error or check");
+    if (optind != argc - 1)
+        return ls_usage_error("selftest", "expected one drill: signal, exit, error or check");
     const char *drill = argv[optind];
-    if (strcmp(drill, "signal") && strcmp(drill, "exit") && strcmp(drill, "error") && strcmp(drill, "check")) {
-        snprintf(err, sizeof err, "unknown drill '%s' (expected signal, exit, error or check)", drill);
+    if (strcmp(drill, "signal") && strcmp(drill, "exit") && strcmp(drill, "error") &&
+        strcmp(drill, "check")) {
+        snprintf(err, sizeof err, "unknown drill '%s' (expected signal, exit, error or check)",
+                 drill);
         return ls_usage_error("selftest", err);
     }
 
@@ -67,7 +71,8 @@ int cmd_selftest(int argc, char **argv)
     } else if (me) {
         if (!strcmp(drill, "signal")) raise(SIGSEGV);
         if (!strcmp(drill, "exit")) {
-            fprintf(stderr, "lockstep: rank %d@%s: selftest: exiting without MPI_Finalize\n", ctx.rank, ctx.host);
+            fprintf(stderr, "lockstep: rank %d@%s: selftest: exiting without MPI_Finalize\n",
+                    ctx.rank, ctx.host);
             _exit(3);
         }
         if (!strcmp(drill, "check")) CHECK_MPI(MPI_Send(NULL, -1, MPI_INT, 0, 0, MPI_COMM_WORLD));

@@ -7,8 +7,8 @@
 #include <stddef.h>
 
 struct ls_strbuf {
-    char *p;   /* NUL-terminated once anything was appended; NULL before */
-    size_t n;  /* bytes, without the NUL */
+    char *p;  /* NUL-terminated once anything was appended; NULL before */
+    size_t n; /* bytes, without the NUL */
     size_t cap;
     int oom;
 };

@@ -183,7 +183,8 @@ static int config_bool(const json_t *obj, const char *key, const char *path, int
     const json_t *v = json_object_get(obj, key);
     if (!v || json_is_null(v)) return 0;
     if (!json_is_boolean(v)) {
-        return fail(-1, "%s: %s: expected true or false, found %s", path, key, ls_json_type_name(v));
+        return fail(-1, "%s: %s: expected true or false, found %s", path, key,
+                    ls_json_type_name(v));
     }
     *out = json_is_true(v);
     return 0;

@@ -1,6 +1,6 @@
 /* See cunit_tap.h. CUnit's basic runner installs its own handlers and prints a summary that
- * is not TAP; we run the registry with CU_run_all_tests and print "ok N - suite: test" / "not ok N - ..." from the completion
- * handler, with each failed assertion as a TAP diagnostic line. */
+ * is not TAP; we run the registry with CU_run_all_tests and print "ok N - suite: test" / "not ok N
+ * - ..." from the completion handler, with each failed assertion as a TAP diagnostic line. */
 #include "cunit_tap.h"
 
 #include <CUnit/CUnit.h>
@@ -9,7 +9,8 @@
 
 static unsigned tap_count;
 
-static void on_test_complete(const CU_pTest test, const CU_pSuite suite, const CU_pFailureRecord fail)
+static void on_test_complete(const CU_pTest test, const CU_pSuite suite,
+                             const CU_pFailureRecord fail)
 {
     tap_count++;
     printf("%sok %u - %s: %s\n", fail ? "not " : "", tap_count, suite->pName, test->pName);
@@ -35,8 +36,8 @@ int ls_cunit_run_tap(void)
     CU_run_all_tests();
     unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_suites_failed();
     unsigned run = CU_get_number_of_tests_run();
-    printf("# CUnit: %u tests run, %u passed, %u failed\n", run, run - CU_get_number_of_tests_failed(),
-           CU_get_number_of_tests_failed());
+    printf("# CUnit: %u tests run, %u passed, %u failed\n", run,
+           run - CU_get_number_of_tests_failed(), CU_get_number_of_tests_failed());
     CU_cleanup_registry();
     return failed || run != total ? 1 : 0;
 }

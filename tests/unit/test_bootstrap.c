@@ -60,7 +60,8 @@ static hwloc_topology_t synthetic(const char *desc)
     return t;
 }
 
-/* shares of `within` for count ranks: pairwise disjoint, inside, covering, sizes differ by <= 1 core */
+/* shares of `within` for count ranks: pairwise disjoint, inside, covering, sizes differ by <= 1
+ * core */
 static void check_shares(hwloc_topology_t t, hwloc_const_cpuset_t within, int count, int per_core)
 {
     hwloc_cpuset_t uni = hwloc_bitmap_alloc(), s = hwloc_bitmap_alloc();
@@ -166,7 +167,8 @@ static void test_parse_long_bounds_and_junk(void)
 
 static void test_getopt_reports_unknown_and_missing(void)
 {
-    static const struct option lo[] = {LS_COMMON_LONGOPTS, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {
+        LS_COMMON_LONGOPTS, {"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
     char err[128];
     int reset = 1;
     char *a1[] = {"info", "--json", "--bind=none", "--cpu", NULL};
@@ -174,8 +176,10 @@ static void test_getopt_reports_unknown_and_missing(void)
     ls_common_defaults(&o);
     int opt, seen_json = 0;
     while ((opt = ls_getopt(4, a1, "j", lo, &reset, err, sizeof err)) != -1) {
-        if (opt == 'j') seen_json = 1;
-        else CU_ASSERT_EQUAL(ls_common_opt(opt, optarg, &o, err, sizeof err), 0);
+        if (opt == 'j')
+            seen_json = 1;
+        else
+            CU_ASSERT_EQUAL(ls_common_opt(opt, optarg, &o, err, sizeof err), 0);
     }
     CU_ASSERT_TRUE(seen_json);
     CU_ASSERT_EQUAL(o.bind, LS_BIND_NONE);
@@ -200,18 +204,23 @@ int main(void)
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("device selection", NULL, NULL);
     CU_add_test(s, "local rank r drives GPU r", test_device_is_local_rank_when_enough_gpus);
-    CU_add_test(s, "more ranks than GPUs fails with the counts", test_more_ranks_than_gpus_fails_with_counts);
+    CU_add_test(s, "more ranks than GPUs fails with the counts",
+                test_more_ranks_than_gpus_fails_with_counts);
     CU_add_test(s, "no GPU runs on CPU unless --gpu", test_no_gpu_means_cpu_unless_gpu_required);
     CU_add_test(s, "--cpu ignores GPUs", test_cpu_forced_ignores_gpus);
     s = CU_add_suite("binding", NULL, NULL);
-    CU_add_test(s, "CPU shares are disjoint and cover the node", test_cpu_shares_are_disjoint_and_cover_the_node);
+    CU_add_test(s, "CPU shares are disjoint and cover the node",
+                test_cpu_shares_are_disjoint_and_cover_the_node);
     CU_add_test(s, "CPU shares keep whole cores", test_cpu_shares_keep_whole_cores);
-    CU_add_test(s, "CPU shares overlap only past the PUs", test_cpu_shares_overlap_only_past_the_pus);
-    CU_add_test(s, "a GPU-local set is split between its ranks", test_gpu_local_set_split_between_its_ranks);
+    CU_add_test(s, "CPU shares overlap only past the PUs",
+                test_cpu_shares_overlap_only_past_the_pus);
+    CU_add_test(s, "a GPU-local set is split between its ranks",
+                test_gpu_local_set_split_between_its_ranks);
     CU_add_test(s, "NUMA nodes of a set are named", test_numa_of_set_names_the_nodes);
     s = CU_add_suite("flags", NULL, NULL);
     CU_add_test(s, "--bind values", test_bind_values);
     CU_add_test(s, "integer flags: bounds and junk", test_parse_long_bounds_and_junk);
-    CU_add_test(s, "unknown flags and missing values are named", test_getopt_reports_unknown_and_missing);
+    CU_add_test(s, "unknown flags and missing values are named",
+                test_getopt_reports_unknown_and_missing);
     return ls_cunit_run_tap();
 }

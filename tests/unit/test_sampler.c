@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static struct ls_sampler *make(float temp, int top_k, float top_p, float min_p, uint64_t seed, int V)
+static struct ls_sampler *make(float temp, int top_k, float top_p, float min_p, uint64_t seed,
+                               int V)
 {
     struct ls_sampling s;
     ls_sampling_defaults(&s);
@@ -97,7 +98,8 @@ static void test_same_seed_same_draws_other_seed_other_draws(void)
 {
     float l[50], c[50];
     for (int i = 0; i < 50; i++) l[i] = sinf((float)i);
-    struct ls_sampler *a = make(1, 0, 1, 0, 5, 50), *b = make(1, 0, 1, 0, 5, 50), *d = make(1, 0, 1, 0, 6, 50);
+    struct ls_sampler *a = make(1, 0, 1, 0, 5, 50), *b = make(1, 0, 1, 0, 5, 50),
+                      *d = make(1, 0, 1, 0, 6, 50);
     int same = 1, differ = 0;
     for (int k = 0; k < 200; k++) {
         memcpy(c, l, sizeof l);
@@ -122,7 +124,8 @@ static void test_repetition_penalty_as_hugging_face(void)
     ls_sampling_defaults(&p);
     p.repetition_penalty = 2.0f;
     struct ls_sampler *s = ls_sampler_new(&p, 4);
-    /* token 0 (positive logit) is divided, token 1 (negative) multiplied, once each though seen twice */
+    /* token 0 (positive logit) is divided, token 1 (negative) multiplied, once each though seen
+     * twice */
     float l[4] = {3.0f, -1.0f, 2.9f, 1.0f};
     int hist[4] = {0, 1, 0, 1};
     CU_ASSERT_EQUAL(ls_sampler_sample(s, l, hist, 4), 2);
@@ -191,7 +194,8 @@ int main(void)
     CU_add_test(s, "temperature sampling matches softmax(l/T)", test_temperature_matches_softmax);
     CU_add_test(s, "top-p keeps the smallest nucleus", test_top_p_keeps_the_smallest_nucleus);
     CU_add_test(s, "min-p drops tokens below min_p * p_max", test_min_p_drops_unlikely_tokens);
-    CU_add_test(s, "same seed same draws, other seed other draws", test_same_seed_same_draws_other_seed_other_draws);
+    CU_add_test(s, "same seed same draws, other seed other draws",
+                test_same_seed_same_draws_other_seed_other_draws);
     CU_add_test(s, "repetition penalty as Hugging Face", test_repetition_penalty_as_hugging_face);
     CU_add_test(s, "presence and frequency penalties", test_presence_and_frequency_penalties);
     CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
