@@ -21,6 +21,7 @@
 // O += P V. Key tiles stop at the last query of the block.
 #include "config.h"
 #include "attention.h"
+#include "pdl.cuh"
 #include "runtime/check.h"
 
 #include <cuda_runtime.h>
@@ -33,19 +34,6 @@
 #define ATT_U         2  // positions per lane per loop iteration
 #define LOG2E         1.4426950408889634f
 
-static __device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void pdl_launch_dependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
 
 static __device__ __forceinline__ float bf16_lo(uint32_t w)
 {

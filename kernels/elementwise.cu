@@ -4,24 +4,12 @@
 // are still far from the matmuls in cost.
 #include "config.h"
 #include "elementwise.h"
+#include "pdl.cuh"
 #include "runtime/check.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-static __device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void pdl_launch_dependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
 
 static __device__ __forceinline__ float bf16_to_f(uint16_t b)
 {

@@ -29,6 +29,7 @@
 // written after it.
 #include "config.h"
 #include "gemv.h"
+#include "pdl.cuh"
 #include "runtime/check.h"
 
 #include <cuda_runtime.h>
@@ -38,19 +39,6 @@
 
 static int g_pdl;
 
-static __device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void pdl_launch_dependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
 
 // 16-byte streaming load of read-only data that is not worth keeping in L1
 static __device__ __forceinline__ uint4 ld_weights(const uint4 *p)

@@ -4,25 +4,13 @@
 // read or wrote in the first (L1/L2 hits).
 #include "config.h"
 #include "norm.h"
+#include "pdl.cuh"
 #include "runtime/check.h"
 
 #include <cuda_runtime.h>
 
 #define NORM_THREADS 512
 
-static __device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void pdl_launch_dependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
 
 // sum of v over the block, in a fixed order; every thread gets the result
 static __device__ float block_sum(float v, float *red)

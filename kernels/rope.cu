@@ -5,6 +5,7 @@
 // rotation reads it, ordered by __syncwarp.
 #include "config.h"
 #include "rope.h"
+#include "pdl.cuh"
 #include "runtime/check.h"
 
 #include <cuda_bf16.h>
@@ -12,19 +13,6 @@
 
 #define ROPE_WARPS 8
 
-static __device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void pdl_launch_dependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
 
 static __device__ __forceinline__ uint16_t f_to_bf16(float f)
 {

@@ -18,6 +18,7 @@
 // Sums are of integers, hence exact in any order: the result is deterministic.
 #include "config.h"
 #include "sample.h"
+#include "pdl.cuh"
 #include "runtime/check.h"
 
 #include <cuda_runtime.h>
@@ -29,19 +30,6 @@
 #define SP_WARPS   (SP_THREADS / 32)
 #define FULL       0xffffffffu
 
-static __device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-static __device__ __forceinline__ void pdl_launch_dependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
 
 // unsigned integer with the order of the floats (for non-NaN values)
 static __device__ __forceinline__ uint32_t order_key(float f)
