@@ -14,6 +14,7 @@
 //   in order in fp32; bf16 is rounded once, round-to-nearest-even like NCCL's bf16 add.
 #include "config.h"
 #include "allreduce.h"
+#include "pdl.cuh"
 #include "runtime/check.h"
 
 #include <cuda_bf16.h>
@@ -283,6 +284,8 @@ template <typename E, bool AL>
 static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
     oneshot_kernel(const __grid_constant__ ls_ar_state st, const E *in, E *out, size_t n)
 {
+    pdl_launch_dependents();
+    pdl_wait();
     constexpr int V = Elt<E>::V;
     __shared__ epoch_t s_e;
     __shared__ int s_fail;
@@ -352,6 +355,8 @@ template <typename E, bool AL>
 static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
     twoshot_kernel(const __grid_constant__ ls_ar_state st, const E *in, E *out, size_t n)
 {
+    pdl_launch_dependents();
+    pdl_wait();
     constexpr int V = Elt<E>::V;
     __shared__ epoch_t s_e;
     __shared__ int s_fail;
@@ -557,6 +562,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
                             int dim, float eps)
 {
     __shared__ float sh[33];
+    pdl_launch_dependents();
+    pdl_wait();
     for (int row = (int)blockIdx.x; row < rows; row += (int)gridDim.x) {
         const size_t off = (size_t)row * dim;
         residual_rmsnorm_row<E, VEC>(ReadA<E, VEC>{a + off}, x + off, out + off, normed + off, w,
@@ -571,6 +578,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     fused_kernel(const __grid_constant__ ls_ar_state st, const E *partial, const E *x, E *out,
                  E *normed, const E *w, int rows, int dim, float eps)
 {
+    pdl_launch_dependents();
+    pdl_wait();
     constexpr int V = Elt<E>::V;
     __shared__ epoch_t s_e;
     __shared__ int s_fail;
@@ -699,18 +708,18 @@ extern "C" void ls_allreduce_oneshot(const struct ls_ar_state *st, const void *i
     cudaStream_t s = (cudaStream_t)stream;
     if (t == LS_AR_F32) {
         if (al)
-            oneshot_kernel<float, true>
-                <<<grid, st->threads, 0, s>>>(*st, (const float *)in, (float *)out, count);
+            pdl_launch(oneshot_kernel<float, true>, grid, st->threads, 0, s, *st, (const float *)in,
+                       (float *)out, count);
         else
-            oneshot_kernel<float, false>
-                <<<grid, st->threads, 0, s>>>(*st, (const float *)in, (float *)out, count);
+            pdl_launch(oneshot_kernel<float, false>, grid, st->threads, 0, s, *st,
+                       (const float *)in, (float *)out, count);
     } else {
         if (al)
-            oneshot_kernel<bf16_bits, true>
-                <<<grid, st->threads, 0, s>>>(*st, (const bf16_bits *)in, (bf16_bits *)out, count);
+            pdl_launch(oneshot_kernel<bf16_bits, true>, grid, st->threads, 0, s, *st,
+                       (const bf16_bits *)in, (bf16_bits *)out, count);
         else
-            oneshot_kernel<bf16_bits, false>
-                <<<grid, st->threads, 0, s>>>(*st, (const bf16_bits *)in, (bf16_bits *)out, count);
+            pdl_launch(oneshot_kernel<bf16_bits, false>, grid, st->threads, 0, s, *st,
+                       (const bf16_bits *)in, (bf16_bits *)out, count);
     }
     CHECK_CUDA(cudaGetLastError());
 }
@@ -726,18 +735,18 @@ extern "C" void ls_allreduce_twoshot(const struct ls_ar_state *st, const void *i
     cudaStream_t s = (cudaStream_t)stream;
     if (t == LS_AR_F32) {
         if (al)
-            twoshot_kernel<float, true>
-                <<<grid, st->threads, 0, s>>>(*st, (const float *)in, (float *)out, count);
+            pdl_launch(twoshot_kernel<float, true>, grid, st->threads, 0, s, *st, (const float *)in,
+                       (float *)out, count);
         else
-            twoshot_kernel<float, false>
-                <<<grid, st->threads, 0, s>>>(*st, (const float *)in, (float *)out, count);
+            pdl_launch(twoshot_kernel<float, false>, grid, st->threads, 0, s, *st,
+                       (const float *)in, (float *)out, count);
     } else {
         if (al)
-            twoshot_kernel<bf16_bits, true>
-                <<<grid, st->threads, 0, s>>>(*st, (const bf16_bits *)in, (bf16_bits *)out, count);
+            pdl_launch(twoshot_kernel<bf16_bits, true>, grid, st->threads, 0, s, *st,
+                       (const bf16_bits *)in, (bf16_bits *)out, count);
         else
-            twoshot_kernel<bf16_bits, false>
-                <<<grid, st->threads, 0, s>>>(*st, (const bf16_bits *)in, (bf16_bits *)out, count);
+            pdl_launch(twoshot_kernel<bf16_bits, false>, grid, st->threads, 0, s, *st,
+                       (const bf16_bits *)in, (bf16_bits *)out, count);
     }
     CHECK_CUDA(cudaGetLastError());
 }
@@ -772,22 +781,22 @@ extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, cons
     cudaStream_t s = (cudaStream_t)stream;
     if (t == LS_AR_F32) {
         if (vec)
-            fused_kernel<float, true><<<grid, LS_AR_NORM_THREADS, 0, s>>>(
-                *st, (const float *)partial, (const float *)x, (float *)out, (float *)normed,
-                (const float *)w, rows, dim, eps);
+            pdl_launch(fused_kernel<float, true>, grid, LS_AR_NORM_THREADS, 0, s, *st,
+                       (const float *)partial, (const float *)x, (float *)out, (float *)normed,
+                       (const float *)w, rows, dim, eps);
         else
-            fused_kernel<float, false><<<grid, LS_AR_NORM_THREADS, 0, s>>>(
-                *st, (const float *)partial, (const float *)x, (float *)out, (float *)normed,
-                (const float *)w, rows, dim, eps);
+            pdl_launch(fused_kernel<float, false>, grid, LS_AR_NORM_THREADS, 0, s, *st,
+                       (const float *)partial, (const float *)x, (float *)out, (float *)normed,
+                       (const float *)w, rows, dim, eps);
     } else {
         if (vec)
-            fused_kernel<bf16_bits, true><<<grid, LS_AR_NORM_THREADS, 0, s>>>(
-                *st, (const bf16_bits *)partial, (const bf16_bits *)x, (bf16_bits *)out,
-                (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
+            pdl_launch(fused_kernel<bf16_bits, true>, grid, LS_AR_NORM_THREADS, 0, s, *st,
+                       (const bf16_bits *)partial, (const bf16_bits *)x, (bf16_bits *)out,
+                       (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
         else
-            fused_kernel<bf16_bits, false><<<grid, LS_AR_NORM_THREADS, 0, s>>>(
-                *st, (const bf16_bits *)partial, (const bf16_bits *)x, (bf16_bits *)out,
-                (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
+            pdl_launch(fused_kernel<bf16_bits, false>, grid, LS_AR_NORM_THREADS, 0, s, *st,
+                       (const bf16_bits *)partial, (const bf16_bits *)x, (bf16_bits *)out,
+                       (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
     }
     CHECK_CUDA(cudaGetLastError());
 }
@@ -806,22 +815,22 @@ extern "C" void ls_residual_rmsnorm(const void *a, const void *x, void *out, voi
     cudaStream_t s = (cudaStream_t)stream;
     if (t == LS_AR_F32) {
         if (vec)
-            residual_rmsnorm_kernel<float, true><<<grid, LS_AR_NORM_THREADS, 0, s>>>(
-                (const float *)a, (const float *)x, (float *)out, (float *)normed, (const float *)w,
-                rows, dim, eps);
+            pdl_launch(residual_rmsnorm_kernel<float, true>, grid, LS_AR_NORM_THREADS, 0, s,
+                       (const float *)a, (const float *)x, (float *)out, (float *)normed,
+                       (const float *)w, rows, dim, eps);
         else
-            residual_rmsnorm_kernel<float, false><<<grid, LS_AR_NORM_THREADS, 0, s>>>(
-                (const float *)a, (const float *)x, (float *)out, (float *)normed, (const float *)w,
-                rows, dim, eps);
+            pdl_launch(residual_rmsnorm_kernel<float, false>, grid, LS_AR_NORM_THREADS, 0, s,
+                       (const float *)a, (const float *)x, (float *)out, (float *)normed,
+                       (const float *)w, rows, dim, eps);
     } else {
         if (vec)
-            residual_rmsnorm_kernel<bf16_bits, true><<<grid, LS_AR_NORM_THREADS, 0, s>>>(
-                (const bf16_bits *)a, (const bf16_bits *)x, (bf16_bits *)out, (bf16_bits *)normed,
-                (const bf16_bits *)w, rows, dim, eps);
+            pdl_launch(residual_rmsnorm_kernel<bf16_bits, true>, grid, LS_AR_NORM_THREADS, 0, s,
+                       (const bf16_bits *)a, (const bf16_bits *)x, (bf16_bits *)out,
+                       (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
         else
-            residual_rmsnorm_kernel<bf16_bits, false><<<grid, LS_AR_NORM_THREADS, 0, s>>>(
-                (const bf16_bits *)a, (const bf16_bits *)x, (bf16_bits *)out, (bf16_bits *)normed,
-                (const bf16_bits *)w, rows, dim, eps);
+            pdl_launch(residual_rmsnorm_kernel<bf16_bits, false>, grid, LS_AR_NORM_THREADS, 0, s,
+                       (const bf16_bits *)a, (const bf16_bits *)x, (bf16_bits *)out,
+                       (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
     }
     CHECK_CUDA(cudaGetLastError());
 }

@@ -34,7 +34,6 @@
 #define ATT_U         2  // positions per lane per loop iteration
 #define LOG2E         1.4426950408889634f
 
-
 static __device__ __forceinline__ float bf16_lo(uint32_t w)
 {
     return __uint_as_float(w << 16);
@@ -462,11 +461,11 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     cudaStream_t s = (cudaStream_t)stream;
     dim3 grid((unsigned)nsplit, (unsigned)(hkv * ((group + gm - 1) / gm)));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
-    fn<<<grid, ATT_WARPS * 32, 0, s>>>(out, workspace, q, kcache, vcache, pos, hq, hd, group,
-                                       max_ctx, nsplit, qscale);
+    pdl_launch(fn, grid, ATT_WARPS * 32, 0, s, out, workspace, q, kcache, vcache, pos, hq, hd,
+               group, max_ctx, nsplit, qscale);
     CHECK_CUDA(cudaGetLastError());
     if (nsplit > 1) {
-        attn_reduce_kernel<<<hq, 128, 0, s>>>(out, workspace, pos, hq, hd, max_ctx, nsplit);
+        pdl_launch(attn_reduce_kernel, hq, 128, 0, s, out, workspace, pos, hq, hd, max_ctx, nsplit);
         CHECK_CUDA(cudaGetLastError());
     }
 }
@@ -487,8 +486,8 @@ static void prefill_launch(float *out, const float *q, int q_stride, const uint1
     }
     dim3 grid((unsigned)((T + PF_BQ - 1) / PF_BQ), (unsigned)hq);
     float qscale = 1.0f / sqrtf((float)HD) * LOG2E;
-    attn_prefill_kernel<HD><<<grid, PF_THREADS, prefill_smem<HD>(), s>>>(
-        out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, qscale);
+    pdl_launch(attn_prefill_kernel<HD>, grid, PF_THREADS, prefill_smem<HD>(), s, out, q, q_stride,
+               kcache, vcache, pos0, T, hq, group, max_ctx, qscale);
     CHECK_CUDA(cudaGetLastError());
 }
 

@@ -10,7 +10,6 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-
 static __device__ __forceinline__ float bf16_to_f(uint16_t b)
 {
     return __uint_as_float((uint32_t)b << 16);
@@ -108,42 +107,43 @@ extern "C" void ls_embed(float *out, const uint16_t *table, const int *ids, int 
         ls_die(__FILE__, __LINE__, "ls_embed", "expected 0 <= T <= 65535 and dim >= 1");
     if (T == 0) return;
     dim3 grid((unsigned)((dim + EW_THREADS - 1) / EW_THREADS), (unsigned)T);
-    embed_kernel<<<grid, EW_THREADS, 0, (cudaStream_t)stream>>>(out, table, ids, dim, first, rows);
+    pdl_launch(embed_kernel, grid, EW_THREADS, 0, (cudaStream_t)stream, out, table, ids, dim, first,
+               rows);
     CHECK_CUDA(cudaGetLastError());
 }
 
 extern "C" void ls_swiglu(float *out, const float *gate, const float *up, size_t n, void *stream)
 {
     if (n == 0) return;
-    swiglu_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(out, gate, up, n);
+    pdl_launch(swiglu_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, out, gate, up, n);
     CHECK_CUDA(cudaGetLastError());
 }
 
 extern "C" void ls_swiglu_cat(float *out, const float *gu, int T, int f, void *stream)
 {
     if (T <= 0 || f <= 0) return;
-    swiglu_cat_kernel<<<ew_blocks((size_t)T * f), EW_THREADS, 0, (cudaStream_t)stream>>>(out, gu, T,
-                                                                                         f);
+    pdl_launch(swiglu_cat_kernel, ew_blocks((size_t)T * f), EW_THREADS, 0, (cudaStream_t)stream,
+               out, gu, T, f);
     CHECK_CUDA(cudaGetLastError());
 }
 
 extern "C" void ls_add(float *x, const float *y, size_t n, void *stream)
 {
     if (n == 0) return;
-    add_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(x, y, n);
+    pdl_launch(add_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, x, y, n);
     CHECK_CUDA(cudaGetLastError());
 }
 
 extern "C" void ls_bf16_to_fp32(float *out, const uint16_t *in, size_t n, void *stream)
 {
     if (n == 0) return;
-    to_fp32_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(out, in, n);
+    pdl_launch(to_fp32_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, out, in, n);
     CHECK_CUDA(cudaGetLastError());
 }
 
 extern "C" void ls_fp32_to_bf16(uint16_t *out, const float *in, size_t n, void *stream)
 {
     if (n == 0) return;
-    to_bf16_kernel<<<ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream>>>(out, in, n);
+    pdl_launch(to_bf16_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, out, in, n);
     CHECK_CUDA(cudaGetLastError());
 }

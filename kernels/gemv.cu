@@ -34,11 +34,13 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #define GEMV_MAX_T 8
 
-static int g_pdl;
-
+// PDL for every kernel family (pdl.cuh): off until the backend or a test turns it on
+int ls_pdl_on;
 
 // 16-byte streaming load of read-only data that is not worth keeping in L1
 static __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
@@ -87,12 +89,36 @@ static __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b, float 
     return acc;
 }
 
+// sum of v over the block's NW warps for each of T positions, in warp order (the same value in
+// every thread); red holds NW * T floats
+template <int NW, int T>
+static __device__ __forceinline__ void block_sums(float (&v)[T], float *red)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        float w = warp_sum(v[t]);
+        if (lane == 0) red[warp * T + t] = w;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+        float a = 0.0f;
+        for (int i = 0; i < NW; i++) a += red[i * T + t];
+        v[t] = a;
+    }
+}
+
 // Fast path. NT threads per block, MINB blocks per SM, U 16-byte loads per lane per batch,
-// T positions. y[t*n + row]; x rows of k floats (SWIGLU: gu rows of 2k floats).
+// T positions. y[t*n + row]; x rows of k floats (SWIGLU: gu rows of 2k floats). With nw set,
+// the input is rmsnorm(x) * nw (every block computes the norm of the whole row: 4 bytes per
+// input element from L2, in a fixed order); with accumulate, y += W . x (the residual add of a
+// row-parallel layer at TP = 1; each element of y is read and written by one thread).
 template <int NT, int MINB, int U, int T, bool SWIGLU>
 static __global__ void __launch_bounds__(NT, MINB)
     gemv_kernel(float *__restrict__ y, const uint4 *__restrict__ W, const float *__restrict__ x,
-                const float *__restrict__ bias, int n, int k)
+                const float *__restrict__ bias, int n, int k, const float *__restrict__ nw,
+                float eps, int accumulate)
 {
     constexpr int NW = NT / 32;
     extern __shared__ float4 smem4[];
@@ -133,6 +159,28 @@ static __global__ void __launch_bounds__(NT, MINB)
 
     // stage x (permuted, see top) and wait for the whole block
     const int K4 = k >> 2;
+    float nscale[T];
+#pragma unroll
+    for (int t = 0; t < T; t++) nscale[t] = 1.0f;
+    if (!SWIGLU && nw) {
+        __shared__ float red[NW * T];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)t * k);
+            float ss = 0.0f;
+            for (int q = threadIdx.x; q < K4; q += NT) {
+                float4 v = x4[q];
+                ss = fmaf(v.x, v.x, ss);
+                ss = fmaf(v.y, v.y, ss);
+                ss = fmaf(v.z, v.z, ss);
+                ss = fmaf(v.w, v.w, ss);
+            }
+            nscale[t] = ss;
+        }
+        block_sums<NW, T>(nscale, red);
+#pragma unroll
+        for (int t = 0; t < T; t++) nscale[t] = 1.0f / sqrtf(nscale[t] / (float)k + eps);
+    }
     for (int i = threadIdx.x; i < T * K4; i += NT) {
         int t = i / K4, q = i - t * K4;
         float4 v;
@@ -143,6 +191,15 @@ static __global__ void __launch_bounds__(NT, MINB)
                             silu_mul(g.w, u.w));
         } else {
             v = reinterpret_cast<const float4 *>(x + (size_t)t * k)[q];
+            if (nw) {
+                float sc = 0.0f;
+#pragma unroll
+                for (int j = 0; j < T; j++)
+                    if (j == t) sc = nscale[j];
+                const float4 w4 = reinterpret_cast<const float4 *>(nw)[q];
+                v = make_float4((v.x * sc) * w4.x, (v.y * sc) * w4.y, (v.z * sc) * w4.z,
+                                (v.w * sc) * w4.w);
+            }
         }
         int r = q & 63;
         xs4[((size_t)t * S + (q >> 6)) * 64 + (r & 1) * 32 + (r >> 1)] = v;
@@ -167,7 +224,10 @@ static __global__ void __launch_bounds__(NT, MINB)
             if (row * S >= ub && (row + 1) * S <= ue) {
                 float b = bias ? bias[r0 + row] : 0.0f;
 #pragma unroll
-                for (int t = 0; t < T; t++) y[(size_t)t * n + r0 + row] = v[t] + b;
+                for (int t = 0; t < T; t++) {
+                    float *yp = y + (size_t)t * n + r0 + row;
+                    *yp = accumulate ? *yp + (v[t] + b) : v[t] + b;
+                }
             } else {
                 int slot = row == ub / S ? 0 : 1;
 #pragma unroll
@@ -224,7 +284,8 @@ static __global__ void __launch_bounds__(NT, MINB)
                 int slot = (w == warp || wb / S == fr) ? 0 : 1;
                 sum += part[(w * 2 + slot) * T + t];
             }
-            y[(size_t)t * n + r0 + fr] = sum + b;
+            float *yp = y + (size_t)t * n + r0 + fr;
+            *yp = accumulate ? *yp + (sum + b) : sum + b;
         }
     }
 }
@@ -233,7 +294,8 @@ static __global__ void __launch_bounds__(NT, MINB)
 static __global__ void gemv_generic_kernel(float *__restrict__ y, const uint16_t *__restrict__ W,
                                            const float *__restrict__ x,
                                            const float *__restrict__ bias, int T, int n, int k,
-                                           int swiglu)
+                                           int swiglu, const float *__restrict__ nw, float eps,
+                                           int accumulate)
 {
     pdl_launch_dependents();
     pdl_wait();
@@ -241,19 +303,31 @@ static __global__ void gemv_generic_kernel(float *__restrict__ y, const uint16_t
     if (row >= n) return;
     const uint16_t *w = W + (size_t)row * k;
     for (int t = 0; t < T; t++) {
+        float sc = 1.0f;
+        if (!swiglu && nw) { // every warp computes the norm of the row it needs
+            float ss = 0.0f;
+            for (int j = lane; j < k; j += 32)
+                ss = fmaf(x[(size_t)t * k + j], x[(size_t)t * k + j], ss);
+            sc = 1.0f / sqrtf(warp_sum(ss) / (float)k + eps);
+        }
         float acc = 0.0f;
         for (int j = lane; j < k; j += 32) {
             float xv = swiglu ? silu_mul(x[(size_t)t * 2 * k + j], x[(size_t)t * 2 * k + k + j])
                               : x[(size_t)t * k + j];
+            if (!swiglu && nw) xv = (xv * sc) * nw[j];
             acc = fmaf(__uint_as_float((uint32_t)w[j] << 16), xv, acc);
         }
         acc = warp_sum(acc);
-        if (lane == 0) y[(size_t)t * n + row] = acc + (bias ? bias[row] : 0.0f);
+        if (lane == 0) {
+            float v = acc + (bias ? bias[row] : 0.0f);
+            float *yp = y + (size_t)t * n + row;
+            *yp = accumulate ? *yp + v : v;
+        }
     }
 }
 
 struct dev_info {
-    int sms, smem_optin;
+    int sms, smem_optin, smem_per_sm;
 };
 
 static struct dev_info dev_info_get(int *dev_out)
@@ -267,51 +341,76 @@ static struct dev_info dev_info_get(int *dev_out)
         CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].smem_optin,
                                           cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
         CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].sms, cudaDevAttrMultiProcessorCount, dev));
+        CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].smem_per_sm,
+                                          cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     }
     return cache[dev];
 }
 
-template <typename... Params, typename... Args>
-static void launch(void (*kernel)(Params...), unsigned grid, unsigned block, size_t smem,
-                   cudaStream_t stream, Args... args)
-{
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = g_pdl ? 1 : 0;
-    CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-// Launch shapes (kernels/lab/gemv_lab.cu times the alternatives): 4 loads of 16 bytes per lane
-// per batch, double-buffered. T = 1 runs 1024 threads (59-62 registers, no spills under the
-// 64-register cap of 1024 threads per SM; 8 loads would spill): 64-128 KB in flight per SM.
-// T > 1 keeps T accumulators and needs up to 128 registers, so it runs 512 threads.
+// Launch shapes (kernels/lab/gemv_lab.cu times the alternatives). T > 1 keeps T accumulators
+// and needs up to 128 registers: 512 threads, 1 block per SM, 4 loads of 16 bytes per lane per
+// batch, double-buffered. T = 1 picks one of the shapes below by the matrix's bytes: 1024 or
+// fewer threads times blocks per SM (at most 64 registers per thread at 2048 threads per SM;
+// 8 loads in flight spill there, so 8-load shapes run 1024 threads per SM). Small matrices gain
+// from more, smaller blocks (a shorter tail), the LM head from more loads in flight.
+// LOCKSTEP_GEMV=S,M,L picks the shape (index into gemv_shapes) for matrices below 96 MB, up to
+// 512 MB, and above, for experiments; the defaults are the lab's winners.
 #define GEMV_U 4
 
-static constexpr int gemv_nt(int T)
-{
-    return T == 1 ? 1024 : 512;
-}
+typedef void (*gemv_fn)(float *, const uint4 *, const float *, const float *, int, int,
+                        const float *, float, int);
 
-typedef void (*gemv_fn)(float *, const uint4 *, const float *, const float *, int, int);
+struct gemv_shape {
+    const char *name;
+    int nt, minb;
+    gemv_fn plain, swiglu;
+};
+
+#define GEMV_SHAPE(NT, MINB, U)                                                                    \
+    {                                                                                              \
+#NT "/" #MINB "/" #U, NT, MINB, gemv_kernel < NT, MINB, U, 1, false>, gemv_kernel < NT,    \
+            MINB, U, 1, true>                                                                      \
+    }
+static const gemv_shape gemv_shapes[] = {
+    GEMV_SHAPE(1024, 1, 4), GEMV_SHAPE(512, 2, 4), GEMV_SHAPE(256, 4, 4),
+    GEMV_SHAPE(256, 2, 8),  GEMV_SHAPE(512, 1, 8),
+};
+#define GEMV_NSHAPES (int)(sizeof gemv_shapes / sizeof gemv_shapes[0])
+
+static int g_shape_pick[3] = {1, 0, 4}; // small, medium, large
+
+static int g_shapes_set;
+
+static void shapes_from_env(void)
+{
+    if (g_shapes_set) return;
+    g_shapes_set = 1;
+    const char *e = getenv("LOCKSTEP_GEMV");
+    int a, b, c;
+    if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
+        a < GEMV_NSHAPES && b < GEMV_NSHAPES && c < GEMV_NSHAPES) {
+        g_shape_pick[0] = a;
+        g_shape_pick[1] = b;
+        g_shape_pick[2] = c;
+    }
+}
 
 template <int T, bool SW> static gemv_fn pick_t()
 {
-    return gemv_kernel<gemv_nt(T), 1, GEMV_U, T, SW>;
+    return gemv_kernel<512, 1, GEMV_U, T, SW>;
 }
 
-static gemv_fn pick(int T, bool swiglu)
+static gemv_fn pick_multi(int T, bool swiglu)
 {
-    static const gemv_fn plain[GEMV_MAX_T] = {
-        pick_t<1, false>(), pick_t<2, false>(), pick_t<3, false>(), pick_t<4, false>(),
-        pick_t<5, false>(), pick_t<6, false>(), pick_t<7, false>(), pick_t<8, false>()};
-    static const gemv_fn sw[GEMV_MAX_T] = {pick_t<1, true>(), pick_t<2, true>(), pick_t<3, true>(),
+    static const gemv_fn plain[GEMV_MAX_T] = {nullptr,
+                                              pick_t<2, false>(),
+                                              pick_t<3, false>(),
+                                              pick_t<4, false>(),
+                                              pick_t<5, false>(),
+                                              pick_t<6, false>(),
+                                              pick_t<7, false>(),
+                                              pick_t<8, false>()};
+    static const gemv_fn sw[GEMV_MAX_T] = {nullptr,           pick_t<2, true>(), pick_t<3, true>(),
                                            pick_t<4, true>(), pick_t<5, true>(), pick_t<6, true>(),
                                            pick_t<7, true>(), pick_t<8, true>()};
     return swiglu ? sw[T - 1] : plain[T - 1];
@@ -324,53 +423,108 @@ static size_t gemv_smem(int T, int k, int nt)
     return (size_t)T * S * 64 * 16 + (size_t)(nt / 32) * 2 * T * sizeof(float);
 }
 
+static void set_smem_attr(gemv_fn fn, int dev, int optin)
+{
+    static struct {
+        gemv_fn fn;
+        int dev;
+    } done[128];
+    static int ndone;
+    for (int i = 0; i < ndone; i++)
+        if (done[i].fn == fn && done[i].dev == dev) return;
+    CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    if (ndone < 128) done[ndone++] = {fn, dev};
+}
+
 static void gemv_launch(float *y, const uint16_t *W, const float *x, const float *bias, int T,
-                        int n, int k, bool swiglu, void *stream)
+                        int n, int k, bool swiglu, const float *nw, float eps, int accumulate,
+                        void *stream)
 {
     if (T < 1 || n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv", "T, n and k must be >= 1");
     cudaStream_t s = (cudaStream_t)stream;
     int dev;
     struct dev_info di = dev_info_get(&dev);
+    shapes_from_env();
     bool fast = k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
-                gemv_smem(1, k, gemv_nt(1)) <= (size_t)di.smem_optin;
+                (!nw || ((uintptr_t)nw & 15) == 0) &&
+                gemv_smem(1, k, 1024) <= (size_t)di.smem_optin;
     if (!fast) {
-        launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x, bias, T,
-               n, k, (int)swiglu);
+        pdl_launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x, bias,
+                   T, n, k, (int)swiglu, swiglu ? nullptr : nw, eps, accumulate);
+        return;
+    }
+    if (T == 1) {
+        const double bytes = (double)n * k * 2;
+        const gemv_shape &sh = gemv_shapes[g_shape_pick[bytes < 96e6 ? 0 : bytes <= 512e6 ? 1 : 2]];
+        gemv_fn fn = swiglu ? sh.swiglu : sh.plain;
+        size_t smem = gemv_smem(1, k, sh.nt);
+        // blocks per SM that fit in shared memory (1 KB per block is the system's)
+        int fit = (int)((size_t)di.smem_per_sm / (smem + 1024));
+        int per_sm = fit < 1 ? 1 : fit < sh.minb ? fit : sh.minb;
+        long long g = (long long)di.sms * per_sm;
+        set_smem_attr(fn, dev, di.smem_optin);
+        pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W, x,
+                   bias, n, k, swiglu ? nullptr : nw, eps, accumulate);
         return;
     }
     // positions per pass: as many as fit in shared memory, at most GEMV_MAX_T
     int tmax = 1;
-    while (tmax < GEMV_MAX_T && gemv_smem(tmax + 1, k, gemv_nt(tmax + 1)) <= (size_t)di.smem_optin)
-        tmax++;
+    while (tmax < GEMV_MAX_T && gemv_smem(tmax + 1, k, 512) <= (size_t)di.smem_optin) tmax++;
     unsigned grid = (unsigned)(n < di.sms ? n : di.sms);
-    static int attr_dev[2][GEMV_MAX_T];
     for (int t0 = 0; t0 < T; t0 += tmax) {
         int tc = T - t0 < tmax ? T - t0 : tmax;
-        gemv_fn fn = pick(tc, swiglu);
-        if (attr_dev[swiglu][tc - 1] != dev + 1) {
-            CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            di.smem_optin));
-            attr_dev[swiglu][tc - 1] = dev + 1;
-        }
         const float *xt = x + (size_t)t0 * (swiglu ? 2 : 1) * k;
-        launch(fn, grid, (unsigned)gemv_nt(tc), gemv_smem(tc, k, gemv_nt(tc)), s,
-               y + (size_t)t0 * n, (const uint4 *)W, xt, bias, n, k);
+        if (tc == 1) { // the tail of a split: the T = 1 path
+            gemv_launch(y + (size_t)t0 * n, W, xt, bias, 1, n, k, swiglu, nw, eps, accumulate,
+                        stream);
+            continue;
+        }
+        gemv_fn fn = pick_multi(tc, swiglu);
+        set_smem_attr(fn, dev, di.smem_optin);
+        pdl_launch(fn, grid, 512u, gemv_smem(tc, k, 512), s, y + (size_t)t0 * n, (const uint4 *)W,
+                   xt, bias, n, k, swiglu ? nullptr : nw, eps, accumulate);
     }
 }
 
 extern "C" void ls_gemv(float *y, const uint16_t *W, const float *x, const float *bias, int T,
                         int n, int k, void *stream)
 {
-    gemv_launch(y, W, x, bias, T, n, k, false, stream);
+    gemv_launch(y, W, x, bias, T, n, k, false, nullptr, 0.0f, 0, stream);
 }
 
 extern "C" void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *bias,
                                int T, int n, int k, void *stream)
 {
-    gemv_launch(y, W, gu, bias, T, n, k, true, stream);
+    gemv_launch(y, W, gu, bias, T, n, k, true, nullptr, 0.0f, 0, stream);
 }
 
-extern "C" void ls_gemv_set_pdl(int on)
+extern "C" void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, int T,
+                           int n, int k, int swiglu, const float *norm_w, float eps, int accumulate,
+                           void *stream)
 {
-    g_pdl = on != 0;
+    if (swiglu && norm_w)
+        ls_die(__FILE__, __LINE__, "ls_gemv_ex", "a SwiGLU input takes no RMSNorm");
+    gemv_launch(y, W, x, bias, T, n, k, swiglu != 0, norm_w, eps, accumulate, stream);
+}
+
+extern "C" int ls_gemv_shapes(void)
+{
+    return GEMV_NSHAPES;
+}
+
+extern "C" const char *ls_gemv_set_shapes(int small, int medium, int large)
+{
+    if (small < 0 || medium < 0 || large < 0 || small >= GEMV_NSHAPES || medium >= GEMV_NSHAPES ||
+        large >= GEMV_NSHAPES)
+        return nullptr;
+    g_shape_pick[0] = small;
+    g_shape_pick[1] = medium;
+    g_shape_pick[2] = large;
+    g_shapes_set = 1;
+    return gemv_shapes[small].name;
+}
+
+extern "C" void ls_kernels_set_pdl(int on)
+{
+    ls_pdl_on = on != 0;
 }

@@ -33,13 +33,26 @@ void ls_gemv(float *y, const uint16_t *W, const float *x, const float *bias, int
 void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *bias, int T, int n,
                     int k, void *stream);
 
-/* Programmatic dependent launch for the GEMV kernels (default off): when on, a GEMV may start
- * while the previous kernel in the stream is finishing and issue its first weight loads (which
- * depend on nothing) before it waits (griddepcontrol.wait) for that kernel to complete; x is
- * read and y written only after the wait, so this is safe whatever kernel precedes the GEMV.
- * The kernels of this project also allow their successor to launch early
- * (griddepcontrol.launch_dependents at their start). Process-wide; read at each launch. */
-void ls_gemv_set_pdl(int on);
+/* The general form: SwiGLU input as ls_gemv_swiglu when swiglu is set; else with norm_w set the
+ * input is rmsnorm(x) * norm_w, x[t] scaled by 1 / sqrt(mean(x[t]^2) + eps) (the RMSNorm that
+ * precedes a column-parallel layer, fused); with accumulate, y += W . x (+ bias) instead of
+ * y = (the residual add after a row-parallel layer when no all-reduce sits between). */
+void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, int T, int n, int k,
+                int swiglu, const float *norm_w, float eps, int accumulate, void *stream);
+
+/* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
+ * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above
+ * (overrides LOCKSTEP_GEMV=S,M,L); returns the small one's name, NULL for an index out of range.
+ * For tests and experiments: every shape gives the same result up to summation order. */
+int ls_gemv_shapes(void);
+const char *ls_gemv_set_shapes(int small, int medium, int large);
+
+/* Programmatic dependent launch for every kernel family of this project (default off; see
+ * pdl.cuh): when on, a kernel may start while the previous one in the stream is finishing. A
+ * GEMV issues its first weight loads (which depend on nothing) before it waits
+ * (griddepcontrol.wait) for that kernel to complete; every kernel reads its inputs only after
+ * the wait, so this is safe whatever kernel precedes it. Process-wide; read at each launch. */
+void ls_kernels_set_pdl(int on);
 
 #ifdef __cplusplus
 }

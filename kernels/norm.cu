@@ -11,7 +11,6 @@
 
 #define NORM_THREADS 512
 
-
 // sum of v over the block, in a fixed order; every thread gets the result
 static __device__ float block_sum(float v, float *red)
 {
@@ -55,7 +54,7 @@ static void norm_launch(float *out, float *x, const float *res, const float *w, 
     if (rows < 0 || dim < 1) ls_die(__FILE__, __LINE__, "ls_rmsnorm", "rows >= 0 and dim >= 1");
     if (rows == 0) return;
     int threads = dim >= NORM_THREADS ? NORM_THREADS : (dim + 31) / 32 * 32;
-    rmsnorm_kernel<<<rows, threads, 0, (cudaStream_t)stream>>>(out, x, res, w, dim, eps);
+    pdl_launch(rmsnorm_kernel, rows, threads, 0, (cudaStream_t)stream, out, x, res, w, dim, eps);
     CHECK_CUDA(cudaGetLastError());
 }
 

@@ -1,9 +1,18 @@
-// Programmatic dependent launch, shared by the kernel families: a kernel calls
-// pdl_launch_dependents() early so the next kernel on the stream may start, and pdl_wait()
-// before it reads anything an earlier kernel wrote. Both are no-ops before sm_90 and when the
-// launch did not ask for PDL.
+// Programmatic dependent launch (PDL), shared by the kernel families. Device side: a kernel
+// calls pdl_launch_dependents() early so the next kernel on the stream may start, and pdl_wait()
+// before it reads anything an earlier kernel wrote, in every block and before any early return
+// (a kernel completes only after its predecessor, so the chain stays ordered). Both are no-ops
+// before sm_90 and when the launch did not ask for PDL. Host side: pdl_launch() launches with
+// the attribute while ls_pdl_on is set (ls_kernels_set_pdl; LOCKSTEP_PDL=0 in the backend turns
+// it off). Kernels that never call pdl_wait (fills, bandwidth probes) keep plain launches.
 #ifndef LOCKSTEP_KERNELS_PDL_CUH
 #define LOCKSTEP_KERNELS_PDL_CUH
+
+#include "runtime/check.h"
+
+#include <cuda_runtime.h>
+
+extern int ls_pdl_on;
 
 static __device__ __forceinline__ void pdl_wait()
 {
@@ -17,6 +26,23 @@ static __device__ __forceinline__ void pdl_launch_dependents()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+}
+
+template <typename... Params, typename... Args>
+static void pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t stream, Args &&...args)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = ls_pdl_on ? 1 : 0;
+    CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...));
 }
 
 #endif

@@ -13,7 +13,6 @@
 
 #define ROPE_WARPS 8
 
-
 static __device__ __forceinline__ uint16_t f_to_bf16(float f)
 {
     __nv_bfloat16 b = __float2bfloat16_rn(f);
@@ -86,8 +85,8 @@ extern "C" void ls_rope_kv(float *q, float *k, const float *v, int q_stride, int
     int heads = hq + 2 * hkv;
     if (T == 0 || heads == 0) return;
     dim3 grid((unsigned)T, (unsigned)((heads + ROPE_WARPS - 1) / ROPE_WARPS));
-    rope_kv_kernel<<<grid, ROPE_WARPS * 32, 0, (cudaStream_t)stream>>>(
-        q, k, v, q_stride, kv_stride, kcache, vcache, pos, inv_freq, hq, hkv, hd, max_ctx,
-        interleaved, q_norm, k_norm, eps);
+    pdl_launch(rope_kv_kernel, grid, ROPE_WARPS * 32, 0, (cudaStream_t)stream, q, k, v, q_stride,
+               kv_stride, kcache, vcache, pos, inv_freq, hq, hkv, hd, max_ctx, interleaved, q_norm,
+               k_norm, eps);
     CHECK_CUDA(cudaGetLastError());
 }

@@ -30,7 +30,6 @@
 #define SP_WARPS   (SP_THREADS / 32)
 #define FULL       0xffffffffu
 
-
 // unsigned integer with the order of the floats (for non-NaN values)
 static __device__ __forceinline__ uint32_t order_key(float f)
 {
@@ -319,7 +318,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
 extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
 {
     if (n < 1) ls_die(__FILE__, __LINE__, "ls_sample_argmax", "n must be >= 1");
-    argmax_kernel<<<1, SP_THREADS, 0, (cudaStream_t)stream>>>(out, x, n);
+    pdl_launch(argmax_kernel, 1, SP_THREADS, 0, (cudaStream_t)stream, out, x, n);
     CHECK_CUDA(cudaGetLastError());
 }
 
@@ -350,7 +349,7 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     }
     float *cl = (float *)workspace;
     int *cid = (int *)((char *)workspace + ((size_t)n * sizeof(float) + 15) / 16 * 16);
-    sample_kernel<<<1, SP_THREADS, hist_bytes, (cudaStream_t)stream>>>(
-        out, logits, n, temperature, top_k, top_p, min_p, u, cl, cid);
+    pdl_launch(sample_kernel, 1, SP_THREADS, hist_bytes, (cudaStream_t)stream, out, logits, n,
+               temperature, top_k, top_p, min_p, u, cl, cid);
     CHECK_CUDA(cudaGetLastError());
 }

@@ -53,6 +53,13 @@ struct ls_backend {
                    int n);
     /* out[T][n] = (silu(g) * u)[T][f] . W[n][f]^T, with gu[T][2f] = gate | up */
     void (*matmul_swiglu)(float *out, const float *gu, const void *W, int T, int f, int n);
+    /* The same matmuls with what surrounds them at TP = 1 fused in (NULL: not offered):
+     * out = (rmsnorm(x) * nw) . W^T (+ bias), x [T][k]; and x[T][n] += in . W^T, where in is
+     * [T][k], or with swiglu the gate | up [T][2k] as in matmul_swiglu */
+    void (*matmul_rmsnorm)(float *out, const float *x, const float *nw, float eps, const void *W,
+                           const float *bias, int T, int k, int n);
+    void (*matmul_residual)(float *x, const float *in, const void *W, int T, int k, int n,
+                            int swiglu);
     /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
      * positions pos[t], k and v stored in the caches at pos[t] */
     void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos,

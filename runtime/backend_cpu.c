@@ -72,6 +72,40 @@ static void cpu_matmul_swiglu(float *out, const float *gu, const void *W, int T,
     ref_matmul(out, act, W, NULL, T, f, n);
 }
 
+/* scratch for the composed matmul_rmsnorm / matmul_residual (the CPU path has nothing to fuse) */
+static float *tmp;
+static size_t tmp_cap;
+
+static float *tmp_get(size_t n)
+{
+    if (n > tmp_cap) {
+        free(tmp);
+        tmp = malloc(n * sizeof *tmp);
+        tmp_cap = tmp ? n : 0;
+        if (!tmp) abort();
+    }
+    return tmp;
+}
+
+static void cpu_matmul_rmsnorm(float *out, const float *x, const float *nw, float eps,
+                               const void *W, const float *bias, int T, int k, int n)
+{
+    float *xn = tmp_get((size_t)T * k);
+    ref_rmsnorm(xn, x, nw, T, k, eps);
+    ref_matmul(out, xn, W, bias, T, k, n);
+}
+
+static void cpu_matmul_residual(float *x, const float *in, const void *W, int T, int k, int n,
+                                int swiglu)
+{
+    float *y = tmp_get((size_t)T * n);
+    if (swiglu)
+        cpu_matmul_swiglu(y, in, W, T, k, n);
+    else
+        ref_matmul(y, in, W, NULL, T, k, n);
+    ref_add(x, y, (size_t)T * n);
+}
+
 static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
                         const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
                         int interleaved, const float *q_norm, const float *k_norm, float eps)
@@ -204,6 +238,8 @@ const struct ls_backend ls_backend_cpu = {
     .add_rmsnorm = cpu_add_rmsnorm,
     .matmul = cpu_matmul,
     .matmul_swiglu = cpu_matmul_swiglu,
+    .matmul_rmsnorm = cpu_matmul_rmsnorm,
+    .matmul_residual = cpu_matmul_residual,
     .rope_kv = cpu_rope_kv,
     .attention = cpu_attention,
     .add = ref_add,

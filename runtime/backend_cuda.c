@@ -34,6 +34,8 @@ static struct {
     size_t act16_cap; /* elements */
     float *act32;     /* silu(g) * u of a prefill chunk */
     size_t act32_cap;
+    float *tmp;         /* a prefill chunk's normed input or matmul output */
+    size_t tmp_cap;     /* bytes */
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
 } cu;
@@ -46,7 +48,7 @@ static cudaStream_t stream_get(void)
          * kernel before it (measured: 128 -> 118 us per Llama-8B layer of GEMVs back to back);
          * LOCKSTEP_PDL=0 turns it off */
         const char *pdl = getenv("LOCKSTEP_PDL");
-        ls_gemv_set_pdl(!(pdl && !strcmp(pdl, "0")));
+        ls_kernels_set_pdl(!(pdl && !strcmp(pdl, "0")));
     }
     return cu.stream;
 }
@@ -227,6 +229,35 @@ static void cu_matmul_swiglu(float *out, const float *gu, const void *W, int T, 
     gemm(out, cu.act32, W, NULL, T, f, n);
 }
 
+/* decode (T <= 8): one GEMV with the norm or the residual add fused; a prefill chunk: the
+ * separate steps through a scratch buffer (eager, so it may grow) */
+static void cu_matmul_rmsnorm(float *out, const float *x, const float *nw, float eps, const void *W,
+                              const float *bias, int T, int k, int n)
+{
+    if (T <= GEMV_MAX_T) {
+        ls_gemv_ex(out, W, x, bias, T, n, k, 0, nw, eps, 0, stream_get());
+        return;
+    }
+    grow((void **)&cu.tmp, &cu.tmp_cap, (size_t)T * k * sizeof(float));
+    ls_rmsnorm(cu.tmp, x, nw, T, k, eps, stream_get());
+    gemm(out, cu.tmp, W, bias, T, k, n);
+}
+
+static void cu_matmul_residual(float *x, const float *in, const void *W, int T, int k, int n,
+                               int swiglu)
+{
+    if (T <= GEMV_MAX_T) {
+        ls_gemv_ex(x, W, in, NULL, T, n, k, swiglu, NULL, 0.0f, 1, stream_get());
+        return;
+    }
+    grow((void **)&cu.tmp, &cu.tmp_cap, (size_t)T * n * sizeof(float));
+    if (swiglu)
+        cu_matmul_swiglu(cu.tmp, in, W, T, k, n);
+    else
+        gemm(cu.tmp, in, W, NULL, T, k, n);
+    ls_add(x, cu.tmp, (size_t)T * n, stream_get());
+}
+
 static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
                        const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
                        int interleaved, const float *q_norm, const float *k_norm, float eps)
@@ -341,6 +372,8 @@ const struct ls_backend ls_backend_cuda = {
     .add_rmsnorm = cu_add_rmsnorm,
     .matmul = cu_matmul,
     .matmul_swiglu = cu_matmul_swiglu,
+    .matmul_rmsnorm = cu_matmul_rmsnorm,
+    .matmul_residual = cu_matmul_residual,
     .rope_kv = cu_rope_kv,
     .attention = cu_attention,
     .add = cu_add,

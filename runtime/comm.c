@@ -166,6 +166,7 @@ static void nccl_allreduce(struct ls_comm *c, void *buf, size_t count, enum ls_d
                            void *stream)
 {
     struct nccl_comm *n = c->impl;
+    if (c->size == 1) return; /* the sum over one rank: nothing to launch */
     CHECK_NCCL(
         ncclAllReduce(buf, buf, count, nccl_type(t), ncclSum, n->comm, (cudaStream_t)stream));
 }

@@ -27,7 +27,7 @@ struct ls_engine {
     float *gu;           /* [max_batch][2 * ffn_cols] gate | up */
     float *logits_local; /* [vpad] this rank's vocab slice */
     float *logits_all;   /* [tp][vpad] every rank's slice */
-    float *logits;       /* [vocab] */
+    float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
     void *graph;         /* captured greedy decode step, or NULL */
     int graph_synced;    /* posb[0] holds pos and ids[0] holds last_out for the next step */
@@ -73,7 +73,11 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
     e->gu = balloc(e, B * 2 * F, &failed);
     e->logits_local = balloc(e, (size_t)e->vpad, &failed);
     e->logits_all = balloc(e, (size_t)e->vpad * m->tp, &failed);
-    e->logits = balloc(e, (size_t)c->vocab, &failed);
+    /* when every rank's slice has vpad rows, the gathered slices are the logits in order */
+    if ((size_t)e->vpad * m->tp == (size_t)c->vocab)
+        e->logits = e->logits_all;
+    else
+        e->logits = balloc(e, (size_t)c->vocab, &failed);
     e->kc = calloc((size_t)c->n_layers, sizeof *e->kc);
     e->vc = calloc((size_t)c->n_layers, sizeof *e->vc);
     CHECK_ALLOC(e->kc);
@@ -104,8 +108,17 @@ void ls_engine_free(struct ls_engine *e)
     if (!e) return;
     const struct ls_backend *be = e->be;
     if (e->graph) be->graph_free(e->graph);
-    void *bufs[] = {e->ids, e->posb,         e->x,          e->xn,    e->qkv, e->att, e->proj,
-                    e->gu,  e->logits_local, e->logits_all, e->logits};
+    void *bufs[] = {e->ids,
+                    e->posb,
+                    e->x,
+                    e->xn,
+                    e->qkv,
+                    e->att,
+                    e->proj,
+                    e->gu,
+                    e->logits_local,
+                    e->logits_all,
+                    e->logits != e->logits_all ? e->logits : NULL};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     for (int l = 0; e->kc && l < e->m->cfg.n_layers; l++) {
@@ -145,9 +158,17 @@ int ls_engine_max_ctx(const struct ls_engine *e)
     return e->max_ctx;
 }
 
-/* One decoder layer. On entry xn = rmsnorm(x) * attn_norm of this layer; on exit x holds the
- * new residual stream and xn = rmsnorm(x) * next_norm (the next layer's attn_norm, or the final
- * norm): each residual add is fused with the norm that follows it. */
+/* With one rank there is no all-reduce between a row-parallel matmul and the residual add, so
+ * the add goes into the matmul (x += out) and each RMSNorm into the matmul that reads it */
+static int fused_tp1(const struct ls_engine *e)
+{
+    return e->comm->size == 1 && e->be->matmul_rmsnorm && e->be->matmul_residual;
+}
+
+/* One decoder layer. Tensor-parallel: on entry xn = rmsnorm(x) * attn_norm of this layer; on
+ * exit x holds the new residual stream and xn = rmsnorm(x) * next_norm (the next layer's
+ * attn_norm, or the final norm): each residual add is fused with the all-reduce before it and
+ * the norm after it. One rank (fused_tp1): x only; the norms are taken inside the matmuls. */
 static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const float *next_norm)
 {
     const struct ls_backend *be = e->be;
@@ -158,6 +179,18 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     const int qd = hq * hd, stride = (hq + 2 * hkv) * hd,
               rope_il = c->rope_style == LS_ROPE_INTERLEAVED;
     const float eps = c->norm_eps;
+
+    if (fused_tp1(e)) {
+        be->matmul_rmsnorm(e->qkv, e->x, L->attn_norm, eps, L->wqkv, L->bqkv, T, D, stride);
+        be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
+                    e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
+        be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
+                      e->max_ctx);
+        be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);
+        be->matmul_rmsnorm(e->gu, e->x, L->ffn_norm, eps, L->w_gu, NULL, T, D, 2 * F);
+        be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 1);
+        return;
+    }
 
     be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
     be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
@@ -180,10 +213,17 @@ static void head_forward(struct ls_engine *e, int T)
 {
     const struct ls_backend *be = e->be;
     const struct ls_model *m = e->m;
-    const int D = m->cfg.dim;
-    be->matmul(e->logits_local, e->xn + (size_t)(T - 1) * D, m->lm_head, NULL, 1, D,
-               m->shard.vocab_rows);
+    const int D = m->cfg.dim, rows = m->shard.vocab_rows;
+    /* the whole vocabulary is this rank's at TP = 1 */
+    float *out = m->tp == 1 ? e->logits : e->logits_local;
+    if (fused_tp1(e))
+        be->matmul_rmsnorm(out, e->x + (size_t)(T - 1) * D, m->final_norm, m->cfg.norm_eps,
+                           m->lm_head, NULL, 1, D, rows);
+    else
+        be->matmul(out, e->xn + (size_t)(T - 1) * D, m->lm_head, NULL, 1, D, rows);
+    if (m->tp == 1) return;
     e->comm->allgather(e->comm, e->logits_local, e->logits_all, (size_t)e->vpad, LS_F32, e->stream);
+    if (e->logits == e->logits_all) return;
     for (int r = 0; r < m->tp; r++)
         be->copy(e->logits + m->plan[r].vocab_first, e->logits_all + (size_t)r * e->vpad,
                  (size_t)m->plan[r].vocab_rows * sizeof(float));
@@ -195,7 +235,8 @@ static void chunk_forward(struct ls_engine *e, int T, int pos0)
     const struct ls_model *m = e->m;
     const int n = m->cfg.n_layers;
     e->be->embed(e->x, m->embed, e->ids, T, m->cfg.dim);
-    e->be->rmsnorm(e->xn, e->x, m->layers[0].attn_norm, T, m->cfg.dim, m->cfg.norm_eps);
+    if (!fused_tp1(e))
+        e->be->rmsnorm(e->xn, e->x, m->layers[0].attn_norm, T, m->cfg.dim, m->cfg.norm_eps);
     for (int l = 0; l < n; l++)
         layer_forward(e, l, T, pos0, l + 1 < n ? m->layers[l + 1].attn_norm : m->final_norm);
     head_forward(e, T);

@@ -256,11 +256,11 @@ static void test_gemv(const char *label, int n, int k, int T, bool bias, bool sw
         stage.up(x);
         dx.poison();
         CHECK_CUDA(cudaDeviceSynchronize());
-        ls_gemv_set_pdl(1);
+        ls_kernels_set_pdl(1);
         spin_then_copy<<<64, 256>>>(dx.p, stage.p, dx.n, 40000);
         CHECK_CUDA(cudaGetLastError());
         run();
-        ls_gemv_set_pdl(0);
+        ls_kernels_set_pdl(0);
     } else {
         dx.up(x);
         run();
@@ -276,8 +276,74 @@ static void test_gemv(const char *label, int n, int k, int T, bool bias, bool sw
     report(same, "%s: bitwise reproducible", name);
 }
 
+// the fused forms of ls_gemv_ex: RMSNorm of the input (mode 1), y += (mode 2), SwiGLU input
+// with y += (mode 3); y starts as a random residual for the accumulating modes
+static void test_gemv_fused(const char *label, int n, int k, int T, int mode, int shape = -1)
+{
+    static const char *modes[] = {"", "norm-in", "residual", "swiglu residual"};
+    char name[160];
+    const char *sh = shape >= 0 ? ls_gemv_set_shapes(shape, shape, shape) : nullptr;
+    snprintf(name, sizeof name, "gemv %s %s n=%d k=%d T=%d%s%s", modes[mode], label, n, k, T,
+             sh ? " shape " : "", sh ? sh : "");
+    const bool swiglu = mode == 3, acc = mode >= 2;
+    const int kin = swiglu ? 2 * k : k;
+    const float eps = 1e-5f;
+    std::vector<uint16_t> Wb;
+    std::vector<float> Wf;
+    rand_bf16((size_t)n * k, Wb, Wf);
+    std::vector<float> x = randv((size_t)T * kin, swiglu ? 4.0f : 3.0f), xin((size_t)T * k);
+    std::vector<float> nw = randv(k, 1.0f), y0 = randv((size_t)T * n, 2.0f);
+    for (int t = 0; t < T; t++) {
+        if (swiglu)
+            ref_swiglu(&xin[(size_t)t * k], &x[(size_t)t * 2 * k], &x[(size_t)t * 2 * k + k], k);
+        else if (mode == 1)
+            ref_rmsnorm(&xin[(size_t)t * k], &x[(size_t)t * k], nw.data(), 1, k, eps);
+        else
+            std::copy(x.begin() + (size_t)t * k, x.begin() + (size_t)(t + 1) * k,
+                      xin.begin() + (size_t)t * k);
+    }
+    std::vector<float> ref((size_t)T * n);
+    ref_matmul(ref.data(), xin.data(), Wf.data(), nullptr, T, k, n);
+    if (acc)
+        for (size_t i = 0; i < ref.size(); i++) ref[i] += y0[i];
+    dev<uint16_t> dW((size_t)n * k);
+    dev<float> dx((size_t)T * kin), dnw(k), dy((size_t)T * n);
+    dW.up(Wb);
+    dx.up(x);
+    dnw.up(nw);
+    auto run = [&] {
+        if (acc)
+            dy.up(y0);
+        else
+            dy.poison();
+        ls_gemv_ex(dy.p, dW.p, dx.p, nullptr, T, n, k, swiglu, mode == 1 ? dnw.p : nullptr, eps,
+                   acc, nullptr);
+        CHECK_CUDA(cudaGetLastError());
+        return dy.down();
+    };
+    std::vector<float> y = run();
+    check(name, compare(y.data(), ref.data(), y.size()), TOL_GEMV, TOL_GEMV);
+    std::vector<float> y2 = run();
+    report(memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0, "%s: bitwise reproducible",
+           name);
+    if (shape >= 0) ls_gemv_set_shapes(1, 0, 4);
+}
+
 static void tests_gemv(void)
 {
+    // fused input norm and residual output, on the fast, batched and generic paths
+    for (int mode = 1; mode <= 3; mode++) {
+        test_gemv_fused("smollm2", mode == 3 ? 576 : 960, mode == 3 ? 1536 : 576, 1, mode);
+        test_gemv_fused("batch", 576, 1536, 3, mode);
+        test_gemv_fused("odd generic", 133, 577, 2, mode);
+        test_gemv_fused("odd", 4099, 4104, 1, mode);
+    }
+    // every launch shape of the one-position kernel, plain and fused
+    for (int sh = 0; sh < ls_gemv_shapes(); sh++) {
+        test_gemv_fused("shape", 3000, 4096, 1, 1, sh);
+        test_gemv_fused("shape", 4096, 7168, 1, 3, sh);
+        test_gemv_fused("shape", 1, 8, 1, 2, sh);
+    }
     // SmolLM2-135M: hidden 576, 9 heads, 3 KV heads, hd 64, ffn 1536, vocab 49152
     test_gemv("smollm2 qkv", 960, 576, 1, false, false);
     test_gemv("smollm2 o", 576, 576, 1, false, false);
@@ -322,6 +388,10 @@ static void tests_gemv(void)
         test_gemv("llama8b batch qkv", 6144, 4096, 8, true, false);
         test_gemv("llama8b batch down", 4096, 14336, 8, false, true); // 3 passes (smem)
         test_gemv("llama8b pdl qkv", 6144, 4096, 1, false, false, 0, true);
+        test_gemv_fused("llama8b qkv", 6144, 4096, 1, 1);
+        test_gemv_fused("llama8b o", 4096, 4096, 1, 2);
+        test_gemv_fused("llama8b down", 4096, 14336, 1, 3);
+        test_gemv_fused("llama8b lm-head", 128256, 4096, 1, 1);
     }
 }
 
@@ -932,9 +1002,9 @@ static void bench_gemv(const gemv_shape &s, int T, FILE *csv)
     const int reps = 60;
     float iso = time_each(reps, call);
     float b2b = time_batch(reps, 20, call);
-    ls_gemv_set_pdl(1);
+    ls_kernels_set_pdl(1);
     float pdl = time_batch(reps, 20, call);
-    ls_gemv_set_pdl(0);
+    ls_kernels_set_pdl(0);
     float rd = time_batch(reps, 20, [&](int i) {
         ls_stream_read(W.p + (size_t)(i % copies) * s.n * s.k, bytes, sink.p, nullptr);
     });
@@ -1025,7 +1095,7 @@ static void benchmarks(void)
         fill_f32<<<64, 256>>>(x.p, x.n, 8);
         CHECK_CUDA(cudaDeviceSynchronize());
         for (int pdl = 0; pdl < 2; pdl++) {
-            ls_gemv_set_pdl(pdl);
+            ls_kernels_set_pdl(pdl);
             float ms = time_each(30, [&](int) {
                 for (int l = 0; l < layers; l++) {
                     const uint16_t *w = W.p + (size_t)l * (per_layer / 2);
@@ -1043,7 +1113,7 @@ static void benchmarks(void)
                    "(%.1f%% of read)\n",
                    pdl ? " with PDL" : "", ms * 1e3 / layers, gbs, 100 * gbs / g_roof);
         }
-        ls_gemv_set_pdl(0);
+        ls_kernels_set_pdl(0);
     }
 
     printf("\n");
