@@ -8,11 +8,15 @@
 // 32/LG positions per step; each lane keeps a running max, sum and its 8 output dimensions per q
 // head (online softmax), for its own positions. At the end the lanes of a warp, then the 4
 // warps, merge their states in a fixed order. One chunk: the block writes the normalised
-// output. Several: it writes (max, sum, output) to the workspace and attn_reduce_kernel merges
-// the chunks in order. Every reduction has a fixed order, so results are reproducible.
+// output. Several: it writes (max, sum, output) to the workspace, fences, and counts itself done
+// on its q heads' counter (one int per blockIdx.y, after the partials in the workspace); the last
+// block of the live chunks to arrive merges all of them in chunk order, writes the output and
+// sets the counter back to 0 (so one kernel per decode step, and graph replays find it zeroed;
+// the caller zeroes the workspace once when it allocates it). Every reduction has a fixed order,
+// so results are reproducible and do not depend on which block arrives last.
 //
 // The chunk length is computed on the device from the context length, never below
-// ATT_MIN_CHUNK positions; chunks past the end of the context exit at once.
+// ATT_MIN_CHUNK positions; chunks past the end of the context exit at once and are not counted.
 //
 // Prefill. Block = (32 queries, one q head), 128 threads as 8 x 16: a thread holds a 4x4 tile of
 // scores and a 4 x hd/16 tile of the output. Per 64-key tile: K (transposed) and V are converted
@@ -59,11 +63,18 @@ static __device__ __forceinline__ uint4 ld_stream(const uint16_t *p)
     return r;
 }
 
-// chunk length for a context of n positions cut into nsplit chunks (same on both kernels)
+// chunk length for a context of n positions cut into nsplit chunks
 static __device__ __forceinline__ int chunk_len(int n, int nsplit)
 {
     int c = (n + nsplit - 1) / nsplit;
     return c < ATT_MIN_CHUNK ? ATT_MIN_CHUNK : c;
+}
+
+// workspace layout for nsplit > 1: (max, sum) [hq][nsplit][2], output [hq][nsplit][hd] (floats),
+// then, from a 16-byte boundary, one done-counter per decode block row (<= hq ints)
+static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int hd, int nsplit)
+{
+    return ((size_t)hq * nsplit * (hd + 2) + 3) & ~(size_t)3; // in floats
 }
 
 // LG lanes per position; GM q heads held per block (1, 2, 4 or 8)
@@ -89,7 +100,9 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
     const int C = chunk_len(n, nsplit);
     const int p_begin = blockIdx.x * C, p_end = min(n, p_begin + C);
-    if (p_begin >= n) return; // past the context: the reduce pass does not read this chunk
+    const int live = (n + C - 1) / C; // chunks with p_begin < n (<= nsplit)
+    // past the context: neither counted nor merged
+    if (p_begin >= n) return;
     const bool lane_on = c * 8 < hd;
     const uint16_t *K = kcache + (size_t)kvh * max_ctx * hd + c * 8;
     const uint16_t *V = vcache + (size_t)kvh * max_ctx * hd + c * 8;
@@ -216,30 +229,39 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
             }
         }
     }
-}
+    if (nsplit == 1) return;
 
-// out[h][d] from the chunks' partial softmaxes, in chunk order
-static __global__ void attn_reduce_kernel(float *__restrict__ out, const float *__restrict__ ws,
-                                          const int *__restrict__ pos, int hq, int hd, int max_ctx,
-                                          int nsplit)
-{
-    pdl_launch_dependents();
-    pdl_wait();
-    const int h = blockIdx.x;
-    int n = pos[0] + 1;
-    n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
-    const int C = chunk_len(n, nsplit);
-    const int live = (n + C - 1) / C;
-    const float *wml = ws + (size_t)h * nsplit * 2;
-    const float *wo = ws + (size_t)hq * nsplit * 2 + (size_t)h * nsplit * hd;
-    float M = -INFINITY;
-    for (int s = 0; s < live; s++) M = fmaxf(M, wml[s * 2]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    // last block done: the chunk that completes the count of live chunks merges them all
+    __shared__ int sm_last;
+    int *count = reinterpret_cast<int *>(ws + ws_counter_offset(hq, hd, nsplit)) + blockIdx.y;
+    __threadfence(); // this thread's partials are visible device-wide before the count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const bool last = atomicAdd(count, 1) == live - 1;
+        if (last) {
+            // every live chunk has counted: zero for the next launch; the other chunks'
+            // partials are read after the count
+            *count = 0;
+            __threadfence();
+        }
+        sm_last = last;
+    }
+    __syncthreads();
+    if (!sm_last) return;
+
+    // out[h][d] from the chunks' partial softmaxes, in chunk order 0 .. live-1; L2 loads (__ldcg),
+    // since other blocks wrote them during this kernel
+    for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
+        const int g = i / hd, d = i - g * hd, h = h0 + g;
+        const float *wml = ws + (size_t)h * nsplit * 2;
+        const float *wo = ws + (size_t)hq * nsplit * 2 + (size_t)h * nsplit * hd;
+        float M = -INFINITY;
+        for (int s = 0; s < live; s++) M = fmaxf(M, __ldcg(wml + s * 2));
         float L = 0.0f, O = 0.0f;
         for (int s = 0; s < live; s++) {
-            float a = exp2f(wml[s * 2] - M);
-            L = fmaf(wml[s * 2 + 1], a, L);
-            O = fmaf(wo[(size_t)s * hd + d], a, O);
+            float a = exp2f(__ldcg(wml + s * 2) - M);
+            L = fmaf(__ldcg(wml + s * 2 + 1), a, L);
+            O = fmaf(__ldcg(wo + (size_t)s * hd + d), a, O);
         }
         out[(size_t)h * hd + d] = O / L;
     }
@@ -421,9 +443,13 @@ extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
     return want < 1 ? 1 : want > most ? most : want;
 }
 
+// the counters must be zero when first used (the caller zeroes the allocation); every launch
+// leaves them zero
 extern "C" size_t ls_attention_decode_workspace(int hq, int hd, int nsplit)
 {
-    return nsplit <= 1 ? 0 : (size_t)hq * nsplit * (hd + 2) * sizeof(float);
+    if (nsplit <= 1) return 0;
+    return ws_counter_offset(hq, hd, nsplit) * sizeof(float) +
+           (((size_t)hq * sizeof(int) + 15) & ~(size_t)15);
 }
 
 typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, const uint16_t *,
@@ -464,10 +490,6 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     pdl_launch(fn, grid, ATT_WARPS * 32, 0, s, out, workspace, q, kcache, vcache, pos, hq, hd,
                group, max_ctx, nsplit, qscale);
     CHECK_CUDA(cudaGetLastError());
-    if (nsplit > 1) {
-        pdl_launch(attn_reduce_kernel, hq, 128, 0, s, out, workspace, pos, hq, hd, max_ctx, nsplit);
-        CHECK_CUDA(cudaGetLastError());
-    }
 }
 
 template <int HD>

@@ -38,6 +38,8 @@
 #include <stdlib.h>
 
 #define GEMV_MAX_T 8
+// static shared memory of the fast kernel at most: the norm's block sums, 32 warps x 8 positions
+#define GEMV_STATIC_SMEM (32 * GEMV_MAX_T * 4)
 
 // PDL for every kernel family (pdl.cuh): off until the backend or a test turns it on
 int ls_pdl_on;
@@ -432,7 +434,11 @@ static void set_smem_attr(gemv_fn fn, int dev, int optin)
     static int ndone;
     for (int i = 0; i < ndone; i++)
         if (done[i].fn == fn && done[i].dev == dev) return;
-    CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    // the kernel's static shared memory (the norm's block sums) counts against the same limit
+    cudaFuncAttributes fa;
+    CHECK_CUDA(cudaFuncGetAttributes(&fa, fn));
+    CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    optin - (int)fa.sharedSizeBytes));
     if (ndone < 128) done[ndone++] = {fn, dev};
 }
 
@@ -445,9 +451,11 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
     int dev;
     struct dev_info di = dev_info_get(&dev);
     shapes_from_env();
+    // dynamic shared memory a block may take: the opt-in limit less the static block sums
+    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
     bool fast = k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
                 (!nw || ((uintptr_t)nw & 15) == 0) &&
-                gemv_smem(1, k, 1024) <= (size_t)di.smem_optin;
+                gemv_smem(1, k, 1024) <= smem_max;
     if (!fast) {
         pdl_launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x, bias,
                    T, n, k, (int)swiglu, swiglu ? nullptr : nw, eps, accumulate);
@@ -459,7 +467,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         gemv_fn fn = swiglu ? sh.swiglu : sh.plain;
         size_t smem = gemv_smem(1, k, sh.nt);
         // blocks per SM that fit in shared memory (1 KB per block is the system's)
-        int fit = (int)((size_t)di.smem_per_sm / (smem + 1024));
+        int fit = (int)((size_t)di.smem_per_sm / (smem + GEMV_STATIC_SMEM + 1024));
         int per_sm = fit < 1 ? 1 : fit < sh.minb ? fit : sh.minb;
         long long g = (long long)di.sms * per_sm;
         set_smem_attr(fn, dev, di.smem_optin);
@@ -469,7 +477,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
     }
     // positions per pass: as many as fit in shared memory, at most GEMV_MAX_T
     int tmax = 1;
-    while (tmax < GEMV_MAX_T && gemv_smem(tmax + 1, k, 512) <= (size_t)di.smem_optin) tmax++;
+    while (tmax < GEMV_MAX_T && gemv_smem(tmax + 1, k, 512) <= smem_max) tmax++;
     unsigned grid = (unsigned)(n < di.sms ? n : di.sms);
     for (int t0 = 0; t0 < T; t0 += tmax) {
         int tc = T - t0 < tmax ? T - t0 : tmax;

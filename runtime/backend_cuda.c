@@ -280,6 +280,9 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
             ls_die(__FILE__, __LINE__, "cu_attention",
                    "attention workspace first needed inside a graph capture");
         grow((void **)&cu.attn_ws, &cu.attn_ws_cap, ws);
+        /* the decode kernel's done-counters (after the partials) start at zero; every launch
+         * leaves them at zero */
+        CHECK_CUDA(cudaMemsetAsync(cu.attn_ws, 0, ws, stream_get()));
     }
     /* LOCKSTEP_ATTN_PREFILL=0 sends prefills through the decode kernel, one position at a time */
     const char *ap = getenv("LOCKSTEP_ATTN_PREFILL");

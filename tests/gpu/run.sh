@@ -158,6 +158,11 @@ PY
     return $ok
 }
 
+# the GEMV launch-shape lab (kernels/lab): every shape of the 8B model and its TP=2 halves
+stage_lab() {
+    OUT=$OUT NVCC=/usr/local/cuda/bin/nvcc bash kernels/lab/run.sh
+}
+
 stage_carry1() {
     mkdir -p /tmp/smollm2 && cp .carry1/* /tmp/smollm2/ && touch /tmp/smollm2/prompt.txt && ls -l /tmp/smollm2
 }

@@ -695,6 +695,9 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     dev<uint16_t> dkc(kc.size()), dvc(vc.size());
     dev<float> dq(q.size()), dout(q.size());
     size_t wsb = ls_attention_decode_workspace(hq, hd, nsplit);
+    // nsplit > 1: the partials (poisoned: only slots written in the launch may be read), then the
+    // done-counters in the last hq ints (rounded up to 16 bytes), which must start at zero
+    const size_t cnt_bytes = wsb ? ((size_t)hq * sizeof(int) + 15) & ~(size_t)15 : 0;
     dev<float> dws(wsb / sizeof(float) + 1);
     dev<int> dpos(1);
     int p = n - 1;
@@ -704,10 +707,31 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     dpos.up(&p);
     dout.poison();
     dws.poison();
+    if (wsb) CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit,
                         wsb ? dws.p : nullptr, nullptr);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
+    if (!wsb) return;
+    // the same decode again on the same workspace (as a graph replay does): every launch must
+    // leave the counters at zero, and the result must be bitwise the same
+    auto counters_zero = [&] {
+        std::vector<int> cnt(cnt_bytes / sizeof(int), -1);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaMemcpy(cnt.data(), (char *)dws.p + wsb - cnt_bytes, cnt_bytes,
+                              cudaMemcpyDeviceToHost));
+        for (int c : cnt)
+            if (c) return false;
+        return true;
+    };
+    bool zero = counters_zero();
+    dout.poison();
+    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, dws.p,
+                        nullptr);
+    std::vector<float> out2 = dout.down();
+    zero = counters_zero() && zero;
+    report(zero && !memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
+           "%s: second launch bitwise equal, counters back to zero", name);
 }
 
 static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
@@ -752,6 +776,7 @@ static void tests_attention(void)
     test_decode(12, 2, 128, 300, mc, 0);
     test_decode(8, 1, 128, 129, mc, 0);
     test_decode(16, 1, 64, 500, mc, 3);
+    test_decode(16, 1, 64, 130, mc, 7); // 3 live chunks of 64, 4 past the context
     test_decode(4, 4, 256, 200, mc, 0);
     test_decode(5, 5, 96, 333, mc, 0);
     if (!g_quick) {
@@ -1028,6 +1053,7 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
     dev<float> q((size_t)hq * hd), out((size_t)hq * hd);
     int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
+    CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float))); // the chunk counters start at zero
     dev<int> pos(1);
     int p = ctx - 1;
     pos.up(&p);
