@@ -116,13 +116,18 @@ static __device__ __forceinline__ void block_sums(float (&v)[T], float *red)
 // the input is rmsnorm(x) * nw (every block computes the norm of the whole row: 4 bytes per
 // input element from L2, in a fixed order); with accumulate, y += W . x (the residual add of a
 // row-parallel layer at TP = 1; each element of y is read and written by one thread).
-template <int NT, int MINB, int U, int T, bool SWIGLU>
+// IN: the input's form (GEMV_IN_*), ACC: y += instead of y = (compile-time, so the plain kernel
+// carries no extra registers).
+enum { GEMV_IN_PLAIN, GEMV_IN_NORM, GEMV_IN_SWIGLU };
+
+template <int NT, int MINB, int U, int T, int IN, bool ACC>
 static __global__ void __launch_bounds__(NT, MINB)
     gemv_kernel(float *__restrict__ y, const uint4 *__restrict__ W, const float *__restrict__ x,
                 const float *__restrict__ bias, int n, int k, const float *__restrict__ nw,
-                float eps, int accumulate)
+                float eps)
 {
     constexpr int NW = NT / 32;
+    constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
     extern __shared__ float4 smem4[];
     const int K8 = k >> 3;        // 16-byte chunks per row
     const int S = (K8 + 31) >> 5; // units (32 chunks) per row
@@ -164,7 +169,7 @@ static __global__ void __launch_bounds__(NT, MINB)
     float nscale[T];
 #pragma unroll
     for (int t = 0; t < T; t++) nscale[t] = 1.0f;
-    if (!SWIGLU && nw) {
+    if (NORM) {
         __shared__ float red[NW * T];
 #pragma unroll
         for (int t = 0; t < T; t++) {
@@ -193,7 +198,7 @@ static __global__ void __launch_bounds__(NT, MINB)
                             silu_mul(g.w, u.w));
         } else {
             v = reinterpret_cast<const float4 *>(x + (size_t)t * k)[q];
-            if (nw) {
+            if (NORM) {
                 float sc = 0.0f;
 #pragma unroll
                 for (int j = 0; j < T; j++)
@@ -228,7 +233,7 @@ static __global__ void __launch_bounds__(NT, MINB)
 #pragma unroll
                 for (int t = 0; t < T; t++) {
                     float *yp = y + (size_t)t * n + r0 + row;
-                    *yp = accumulate ? *yp + (v[t] + b) : v[t] + b;
+                    *yp = ACC ? *yp + (v[t] + b) : v[t] + b;
                 }
             } else {
                 int slot = row == ub / S ? 0 : 1;
@@ -287,7 +292,7 @@ static __global__ void __launch_bounds__(NT, MINB)
                 sum += part[(w * 2 + slot) * T + t];
             }
             float *yp = y + (size_t)t * n + r0 + fr;
-            *yp = accumulate ? *yp + (sum + b) : sum + b;
+            *yp = ACC ? *yp + (sum + b) : sum + b;
         }
     }
 }
@@ -360,19 +365,30 @@ static struct dev_info dev_info_get(int *dev_out)
 #define GEMV_U 4
 
 typedef void (*gemv_fn)(float *, const uint4 *, const float *, const float *, int, int,
-                        const float *, float, int);
+                        const float *, float);
+
+// the kernel variants of one launch shape or position count: [input form][accumulate]
+struct gemv_fns {
+    gemv_fn f[3][2];
+};
+
+template <int NT, int MINB, int U, int T> static constexpr gemv_fns fns()
+{
+    return {{{gemv_kernel<NT, MINB, U, T, GEMV_IN_PLAIN, false>,
+              gemv_kernel<NT, MINB, U, T, GEMV_IN_PLAIN, true>},
+             {gemv_kernel<NT, MINB, U, T, GEMV_IN_NORM, false>,
+              gemv_kernel<NT, MINB, U, T, GEMV_IN_NORM, true>},
+             {gemv_kernel<NT, MINB, U, T, GEMV_IN_SWIGLU, false>,
+              gemv_kernel<NT, MINB, U, T, GEMV_IN_SWIGLU, true>}}};
+}
 
 struct gemv_shape {
     const char *name;
     int nt, minb;
-    gemv_fn plain, swiglu;
+    gemv_fns k;
 };
 
-#define GEMV_SHAPE(NT, MINB, U)                                                                    \
-    {                                                                                              \
-#NT "/" #MINB "/" #U, NT, MINB, gemv_kernel < NT, MINB, U, 1, false>, gemv_kernel < NT,    \
-            MINB, U, 1, true>                                                                      \
-    }
+#define GEMV_SHAPE(NT, MINB, U) {#NT "/" #MINB "/" #U, NT, MINB, fns<NT, MINB, U, 1>()}
 static const gemv_shape gemv_shapes[] = {
     GEMV_SHAPE(1024, 1, 4), GEMV_SHAPE(512, 2, 4), GEMV_SHAPE(256, 4, 4),
     GEMV_SHAPE(256, 2, 8),  GEMV_SHAPE(512, 1, 8),
@@ -380,7 +396,6 @@ static const gemv_shape gemv_shapes[] = {
 #define GEMV_NSHAPES (int)(sizeof gemv_shapes / sizeof gemv_shapes[0])
 
 static int g_shape_pick[3] = {1, 0, 4}; // small, medium, large
-
 static int g_shapes_set;
 
 static void shapes_from_env(void)
@@ -397,25 +412,14 @@ static void shapes_from_env(void)
     }
 }
 
-template <int T, bool SW> static gemv_fn pick_t()
+// 2 <= T <= 8 positions: 512 threads, 1 block per SM, 4 loads in flight
+static const gemv_fns &multi_fns(int T)
 {
-    return gemv_kernel<512, 1, GEMV_U, T, SW>;
-}
-
-static gemv_fn pick_multi(int T, bool swiglu)
-{
-    static const gemv_fn plain[GEMV_MAX_T] = {nullptr,
-                                              pick_t<2, false>(),
-                                              pick_t<3, false>(),
-                                              pick_t<4, false>(),
-                                              pick_t<5, false>(),
-                                              pick_t<6, false>(),
-                                              pick_t<7, false>(),
-                                              pick_t<8, false>()};
-    static const gemv_fn sw[GEMV_MAX_T] = {nullptr,           pick_t<2, true>(), pick_t<3, true>(),
-                                           pick_t<4, true>(), pick_t<5, true>(), pick_t<6, true>(),
-                                           pick_t<7, true>(), pick_t<8, true>()};
-    return swiglu ? sw[T - 1] : plain[T - 1];
+    static const gemv_fns m[GEMV_MAX_T - 1] = {
+        fns<512, 1, GEMV_U, 2>(), fns<512, 1, GEMV_U, 3>(), fns<512, 1, GEMV_U, 4>(),
+        fns<512, 1, GEMV_U, 5>(), fns<512, 1, GEMV_U, 6>(), fns<512, 1, GEMV_U, 7>(),
+        fns<512, 1, GEMV_U, 8>()};
+    return m[T - 2];
 }
 
 // shared memory of the fast path for T positions: x, then the partial sums
@@ -451,28 +455,31 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
     int dev;
     struct dev_info di = dev_info_get(&dev);
     shapes_from_env();
+    if (swiglu) nw = nullptr;
+    const int in = swiglu ? GEMV_IN_SWIGLU : nw ? GEMV_IN_NORM : GEMV_IN_PLAIN;
+    const int acc = accumulate != 0;
     // dynamic shared memory a block may take: the opt-in limit less the static block sums
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
     bool fast = k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
-                (!nw || ((uintptr_t)nw & 15) == 0) &&
-                gemv_smem(1, k, 1024) <= smem_max;
+                (!nw || ((uintptr_t)nw & 15) == 0) && gemv_smem(1, k, 1024) <= smem_max;
     if (!fast) {
-        pdl_launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x, bias,
-                   T, n, k, (int)swiglu, swiglu ? nullptr : nw, eps, accumulate);
+        pdl_launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x,
+                   bias, T, n, k, (int)swiglu, nw, eps, acc);
         return;
     }
     if (T == 1) {
         const double bytes = (double)n * k * 2;
-        const gemv_shape &sh = gemv_shapes[g_shape_pick[bytes < 96e6 ? 0 : bytes <= 512e6 ? 1 : 2]];
-        gemv_fn fn = swiglu ? sh.swiglu : sh.plain;
+        const gemv_shape &sh =
+            gemv_shapes[g_shape_pick[bytes < 96e6 ? 0 : bytes <= 512e6 ? 1 : 2]];
+        gemv_fn fn = sh.k.f[in][acc];
         size_t smem = gemv_smem(1, k, sh.nt);
         // blocks per SM that fit in shared memory (1 KB per block is the system's)
         int fit = (int)((size_t)di.smem_per_sm / (smem + GEMV_STATIC_SMEM + 1024));
         int per_sm = fit < 1 ? 1 : fit < sh.minb ? fit : sh.minb;
         long long g = (long long)di.sms * per_sm;
         set_smem_attr(fn, dev, di.smem_optin);
-        pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W, x,
-                   bias, n, k, swiglu ? nullptr : nw, eps, accumulate);
+        pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W,
+                   x, bias, n, k, nw, eps);
         return;
     }
     // positions per pass: as many as fit in shared memory, at most GEMV_MAX_T
@@ -487,10 +494,10 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
                         stream);
             continue;
         }
-        gemv_fn fn = pick_multi(tc, swiglu);
+        gemv_fn fn = multi_fns(tc).f[in][acc];
         set_smem_attr(fn, dev, di.smem_optin);
         pdl_launch(fn, grid, 512u, gemv_smem(tc, k, 512), s, y + (size_t)t0 * n, (const uint4 *)W,
-                   xt, bias, n, k, swiglu ? nullptr : nw, eps, accumulate);
+                   xt, bias, n, k, nw, eps);
     }
 }
 

@@ -47,18 +47,17 @@ static __global__ void __launch_bounds__(256)
 
 struct variant {
     const char *name;
-    void (*fn)(float *, const uint4 *, const float *, const float *, int, int, const float *, float,
-               int);
+    void (*fn)(float *, const uint4 *, const float *, const float *, int, int, const float *, float);
     int nt, minb;
 };
 
 #define V(NT, MINB, U)                                                                             \
     {                                                                                              \
-#NT "/" #MINB "/" #U, gemv_kernel < NT, MINB, U, 1, false>, NT, MINB                       \
+#NT "/" #MINB "/" #U, gemv_kernel < NT, MINB, U, 1, GEMV_IN_PLAIN, false>, NT, MINB                       \
     }
 static const variant variants[] = {
     {"row/warp", nullptr, 256, 0},
-    {"main 1024/1/4", gemv_kernel<1024, 1, 4, 1, false>, 1024, 1},
+    {"main 1024/1/4", gemv_kernel<1024, 1, 4, 1, GEMV_IN_PLAIN, false>, 1024, 1},
     V(1024, 1, 2),
     V(512, 1, 8),
     V(512, 2, 4),
@@ -80,7 +79,7 @@ static void run_variant(const variant &v, float *y, const uint16_t *W, const flo
     ls_pdl_on = pdl;
     unsigned grid = (unsigned)std::min(n, g_sms * v.minb);
     pdl_launch(v.fn, grid, (unsigned)v.nt, gemv_smem(1, k, v.nt), (cudaStream_t)0, y,
-               (const uint4 *)W, x, (const float *)nullptr, n, k, (const float *)nullptr, 0.0f, 0);
+               (const uint4 *)W, x, (const float *)nullptr, n, k, (const float *)nullptr, 0.0f);
     ls_pdl_on = saved;
 }
 

@@ -180,6 +180,25 @@ stage_bench() {
     true
 }
 
+# decode at TP=1 under each GEMV launch-shape choice (LOCKSTEP_GEMV=small,medium,large)
+stage_shapes() {
+    local v
+    for v in ${GEMV_CHOICES:-1,0,4 0,0,0 2,0,4 3,3,4 1,1,4}; do
+        echo -n "LOCKSTEP_GEMV=$v: "
+        LOCKSTEP_GEMV=$v mpi -x LOCKSTEP_GEMV -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 \
+            --gen 256 --json "$OUT/shapes-$v.json" 2>&1 | grep -E "^ *decode  "
+    done
+}
+
+# Llama-3.1-70B shape at TP=2 (141 GB of weights: no room on one H200), both all-reduce paths
+stage_bench70() {
+    local ar
+    for ar in custom nccl; do
+        mpi -np 2 build-gpu/lockstep bench --gpu --allreduce $ar --dummy llama-3.1-70b --prompt-len 128 --gen 128 \
+            --json "$OUT/bench-70b-tp2-$ar.json" || return 1
+    done
+}
+
 # the custom all-reduce: correctness against NCCL (eager and in graphs replayed thousands of
 # times), the latency sweep, and the fault drills (a rank that hangs or exits mid-sequence)
 stage_allreduce() {
