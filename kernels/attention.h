@@ -8,8 +8,9 @@
  * leaves a partial softmax (max, sum, unnormalised output) in a workspace; the last block of a
  * (KV head, q heads) to finish (an atomic counter in the workspace, reset by that block) merges
  * the chunks in order, so a step is one kernel. The workspace must be zeroed once after it is
- * allocated; every launch leaves its counters at zero. The context length is read from the device (pos), and the grid
- * depends only on nsplit, so a decode step can be captured once in a CUDA graph and replayed.
+ * allocated; every launch leaves its counters at zero. The context length is read from the device
+ * (pos), and the grid depends only on nsplit, so a decode step can be captured once in a CUDA graph
+ * and replayed.
  *
  * Prefill (T new positions pos0 .. pos0+T-1, causal, over the cache rows 0 .. pos0+T-1, which
  * must already hold the new positions' K and V): flash attention with online softmax, tiles of

@@ -388,7 +388,10 @@ struct gemv_shape {
     gemv_fns k;
 };
 
-#define GEMV_SHAPE(NT, MINB, U) {#NT "/" #MINB "/" #U, NT, MINB, fns<NT, MINB, U, 1>()}
+#define GEMV_SHAPE(NT, MINB, U)                                                                    \
+    {                                                                                              \
+#NT "/" #MINB "/" #U, NT, MINB, fns < NT, MINB, U, 1>()                                    \
+    }
 static const gemv_shape gemv_shapes[] = {
     GEMV_SHAPE(1024, 1, 4), GEMV_SHAPE(512, 2, 4), GEMV_SHAPE(256, 4, 4),
     GEMV_SHAPE(256, 2, 8),  GEMV_SHAPE(512, 1, 8),
@@ -415,10 +418,10 @@ static void shapes_from_env(void)
 // 2 <= T <= 8 positions: 512 threads, 1 block per SM, 4 loads in flight
 static const gemv_fns &multi_fns(int T)
 {
-    static const gemv_fns m[GEMV_MAX_T - 1] = {
-        fns<512, 1, GEMV_U, 2>(), fns<512, 1, GEMV_U, 3>(), fns<512, 1, GEMV_U, 4>(),
-        fns<512, 1, GEMV_U, 5>(), fns<512, 1, GEMV_U, 6>(), fns<512, 1, GEMV_U, 7>(),
-        fns<512, 1, GEMV_U, 8>()};
+    static const gemv_fns m[GEMV_MAX_T - 1] = {fns<512, 1, GEMV_U, 2>(), fns<512, 1, GEMV_U, 3>(),
+                                               fns<512, 1, GEMV_U, 4>(), fns<512, 1, GEMV_U, 5>(),
+                                               fns<512, 1, GEMV_U, 6>(), fns<512, 1, GEMV_U, 7>(),
+                                               fns<512, 1, GEMV_U, 8>()};
     return m[T - 2];
 }
 
@@ -463,14 +466,13 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
     bool fast = k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
                 (!nw || ((uintptr_t)nw & 15) == 0) && gemv_smem(1, k, 1024) <= smem_max;
     if (!fast) {
-        pdl_launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x,
-                   bias, T, n, k, (int)swiglu, nw, eps, acc);
+        pdl_launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x, bias,
+                   T, n, k, (int)swiglu, nw, eps, acc);
         return;
     }
     if (T == 1) {
         const double bytes = (double)n * k * 2;
-        const gemv_shape &sh =
-            gemv_shapes[g_shape_pick[bytes < 96e6 ? 0 : bytes <= 512e6 ? 1 : 2]];
+        const gemv_shape &sh = gemv_shapes[g_shape_pick[bytes < 96e6 ? 0 : bytes <= 512e6 ? 1 : 2]];
         gemv_fn fn = sh.k.f[in][acc];
         size_t smem = gemv_smem(1, k, sh.nt);
         // blocks per SM that fit in shared memory (1 KB per block is the system's)
@@ -478,8 +480,8 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         int per_sm = fit < 1 ? 1 : fit < sh.minb ? fit : sh.minb;
         long long g = (long long)di.sms * per_sm;
         set_smem_attr(fn, dev, di.smem_optin);
-        pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W,
-                   x, bias, n, k, nw, eps);
+        pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W, x,
+                   bias, n, k, nw, eps);
         return;
     }
     // positions per pass: as many as fit in shared memory, at most GEMV_MAX_T

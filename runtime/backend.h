@@ -78,6 +78,12 @@ struct ls_backend {
                                   const float *w, int rows, int dim, float eps);
     /* *out = index of the largest of x[n], lowest on ties */
     void (*argmax)(int *out, const float *x, int n);
+    /* *out = the token drawn from logits[n] at temperature (> 0), top_k, top_p and min_p (0, 1
+     * and 0: off) with the uniform draw *u (backend memory, written before each step), as
+     * ls_sample_with in sampler.h; ws: backend memory of sample_ws(n) bytes */
+    void (*sample)(int *out, const float *logits, int n, float temperature, int top_k, float top_p,
+                   float min_p, const double *u, void *ws);
+    size_t (*sample_ws)(int n);
     /* pos[0] += 1 */
     void (*advance)(int *pos);
 

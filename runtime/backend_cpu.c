@@ -2,6 +2,7 @@
  * It is the reference the CUDA backend must match. KV cache layout: [max_ctx][hkv][hd]. */
 #include "config.h"
 #include "backend.h"
+#include "sampler.h"
 #include "comm.h"
 #include "kernels/ref.h"
 
@@ -154,6 +155,25 @@ static void cpu_argmax(int *out, const float *x, int n)
     *out = best;
 }
 
+static void cpu_sample(int *out, const float *logits, int n, float temperature, int top_k,
+                       float top_p, float min_p, const double *u, void *ws)
+{
+    (void)ws;
+    struct ls_sampling p;
+    ls_sampling_defaults(&p);
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    *out = ls_sample_with(&p, logits, n, *u);
+}
+
+static size_t cpu_sample_ws(int n)
+{
+    (void)n;
+    return 16;
+}
+
 static void cpu_advance(int *pos)
 {
     pos[0] += 1;
@@ -245,5 +265,7 @@ const struct ls_backend ls_backend_cpu = {
     .add = ref_add,
     .allreduce_add_rmsnorm = cpu_allreduce_add_rmsnorm,
     .argmax = cpu_argmax,
+    .sample = cpu_sample,
+    .sample_ws = cpu_sample_ws,
     .advance = cpu_advance,
 };

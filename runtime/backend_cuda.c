@@ -58,8 +58,38 @@ static void *cu_stream(void)
     return stream_get();
 }
 
+/* Weight uploads: each matrix is converted to bf16 in pieces into two pinned staging buffers
+ * in turn and copied on a stream of their own, so the conversion of one piece overlaps the DMA
+ * of the one before, and the last DMA of a matrix overlaps the loader reading the next tensor.
+ * cu_sync waits for them (the model loader calls it once at the end). */
+#define STAGE_ELEMS ((size_t)32 << 20) /* 64 MB of bf16 per staging buffer */
+
+static struct {
+    cudaStream_t s;
+    uint16_t *buf[2];
+    cudaEvent_t free_ev[2]; /* the DMA out of buf[i] is done */
+    int cur;
+} up;
+
+static int upload_init(void)
+{
+    if (up.s) return 0;
+    stream_get(); /* the device is chosen and the context made */
+    for (int i = 0; i < 2; i++) {
+        if (cudaHostAlloc((void **)&up.buf[i], STAGE_ELEMS * sizeof(uint16_t),
+                          cudaHostAllocDefault) != cudaSuccess) {
+            cudaGetLastError();
+            return -1;
+        }
+        CHECK_CUDA(cudaEventCreateWithFlags(&up.free_ev[i], cudaEventDisableTiming));
+    }
+    CHECK_CUDA(cudaStreamCreateWithFlags(&up.s, cudaStreamNonBlocking));
+    return 0;
+}
+
 static void cu_sync(void)
 {
+    if (up.s) CHECK_CUDA(cudaStreamSynchronize(up.s));
     CHECK_CUDA(cudaStreamSynchronize(stream_get()));
 }
 
@@ -130,22 +160,40 @@ static uint16_t to_bf16(float f)
 static void *cu_upload_matrix(float *host, size_t rows, size_t cols)
 {
     size_t n = rows * cols;
-    uint16_t *h16 = malloc(n * sizeof *h16 + 2);
-    if (!h16) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n * sizeof(uint16_t) + 2) != cudaSuccess) {
+        cudaGetLastError();
         free(host);
         return NULL;
     }
+    if (upload_init()) { /* no pinned memory: one synchronous copy from pageable memory */
+        uint16_t *h16 = malloc(n * sizeof *h16 + 2);
+        if (!h16) {
+            free(host);
+            CHECK_CUDA(cudaFree(d));
+            return NULL;
+        }
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) h16[i] = to_bf16(host[i]);
-    free(host);
-    void *d = NULL;
-    if (cudaMalloc(&d, n * sizeof *h16 + 2) != cudaSuccess) {
-        cudaGetLastError();
+        for (size_t i = 0; i < n; i++) h16[i] = to_bf16(host[i]);
+        CHECK_CUDA(cudaMemcpy(d, h16, n * sizeof *h16, cudaMemcpyHostToDevice));
         free(h16);
-        return NULL;
+        free(host);
+        return d;
     }
-    CHECK_CUDA(cudaMemcpy(d, h16, n * sizeof *h16, cudaMemcpyHostToDevice));
-    free(h16);
+    for (size_t off = 0; off < n; off += STAGE_ELEMS) {
+        size_t m = n - off < STAGE_ELEMS ? n - off : STAGE_ELEMS;
+        int b = up.cur;
+        up.cur ^= 1;
+        CHECK_CUDA(cudaEventSynchronize(up.free_ev[b])); /* its previous DMA is done */
+        uint16_t *h16 = up.buf[b];
+        const float *src = host + off;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < m; i++) h16[i] = to_bf16(src[i]);
+        CHECK_CUDA(cudaMemcpyAsync((uint16_t *)d + off, h16, m * sizeof *h16,
+                                   cudaMemcpyHostToDevice, up.s));
+        CHECK_CUDA(cudaEventRecord(up.free_ev[b], up.s));
+    }
+    free(host); /* converted: the DMAs read the staging buffers only */
     return d;
 }
 
@@ -314,6 +362,12 @@ static void cu_argmax(int *out, const float *x, int n)
     ls_sample_argmax(out, x, n, stream_get());
 }
 
+static void cu_sample(int *out, const float *logits, int n, float temperature, int top_k,
+                      float top_p, float min_p, const double *u, void *ws)
+{
+    ls_sample(out, logits, n, temperature, top_k, top_p, min_p, u, ws, stream_get());
+}
+
 static void cu_advance(int *pos)
 {
     ls_advance_pos(pos, stream_get());
@@ -382,6 +436,8 @@ const struct ls_backend ls_backend_cuda = {
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,
     .argmax = cu_argmax,
+    .sample = cu_sample,
+    .sample_ws = ls_sample_workspace,
     .advance = cu_advance,
     .graph_begin = cu_graph_begin,
     .graph_end = cu_graph_end,

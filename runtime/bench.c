@@ -329,6 +329,8 @@ int cmd_bench(int argc, char **argv)
                read_gbs, (double)bw / (1 << 30));
         printf("  %-38s %10.1f GB/s   (read + written)\n", "copy bandwidth", copy_gbs);
         printf("  %-38s %10.3f GB\n", "weights per rank", (double)s->weight_bytes / 1e9);
+        printf("  %-38s %10.2f s (rank 0; %.2f GB/s)\n", "model load", j.load_s,
+               (double)s->weight_bytes / 1e9 / j.load_s);
         printf("  %-38s %10.3f GB\n", "bytes read per decode step per rank", step_bytes / 1e9);
         printf("  %-38s %10.1f tok/s  (%d tokens in %.3f ms)\n", "prefill", prompt_len / prefill,
                (int)prompt_len, prefill * 1e3);
@@ -351,6 +353,7 @@ int cmd_bench(int argc, char **argv)
                 "roofline_fraction", achieved / read_gbs, "decode_ms_without_collectives",
                 ms_alone);
             json_object_set_new(o, "allreduce_share", json_real(share));
+            json_object_set_new(o, "load_s", json_real(j.load_s));
             if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0)
                 ls_error("bench: cannot write --json %s", json_path);
             json_decref(o);

@@ -29,9 +29,12 @@ struct ls_engine {
     float *logits_all;   /* [tp][vpad] every rank's slice */
     float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
-    void *graph;         /* captured greedy decode step, or NULL */
-    int graph_synced;    /* posb[0] holds pos and ids[0] holds last_out for the next step */
-    int last_out;        /* the token the last greedy step wrote to ids[0] */
+    double *u;           /* the step's uniform draw (backend memory), when sampling */
+    void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
+    void *graph;         /* captured decode step, or NULL */
+    struct ls_sampling graph_sp; /* the token choice captured in it (temperature 0: argmax) */
+    int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
+    int last_out;                /* the token the last greedy step wrote to ids[0] */
 };
 
 static float *balloc(struct ls_engine *e, size_t n, int *failed)
@@ -108,6 +111,8 @@ void ls_engine_free(struct ls_engine *e)
     if (!e) return;
     const struct ls_backend *be = e->be;
     if (e->graph) be->graph_free(e->graph);
+    if (e->u) be->free(e->u);
+    if (e->sample_ws) be->free(e->sample_ws);
     void *bufs[] = {e->ids,
                     e->posb,
                     e->x,
@@ -259,39 +264,72 @@ int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
     return 0;
 }
 
-/* the greedy decode step: reads ids[0] at posb[0], writes the next token to ids[0], advances */
-static void decode_step(struct ls_engine *e)
+/* the decode step: reads ids[0] at posb[0], writes the next token to ids[0] (argmax at
+ * temperature 0, else drawn with the draw in u), advances */
+static void decode_step(struct ls_engine *e, const struct ls_sampling *sp)
 {
+    const int V = e->m->cfg.vocab;
     chunk_forward(e, 1, e->pos);
-    e->be->argmax(e->ids, e->logits, e->m->cfg.vocab);
+    if (sp->temperature == 0.0f)
+        e->be->argmax(e->ids, e->logits, V);
+    else
+        e->be->sample(e->ids, e->logits, V, sp->temperature, sp->top_k, sp->top_p, sp->min_p, e->u,
+                      e->sample_ws);
     e->be->advance(e->posb);
 }
 
-int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out)
+static int same_choice(const struct ls_sampling *a, const struct ls_sampling *b)
+{
+    if (a->temperature == 0.0f || b->temperature == 0.0f) return a->temperature == b->temperature;
+    return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p &&
+           a->min_p == b->min_p;
+}
+
+int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u, int *out)
 {
     const struct ls_backend *be = e->be;
+    struct ls_sampling greedy = {0};
+    if (!sp) sp = &greedy;
     if (e->pos + 1 > e->max_ctx) return -1;
+    if (sp->temperature != 0.0f && !e->u) {
+        /* first sampled step: the draw's slot and the workspace, before any capture */
+        e->u = be->alloc(sizeof(double));
+        e->sample_ws = be->alloc(be->sample_ws(e->m->cfg.vocab));
+        if (!e->u || !e->sample_ws)
+            ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for sampling");
+    }
     if (!e->graph_synced) {
         e->host_pos[0] = e->pos;
         be->to_device(e->posb, e->host_pos, sizeof(int));
         be->to_device(e->ids, &in, sizeof(int));
         e->graph_synced = 1;
     } else if (in != e->last_out) {
-        /* the previous step left its argmax in ids[0]; the caller chose another token */
+        /* the previous step left its token in ids[0]; the caller chose another one */
         be->to_device(e->ids, &in, sizeof(int));
     }
+    if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
     if (be->graph_begin) {
+        if (e->graph && !same_choice(&e->graph_sp, sp)) {
+            be->graph_free(e->graph);
+            e->graph = NULL;
+        }
         if (!e->graph) {
             be->graph_begin();
-            decode_step(e);
+            decode_step(e, sp);
             e->graph = be->graph_end();
+            e->graph_sp = *sp;
         }
         be->graph_launch(e->graph);
     } else {
-        decode_step(e);
+        decode_step(e, sp);
     }
     be->to_host(out, e->ids, sizeof(int));
     e->last_out = *out;
     e->pos += 1;
     return 0;
+}
+
+int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out)
+{
+    return ls_engine_decode(e, in, NULL, 0.0, out);
 }

@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "comm.h"
 #include "model.h"
+#include "sampler.h"
 
 struct ls_engine;
 
@@ -32,5 +33,10 @@ int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
  * graph replay where the backend has graphs): only the next token comes back, in *out.
  * Returns 0, or -1 when the context is full. */
 int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out);
+/* The same with the token drawn in the backend (no penalties: sp's temperature, top-k, top-p,
+ * min-p; NULL or temperature 0 is greedy) with the uniform draw u (ls_sampler_uniform), so
+ * every rank, given the same u, picks the same token from the same logits. A graph is captured
+ * per choice of sampling parameters; u is copied in before each replay. */
+int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u, int *out);
 
 #endif

@@ -156,13 +156,16 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     size_t emitted = 0; /* bytes of text already written to p->stream */
     r->finish = "length";
 
-    /* Greedy without penalties needs no logits on the host: each step runs in the backend (a
-     * graph replay on GPUs) and only the token comes back. Anything else samples on the host
-     * from the full row of logits. */
+    /* Without penalties no logits are needed on the host: each step runs in the backend (a
+     * graph replay on GPUs), the token is chosen there (argmax, or drawn with the host's next
+     * uniform, the one the host sampler would have used) and only it comes back. Penalties
+     * (which need the history) and --top-logits take the logits to the host and sample there.
+     * LOCKSTEP_HOST_SAMPLING=1 forces the host path (for comparisons). */
     const struct ls_sampling *sp = &p->sampling;
-    int device_greedy = sp->temperature == 0.0f && sp->repetition_penalty == 1.0f &&
-                        sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f &&
-                        (p->top_logits <= 0 || p->top_logit_steps <= 0);
+    const char *hs = getenv("LOCKSTEP_HOST_SAMPLING");
+    int device_step = sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
+                      sp->frequency_penalty == 0.0f &&
+                      (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
     ls_engine_reset(e);
     double t0 = now_s();
     ls_engine_forward(e, prompt, n_prompt, logits);
@@ -172,7 +175,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     for (int step = 0; step < budget; step++) {
         fault_drill(step);
         int id;
-        if (device_greedy && step > 0) {
+        if (device_step && step > 0) {
             id = next;
         } else {
             record_top(r, p, logits, V);
@@ -202,8 +205,9 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             if (stop >= 0) break;
         }
         if (step + 1 == budget) break;
-        if (device_greedy) {
-            if (ls_engine_decode_greedy(e, id, &next) != 0) break; /* context full */
+        if (device_step) {
+            if (ls_engine_decode(e, id, sp, ls_sampler_uniform(smp), &next) != 0)
+                break; /* context full */
         } else if (ls_engine_forward(e, &id, 1, logits) != 0) {
             break; /* context full */
         }

@@ -767,6 +767,7 @@ struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct 
     if (load_globals(&ld, err, errlen)) goto fail;
     for (int l = 0; l < c->n_layers; l++)
         if (load_layer(&ld, l, err, errlen)) goto fail;
+    be->sync(); /* the last uploads (asynchronous on GPUs) have landed */
     if (show_progress) fprintf(stderr, "\n");
     if (ld.src.g) gguf_close(ld.src.g);
     if (ld.src.st) st_close(ld.src.st);

@@ -128,8 +128,10 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
     if (!model_path) return; /* collectives only (bench --allreduce-sweep) */
     char err[1024] = "";
     int progress = j->ctx.rank == 0 && isatty(STDERR_FILENO);
+    double t0 = MPI_Wtime();
     j->model =
         ls_model_load(model_path, j->ctx.rank, j->ctx.size, j->be, progress, err, sizeof err);
+    j->load_s = MPI_Wtime() - t0;
     if (!j->model) ls_error("%s", err);
     if (!ls_agree(j->model != NULL)) ls_abort_quiet(&j->ctx);
     if (max_ctx <= 0) max_ctx = j->model->cfg.max_pos < 4096 ? j->model->cfg.max_pos : 4096;

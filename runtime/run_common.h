@@ -67,6 +67,7 @@ struct rc_job {
     const struct ls_backend *be;
     struct ls_model *model;
     struct ls_engine *engine;
+    double load_s; /* this rank's model load, seconds (reading, converting, uploading) */
 };
 
 /* bootstrap, load the model on every rank, build the engine; on any rank's error every rank

@@ -147,58 +147,77 @@ static int by_prob_desc(const void *a, const void *b, void *ctx)
     return ia - ib; /* ties: lower id first, so the order is total and reproducible */
 }
 
-int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *hist, int n_hist)
+/* the token drawn with u in [0, 1) from logits (modified: the probabilities are not kept) at
+ * p's temperature (> 0), top-k, top-p and min-p; idx and prob: scratch of V each */
+static int pick(const struct ls_sampling *p, const float *logits, int V, double u, int *idx,
+                float *prob)
 {
-    const struct ls_sampling *p = &s->p;
-    int V = s->vocab;
-    apply_penalties(s, logits, hist, n_hist);
-    if (p->temperature == 0.0f) return ls_argmax(logits, V);
-
     /* softmax at temperature over all tokens, in double for the sum */
     float mx = logits[ls_argmax(logits, V)];
     double sum = 0;
     for (int i = 0; i < V; i++) {
         float e = expf((logits[i] - mx) / p->temperature);
-        s->prob[i] = e;
+        prob[i] = e;
         sum += e;
     }
     for (int i = 0; i < V; i++) {
-        s->prob[i] = (float)(s->prob[i] / sum);
-        s->idx[i] = i;
+        prob[i] = (float)(prob[i] / sum);
+        idx[i] = i;
     }
     int n = V;
-    if (p->top_k > 0 && p->top_k < n) {
-        /* partial selection would do; a full sort of the vocab is a few ms and keeps it simple */
-        qsort_r(s->idx, (size_t)n, sizeof *s->idx, by_prob_desc, s->prob);
-        n = p->top_k;
-    } else {
-        qsort_r(s->idx, (size_t)n, sizeof *s->idx, by_prob_desc, s->prob);
-    }
+    /* a partial selection would do for top-k; a full sort of the vocab is a few ms and keeps
+     * it simple */
+    qsort_r(idx, (size_t)n, sizeof *idx, by_prob_desc, prob);
+    if (p->top_k > 0 && p->top_k < n) n = p->top_k;
     /* renormalise over the kept set before top-p, as HF's warpers see the filtered distribution */
     double kept = 0;
-    for (int i = 0; i < n; i++) kept += s->prob[s->idx[i]];
+    for (int i = 0; i < n; i++) kept += prob[idx[i]];
     if (p->top_p < 1.0f) {
         double cum = 0;
         int keep = 0;
         while (keep < n) {
-            cum += s->prob[s->idx[keep]] / kept;
+            cum += prob[idx[keep]] / kept;
             keep++;
             if (cum >= p->top_p) break;
         }
         n = keep;
     }
     if (p->min_p > 0) {
-        float floor = p->min_p * s->prob[s->idx[0]];
+        float floor = p->min_p * prob[idx[0]];
         int keep = 1;
-        while (keep < n && s->prob[s->idx[keep]] >= floor) keep++;
+        while (keep < n && prob[idx[keep]] >= floor) keep++;
         n = keep;
     }
     double total = 0;
-    for (int i = 0; i < n; i++) total += s->prob[s->idx[i]];
-    double u = next_uniform(s->rng) * total, cum = 0;
+    for (int i = 0; i < n; i++) total += prob[idx[i]];
+    double x = u * total, cum = 0;
     for (int i = 0; i < n; i++) {
-        cum += s->prob[s->idx[i]];
-        if (u < cum) return s->idx[i];
+        cum += prob[idx[i]];
+        if (x < cum) return idx[i];
     }
-    return s->idx[n - 1];
+    return idx[n - 1];
+}
+
+int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *hist, int n_hist)
+{
+    apply_penalties(s, logits, hist, n_hist);
+    if (s->p.temperature == 0.0f) return ls_argmax(logits, s->vocab);
+    return pick(&s->p, logits, s->vocab, next_uniform(s->rng), s->idx, s->prob);
+}
+
+double ls_sampler_uniform(struct ls_sampler *s)
+{
+    return s->p.temperature == 0.0f ? 0.0 : next_uniform(s->rng);
+}
+
+int ls_sample_with(const struct ls_sampling *p, const float *logits, int vocab, double u)
+{
+    if (p->temperature == 0.0f) return ls_argmax(logits, vocab);
+    int *idx = malloc((size_t)vocab * sizeof *idx);
+    float *prob = malloc((size_t)vocab * sizeof *prob);
+    if (!idx || !prob) abort();
+    int id = pick(p, logits, vocab, u, idx, prob);
+    free(idx);
+    free(prob);
+    return id;
 }

@@ -37,6 +37,12 @@ struct ls_sampler *ls_sampler_new(const struct ls_sampling *s, int vocab);
 void ls_sampler_free(struct ls_sampler *s);
 /* logits[vocab] is modified in place. history: the tokens so far (prompt and generated). */
 int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *history, int n_history);
+/* The draw ls_sampler_sample would use next (it advances the generator the same way: nothing
+ * at temperature 0), for a sampler that runs elsewhere: with ls_sample_with, the same tokens as
+ * ls_sampler_sample when there are no penalties. */
+double ls_sampler_uniform(struct ls_sampler *s);
+/* the token ls_sampler_sample picks from logits without penalties, given its uniform draw u */
+int ls_sample_with(const struct ls_sampling *p, const float *logits, int vocab, double u);
 /* index of the largest value, the lowest index on ties */
 int ls_argmax(const float *x, int n);
 

@@ -47,13 +47,14 @@ static __global__ void __launch_bounds__(256)
 
 struct variant {
     const char *name;
-    void (*fn)(float *, const uint4 *, const float *, const float *, int, int, const float *, float);
+    void (*fn)(float *, const uint4 *, const float *, const float *, int, int, const float *,
+               float);
     int nt, minb;
 };
 
 #define V(NT, MINB, U)                                                                             \
     {                                                                                              \
-#NT "/" #MINB "/" #U, gemv_kernel < NT, MINB, U, 1, GEMV_IN_PLAIN, false>, NT, MINB                       \
+#NT "/" #MINB "/" #U, gemv_kernel < NT, MINB, U, 1, GEMV_IN_PLAIN, false>, NT, MINB        \
     }
 static const variant variants[] = {
     {"row/warp", nullptr, 256, 0},

@@ -58,10 +58,11 @@ stage_kernels() {
 # the GPU, fp32 on the CPU, so the logits agree within a bf16 tolerance, not bitwise
 TOL_BF16=${TOL_BF16:-3e-2}
 ids_of() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ids"])' "$1"; }
-gen_json() { # NP OUTFILE ARGS...
-    local np=$1 out=$2
+gen_json() { # NP OUTFILE [-x VAR] ARGS...
+    local np=$1 out=$2 x=()
     shift 2
-    mpi -np "$np" build-gpu/lockstep generate --json --quiet --ignore-eos "$@" >"$out"
+    [ "${1:-}" = -x ] && { x=(-x "$2"); shift 2; }
+    mpi "${x[@]}" -np "$np" build-gpu/lockstep generate --json --quiet --ignore-eos "$@" >"$out"
 }
 stage_e2e() {
     local ok=0 v tp m ids
@@ -79,6 +80,20 @@ stage_e2e() {
                 echo "$m TP=$tp graph greedy: $(ids_of "$OUT/e2e-graph.json")" &&
                 echo "$m TP=$tp eager greedy: $(ids_of "$OUT/e2e-gpu.json")" &&
                 [ "$(ids_of "$OUT/e2e-graph.json")" = "$(ids_of "$OUT/e2e-gpu.json")" ] || { echo "graph != eager"; ok=1; }
+        done
+    done
+    # sampling in the graph (ls_sample with the host's uniform draw) against the host sampler on
+    # the same GPU logits: the same tokens (the kernel's integer probabilities could split a
+    # draw that lands within ~1e-7 of a boundary differently; not expected in 16 steps)
+    for m in tests/fixtures/tiny-llama tests/fixtures/tiny-qwen2; do
+        for tp in 1 2; do
+            gen_json $tp "$OUT/e2e-dev.json" --gpu -m $m --prompt-ids "$(seq -s, 11 47)" -n 16 --temperature 0.8 \
+                --top-p 0.95 --top-k 100 --min-p 0.01 --seed 5 &&
+                LOCKSTEP_HOST_SAMPLING=1 gen_json $tp "$OUT/e2e-host.json" -x LOCKSTEP_HOST_SAMPLING --gpu -m $m \
+                    --prompt-ids "$(seq -s, 11 47)" -n 16 --temperature 0.8 --top-p 0.95 --top-k 100 --min-p 0.01 --seed 5 &&
+                echo "$m TP=$tp sampled in the graph: $(ids_of "$OUT/e2e-dev.json")" &&
+                echo "$m TP=$tp sampled on the host:  $(ids_of "$OUT/e2e-host.json")" &&
+                [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "device sampling != host sampling"; ok=1; }
         done
     done
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \

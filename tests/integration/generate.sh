@@ -113,6 +113,21 @@ run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 24 --tempera
     --top-p 0.95 --top-k 50 --seed 99 --repeat-penalty 1.1 --ignore-eos --json --quiet
 check "seeded sampling: another seed gives other tokens" test "$(jq -c .ids "$tmp/out")" != "$(cat "$tmp/ids.1")"
 
+# ---- sampling in the backend (no penalties): the token drawn there with the host's uniform
+# draw equals the host sampler's, at every TP size
+for tp in 1 3; do
+    run_mpi $tp "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 24 --temperature 0.9 \
+        --top-p 0.9 --top-k 40 --min-p 0.02 --seed 77 --ignore-eos --json --quiet
+    jq -c .ids "$tmp/out" >"$tmp/bs.$tp"
+done
+LOCKSTEP_HOST_SAMPLING=1 run_mpi 2 -x LOCKSTEP_HOST_SAMPLING "$LOCKSTEP" generate -m "$model" -p "Once upon a time" \
+    -n 24 --temperature 0.9 --top-p 0.9 --top-k 40 --min-p 0.02 --seed 77 --ignore-eos --json --quiet
+jq -c .ids "$tmp/out" >"$tmp/hs.2"
+check "sampling in the backend: 24 tokens" test "$(jq length "$tmp/bs.1")" -eq 24
+check "sampling in the backend equals the host sampler (seed 77, TP=1 vs host TP=2)" cmp -s "$tmp/bs.1" "$tmp/hs.2"
+check "sampling in the backend: same tokens at TP=1 and TP=3" cmp -s "$tmp/bs.1" "$tmp/bs.3"
+check "sampling in the backend: not the greedy tokens" test "$(cat "$tmp/bs.1")" != "$(cat "$tmp/dev.ids")"
+
 # ---- batch
 cat >"$tmp/in.jsonl" <<'JSONL'
 {"id": "a", "prompt": "The capital of France is", "max_tokens": 8}
