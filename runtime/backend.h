@@ -61,10 +61,13 @@ struct ls_backend {
     void (*matmul_residual)(float *x, const float *in, const void *W, int T, int k, int n,
                             int swiglu);
     /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
-     * positions pos[t], k and v stored in the caches at pos[t] */
+     * positions pos[t], k and v stored in the caches at pos[t]; next[2] (bytes[2]): the
+     * matrices the step reads next, which the backend may start pulling into a cache (a hint;
+     * entries may be NULL) */
     void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos,
                     const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
-                    int interleaved, const float *q_norm, const float *k_norm, float eps);
+                    int interleaved, const float *q_norm, const float *k_norm, float eps,
+                    const void *const next[2], const size_t bytes[2]);
     /* causal attention of the T positions pos[0] .. pos[0] + T - 1 (pos0 is pos[0] as known to
      * the host; a decode step of a graph reads pos instead); q at qkv + t * stride; out
      * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */

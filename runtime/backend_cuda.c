@@ -308,11 +308,24 @@ static void cu_matmul_residual(float *x, const float *in, const void *W, int T, 
 
 static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
                        const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
-                       int interleaved, const float *q_norm, const float *k_norm, float eps)
+                       int interleaved, const float *q_norm, const float *k_norm, float eps,
+                       const void *const next[2], const size_t bytes[2])
 {
+    /* LOCKSTEP_L2_PREFETCH: 0 none, 1 the next matrix only, 2 (default) the next two */
+    static int prefetch = -1;
+    if (prefetch < 0) {
+        const char *e = getenv("LOCKSTEP_L2_PREFETCH");
+        prefetch = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] - '0' : 2;
+    }
+    const void *nx[2] = {NULL, NULL};
+    size_t nb[2] = {0, 0};
+    for (int r = 0; r < prefetch && T == 1 && next; r++) {
+        nx[r] = next[r];
+        nb[r] = bytes[r];
+    }
     float *q = qkv, *k = qkv + (size_t)hq * hd, *v = qkv + (size_t)(hq + hkv) * hd;
-    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx, interleaved,
-               q_norm, k_norm, eps, stream_get());
+    ls_rope_kv_prefetch(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx,
+                        interleaved, q_norm, k_norm, eps, nx, nb, stream_get());
 }
 
 static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,

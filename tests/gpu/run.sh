@@ -205,6 +205,31 @@ stage_shapes() {
     done
 }
 
+# decode with and without the L2 prefetch of the next matrices during the attention kernels
+# (LOCKSTEP_L2_PREFETCH=0 none, 1 the o projection, 2 o and gate+up), TP=1 and TP=2
+stage_prefetch() {
+    local v n
+    n=$(ngpus)
+    for v in 2 0 1; do
+        echo -n "TP=1 LOCKSTEP_L2_PREFETCH=$v: "
+        LOCKSTEP_L2_PREFETCH=$v mpi -x LOCKSTEP_L2_PREFETCH -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b \
+            --prompt-len 128 --gen 256 --json "$OUT/pf-tp1-$v.json" 2>&1 | grep -E "^ *(decode  |achieved|model load)" | tr -s ' ' | tr '\n' ' '
+        echo
+    done
+    [ "$n" -ge 2 ] || return 0
+    for v in 2 0; do
+        echo -n "TP=2 custom LOCKSTEP_L2_PREFETCH=$v: "
+        LOCKSTEP_L2_PREFETCH=$v mpi -x LOCKSTEP_L2_PREFETCH -np 2 build-gpu/lockstep bench --gpu --allreduce custom \
+            --dummy llama-3.1-8b --prompt-len 128 --gen 256 --json "$OUT/pf-tp2-$v.json" 2>&1 |
+            grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
+        echo
+    done
+    echo -n "TP=2 nccl: "
+    mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
+        --json "$OUT/pf-tp2-nccl.json" 2>&1 | grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
+    echo
+}
+
 # Llama-3.1-70B shape at TP=2 (141 GB of weights: no room on one H200), both all-reduce paths
 stage_bench70() {
     local ar

@@ -557,12 +557,14 @@ static void tests_elementwise(void)
 
 /* -------------------------------------------------------------------- RoPE ---- */
 
+// prefetch: bytes of a next matrix to pull into L2 meanwhile (a hint: results must not change)
 static void test_rope(const char *label, int hq, int hkv, int hd, int interleaved, bool qk_norm,
-                      bool llama3, std::vector<int> pos)
+                      bool llama3, std::vector<int> pos, size_t prefetch = 0)
 {
-    char name[160];
-    snprintf(name, sizeof name, "rope_kv %s hq=%d hkv=%d hd=%d %s%s T=%zu", label, hq, hkv, hd,
-             interleaved ? "interleaved" : "neox", qk_norm ? " qk-norm" : "", pos.size());
+    char name[200];
+    snprintf(name, sizeof name, "rope_kv %s hq=%d hkv=%d hd=%d %s%s T=%zu%s", label, hq, hkv, hd,
+             interleaved ? "interleaved" : "neox", qk_norm ? " qk-norm" : "", pos.size(),
+             prefetch ? " + L2 prefetch" : "");
     const int T = (int)pos.size(), max_ctx = 2048, stride = (hq + 2 * hkv) * hd;
     const float eps = 1e-6f;
     std::vector<float> inv(hd / 2);
@@ -600,9 +602,21 @@ static void test_rope(const char *label, int hq, int hkv, int hd, int interleave
     dpos.up(pos);
     dkc.poison();
     dvc.poison();
-    ls_rope_kv(dqkv.p, dqkv.p + hq * hd, dqkv.p + (hq + hkv) * hd, stride, stride, dkc.p, dvc.p,
-               dpos.p, dinv.p, T, hq, hkv, hd, max_ctx, interleaved, qk_norm ? dqn.p : nullptr,
-               qk_norm ? dkn.p : nullptr, eps, nullptr);
+    if (prefetch) {
+        dev<uint8_t> next(prefetch), next2(3 * prefetch + 16);
+        const void *nx[2] = {next.p, next2.p};
+        const size_t nb[2] = {prefetch, 3 * prefetch + 16};
+        ls_rope_kv_prefetch(dqkv.p, dqkv.p + hq * hd, dqkv.p + (hq + hkv) * hd, stride, stride,
+                            dkc.p, dvc.p, dpos.p, dinv.p, T, hq, hkv, hd, max_ctx, interleaved,
+                            qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr, eps, nx, nb,
+                            nullptr);
+        CHECK_CUDA(cudaDeviceSynchronize());
+    } else {
+        ls_rope_kv(dqkv.p, dqkv.p + hq * hd, dqkv.p + (hq + hkv) * hd, stride, stride, dkc.p, dvc.p,
+                   dpos.p, dinv.p, T, hq, hkv, hd, max_ctx, interleaved, qk_norm ? dqn.p : nullptr,
+                   qk_norm ? dkn.p : nullptr, eps, nullptr);
+    }
+    CHECK_CUDA(cudaGetLastError());
     std::vector<float> out = dqkv.down();
     std::vector<uint16_t> kc = dkc.down(), vc = dvc.down();
     std::vector<float> oq(q.size()), ok(k.size());
@@ -651,6 +665,11 @@ static void tests_rope(void)
     test_rope("llama8b", 32, 8, 128, 0, false, true, {1500});
     test_rope("llama8b gguf", 32, 8, 128, 1, false, true, {1, 2, 3});
     test_rope("hd256", 4, 2, 256, 0, true, true, {100});
+    // with the next matrix pulled into L2: the 8B O projection (fits), the 70B one at TP=2
+    // (a share of it), and a size that is no multiple of the stripe or of 16 bytes
+    test_rope("llama8b", 32, 8, 128, 0, false, true, {1500}, (size_t)4096 * 4096 * 2);
+    test_rope("llama70b tp2", 32, 4, 128, 0, false, true, {77}, (size_t)8192 * 4096 * 2);
+    test_rope("smollm2", 9, 3, 64, 0, false, false, {5}, 1000003);
 }
 
 /* --------------------------------------------------------------- attention ---- */
