@@ -19,6 +19,11 @@ check "bench --allreduce-sweep on 2 CPU ranks exits 0" test "$rc" -eq 0
 check "bench --allreduce-sweep: one row per size, 1 KB to 64 KB" test "$(grep -cE '^ +[0-9]+ +[0-9.]+' "$tmp/out")" -eq 7
 check "bench --allreduce-sweep JSON: MPI latencies, positive" \
     jq_file "$tmp/sw.json" '(.allreduce_sweep | length) == 7 and all(.allreduce_sweep[]; .mpi_eager_us > 0)'
+for np in 4 8; do # the scaling runs' sweep, on CPU ranks (oversubscribed here)
+    run_mpi $np "$LOCKSTEP" bench --cpu --allreduce-sweep --sweep-max 16384 --json "$tmp/sw$np.json"
+    check "bench --allreduce-sweep on $np CPU ranks: 5 sizes, positive latencies" \
+        jq_file "$tmp/sw$np.json" '(.allreduce_sweep | length) == 5 and all(.allreduce_sweep[]; .mpi_eager_us > 0)'
+done
 run "$LOCKSTEP" bench --batch 4 --dummy smollm2-135m
 check "bench --batch 4: a clear usage error" err_has "--batch: expected 1..1, found 4"
 run "$LOCKSTEP" bench
