@@ -36,7 +36,8 @@ void ls_rope_kv(float *q, float *k, const float *v, int q_stride, int kv_stride,
  * of the next GEMVs' weights. A hint: results are those of ls_rope_kv. Two thirds of the L2 at
  * most: all of the first matrix when it fits, else an even share of it (one 64 KB stripe in
  * every ceil(bytes / budget)); the second an even share of what is left. NULL or unaligned
- * entries are skipped; l2_next NULL: none. */
+ * entries are skipped; l2_next NULL: none. Measured on the H200 this made the 8B decode step
+ * twice as slow, not faster (docs/BENCHMARKS.md); the backend leaves it off by default. */
 void ls_rope_kv_prefetch(float *q, float *k, const float *v, int q_stride, int kv_stride,
                          uint16_t *kcache, uint16_t *vcache, const int *pos, const float *inv_freq,
                          int T, int hq, int hkv, int hd, int max_ctx, int interleaved,

@@ -311,11 +311,14 @@ static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *po
                        int interleaved, const float *q_norm, const float *k_norm, float eps,
                        const void *const next[2], const size_t bytes[2])
 {
-    /* LOCKSTEP_L2_PREFETCH: 0 none, 1 the next matrix only, 2 (default) the next two */
+    /* LOCKSTEP_L2_PREFETCH: 0 (default) none, 1 the next matrix, 2 the next two. Off: measured
+     * on the H200 (docs/BENCHMARKS.md, 2026-11-29 call 8) it doubled the 8B step (4.52 ->
+     * 9.53 ms/token at TP=1, 8.5 ms with the o projection alone) instead of saving the
+     * ~0.15 ms expected; kept as a switch until the cause is known. */
     static int prefetch = -1;
     if (prefetch < 0) {
         const char *e = getenv("LOCKSTEP_L2_PREFETCH");
-        prefetch = e && (e[0] == '0' || e[0] == '1') && !e[1] ? e[0] - '0' : 2;
+        prefetch = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
     }
     const void *nx[2] = {NULL, NULL};
     size_t nb[2] = {0, 0};

@@ -206,7 +206,7 @@ stage_shapes() {
 }
 
 # decode with and without the L2 prefetch of the next matrices during the attention kernels
-# (LOCKSTEP_L2_PREFETCH=0 none, 1 the o projection, 2 o and gate+up), TP=1 and TP=2
+# (LOCKSTEP_L2_PREFETCH=0 none (the default), 1 the o projection, 2 o and gate+up), TP=1 and TP=2
 stage_prefetch() {
     local v n
     n=$(ngpus)
