@@ -118,6 +118,45 @@ static void test_same_seed_same_draws_other_seed_other_draws(void)
     ls_sampler_free(d);
 }
 
+/* The split used by sampling inside the decode step: the host advances its generator with
+ * ls_sampler_uniform and the backend picks with ls_sample_with; for every filter combination
+ * the tokens are ls_sampler_sample's, and temperature 0 draws nothing. */
+static void test_uniform_then_pick_equals_sample(void)
+{
+    enum { V = 300 };
+    static const float cfg[][4] = {{0.7f, 0, 1.0f, 0},       {1.3f, 40, 1.0f, 0},
+                                   {0.9f, 0, 0.8f, 0},       {1.0f, 0, 1.0f, 0.05f},
+                                   {0.8f, 50, 0.95f, 0.02f}, {0, 0, 1.0f, 0}};
+    float l[V], c[V];
+    for (int i = 0; i < V; i++) l[i] = 3.0f * sinf(0.37f * (float)i) + 0.01f * (float)(i % 7);
+    for (size_t k = 0; k < sizeof cfg / sizeof cfg[0]; k++) {
+        struct ls_sampler *a = make(cfg[k][0], (int)cfg[k][1], cfg[k][2], cfg[k][3], 11, V);
+        struct ls_sampler *b = make(cfg[k][0], (int)cfg[k][1], cfg[k][2], cfg[k][3], 11, V);
+        struct ls_sampling p;
+        ls_sampling_defaults(&p);
+        p.temperature = cfg[k][0];
+        p.top_k = (int)cfg[k][1];
+        p.top_p = cfg[k][2];
+        p.min_p = cfg[k][3];
+        int same = 1, distinct = 0, first = -1;
+        for (int step = 0; step < 100; step++) {
+            memcpy(c, l, sizeof l);
+            int x = ls_sampler_sample(a, c, NULL, 0);
+            double u = ls_sampler_uniform(b);
+            int y = ls_sample_with(&p, l, V, u);
+            same &= x == y;
+            if (first < 0) first = y;
+            distinct |= y != first;
+            if (p.temperature == 0.0f) CU_ASSERT_EQUAL(u, 0.0);
+        }
+        CU_ASSERT_TRUE(same);
+        /* sampling configurations do draw different tokens over 100 steps; greedy does not */
+        CU_ASSERT_EQUAL(distinct, p.temperature != 0.0f);
+        ls_sampler_free(a);
+        ls_sampler_free(b);
+    }
+}
+
 static void test_repetition_penalty_as_hugging_face(void)
 {
     struct ls_sampling p;
@@ -196,6 +235,8 @@ int main(void)
     CU_add_test(s, "min-p drops tokens below min_p * p_max", test_min_p_drops_unlikely_tokens);
     CU_add_test(s, "same seed same draws, other seed other draws",
                 test_same_seed_same_draws_other_seed_other_draws);
+    CU_add_test(s, "host draw + backend pick equals the sampler",
+                test_uniform_then_pick_equals_sample);
     CU_add_test(s, "repetition penalty as Hugging Face", test_repetition_penalty_as_hugging_face);
     CU_add_test(s, "presence and frequency penalties", test_presence_and_frequency_penalties);
     CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
