@@ -2,7 +2,9 @@
 # One device call: build on the GPU machine, then run what needs GPUs, logging under $OUT.
 #   device run: bash tests/gpu/run.sh   (carry .debs: the -dev packages the machine lacks,
 #   fetched here with ../shared/device/fetch-debs.sh .debs)
-# Stages (STAGES="build info ..." to pick): build, info, launcher. Each stage's log is
+# Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
+# smollm2 (after carry1), peer, bench, shapes, prefetch, bench70, scaling (issue #6), allreduce,
+# lab. Each stage's log is
 # $OUT/<stage>.log; a short table of results is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
@@ -237,6 +239,42 @@ stage_bench70() {
         mpi -np 2 build-gpu/lockstep bench --gpu --allreduce $ar --dummy llama-3.1-70b --prompt-len 128 --gen 128 \
             --json "$OUT/bench-70b-tp2-$ar.json" || return 1
     done
+}
+
+# Issue #6 in one call on the largest kind: 8B at TP=1, 2, 4, 8 and 70B at TP=2, 4, 8 (every
+# size up to the GPUs present; 70B needs 2 or more), custom and NCCL all-reduce, the sweep at
+# every size above 2, and info for the links; a table is printed last (scaling.tsv). The 70B
+# runs take ~1-2 min each (random weights made on the host): SCALE_MODELS=llama-3.1-8b and then
+# SCALE_MODELS=llama-3.1-70b in two calls keep each under the 10-minute limit.
+stage_scaling() {
+    local n tp ar m f
+    n=$(ngpus)
+    mpi -np "$n" build-gpu/lockstep info
+    printf 'model\ttp\tallreduce\ttok_s\tms\troofline_pct\tar_share_pct\n' >"$OUT/scaling.tsv"
+    for m in ${SCALE_MODELS:-llama-3.1-8b llama-3.1-70b}; do
+        for tp in 1 2 4 8; do
+            [ "$tp" -gt "$n" ] && continue
+            [ $m = llama-3.1-70b ] && [ "$tp" -lt 2 ] && continue
+            for ar in custom nccl; do
+                [ "$tp" = 1 ] && [ $ar = nccl ] && continue
+                f="$OUT/scale-$m-tp$tp-$ar.json"
+                mpi -np "$tp" build-gpu/lockstep bench --gpu --allreduce $ar --dummy $m --prompt-len 128 \
+                    --gen $([ $m = llama-3.1-70b ] && echo 64 || echo 256) --json "$f" >/dev/null 2>&1 || echo "$m TP=$tp $ar failed"
+                [ -f "$f" ] && python3 - "$f" "$m" "$tp" "$ar" >>"$OUT/scaling.tsv" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("\t".join([sys.argv[2], sys.argv[3], sys.argv[4] if sys.argv[3] != "1" else "-",
+                 "%.1f" % d["decode_tok_s"], "%.3f" % d["decode_ms_per_token"],
+                 "%.1f" % (100 * d["roofline_fraction"]), "%.1f" % (100 * d["allreduce_share"])]))
+PY
+            done
+        done
+    done
+    for tp in 4 8; do
+        [ "$tp" -gt "$n" ] && continue
+        mpi -np "$tp" build-gpu/lockstep bench --gpu --allreduce-sweep --json "$OUT/sweep-$tp.json"
+    done
+    column -t "$OUT/scaling.tsv" 2>/dev/null || cat "$OUT/scaling.tsv"
 }
 
 # the custom all-reduce: correctness against NCCL (eager and in graphs replayed thousands of
