@@ -28,7 +28,11 @@ enum {
     OPT_BW_BYTES,
     OPT_WARMUP,
     OPT_SWEEP,
-    OPT_SWEEP_MAX
+    OPT_SWEEP_MAX,
+    OPT_TEMP,
+    OPT_TOP_K,
+    OPT_TOP_P,
+    OPT_MIN_P,
 };
 
 static const char bench_help[] =
@@ -48,7 +52,10 @@ static const char bench_help[] =
     "  --json FILE          also write the results as JSON\n"
     "  --allreduce-sweep    instead: all-reduce latency per message size (1 KB .. --sweep-max),\n"
     "                       each communicator of the job eager and (on GPUs) in a CUDA graph\n"
-    "  --sweep-max BYTES    largest message of the sweep (default 64 MiB)\n" LS_COMMON_HELP;
+    "  --sweep-max BYTES    largest message of the sweep (default 64 MiB)\n"
+    "  --temperature F, --top-k N, --top-p F, --min-p F\n"
+    "                       time sampled decode (the draw inside the step) instead of "
+    "greedy\n" LS_COMMON_HELP;
 
 struct decode_run {
     double seconds; /* for the timed steps */
@@ -60,11 +67,15 @@ static double now_s(void)
     return MPI_Wtime();
 }
 
-/* greedy decode of `steps` tokens after `warmup`, from the current position: the step as
- * generate runs it (a graph replay on GPUs, the token read back each step) */
-static struct decode_run timed_decode(struct rc_job *j, int first, int warmup, int steps)
+/* decode of `steps` tokens after `warmup`, from the current position: the step as generate
+ * runs it (a graph replay on GPUs, the token chosen inside it and read back each step): greedy,
+ * or drawn with sp's filters and a seeded host draw per step */
+static struct decode_run timed_decode(struct rc_job *j, const struct ls_sampling *sp, int first,
+                                      int warmup, int steps)
 {
     struct decode_run r = {0, steps};
+    struct ls_sampler *smp = ls_sampler_new(sp, j->model->cfg.vocab);
+    CHECK_ALLOC(smp);
     int tok = first;
     for (int s = 0; s < warmup + steps; s++) {
         if (s == warmup) {
@@ -72,11 +83,12 @@ static struct decode_run timed_decode(struct rc_job *j, int first, int warmup, i
             j->comm->barrier(j->comm);
             r.seconds = now_s();
         }
-        if (ls_engine_decode_greedy(j->engine, tok, &tok) != 0)
-            ls_die(__FILE__, __LINE__, "ls_engine_decode_greedy", "context full during bench");
+        if (ls_engine_decode(j->engine, tok, sp, ls_sampler_uniform(smp), &tok) != 0)
+            ls_die(__FILE__, __LINE__, "ls_engine_decode", "context full during bench");
     }
     j->be->sync();
     r.seconds = now_s() - r.seconds;
+    ls_sampler_free(smp);
     return r;
 }
 
@@ -181,6 +193,10 @@ int cmd_bench(int argc, char **argv)
         {"json", required_argument, NULL, OPT_JSON},
         {"allreduce-sweep", no_argument, NULL, OPT_SWEEP},
         {"sweep-max", required_argument, NULL, OPT_SWEEP_MAX},
+        {"temperature", required_argument, NULL, OPT_TEMP},
+        {"top-k", required_argument, NULL, OPT_TOP_K},
+        {"top-p", required_argument, NULL, OPT_TOP_P},
+        {"min-p", required_argument, NULL, OPT_MIN_P},
         {"help", no_argument, NULL, 'h'},
         LS_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0}};
@@ -191,6 +207,9 @@ int cmd_bench(int argc, char **argv)
     long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, sweep_max = 64L << 20,
          v;
     int reset = 1, opt, sweep = 0;
+    struct ls_sampling sp;
+    ls_sampling_defaults(&sp);
+    sp.seed = 1;
     while ((opt = ls_getopt(argc, argv, "m:h", longopts, &reset, err, sizeof err)) != -1) {
         switch (opt) {
         case 'm':
@@ -230,6 +249,27 @@ int cmd_bench(int argc, char **argv)
             if (ls_parse_long("--sweep-max", optarg, 1024, 1L << 32, &sweep_max, err, sizeof err))
                 return ls_usage_error("bench", err);
             break;
+        case OPT_TEMP:
+        case OPT_TOP_P:
+        case OPT_MIN_P: {
+            char *end = NULL;
+            float f = strtof(optarg, &end);
+            if (!*optarg || *end) {
+                snprintf(err, sizeof err, "--%s: expected a number, found '%s'",
+                         opt == OPT_TEMP    ? "temperature"
+                         : opt == OPT_TOP_P ? "top-p"
+                                            : "min-p",
+                         optarg);
+                return ls_usage_error("bench", err);
+            }
+            *(opt == OPT_TEMP ? &sp.temperature : opt == OPT_TOP_P ? &sp.top_p : &sp.min_p) = f;
+            break;
+        }
+        case OPT_TOP_K:
+            if (ls_parse_long("--top-k", optarg, 0, 1 << 24, &v, err, sizeof err))
+                return ls_usage_error("bench", err);
+            sp.top_k = (int)v;
+            break;
         case 'h':
             ls_print0("%s", bench_help);
             return 0;
@@ -244,7 +284,7 @@ int cmd_bench(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
         return ls_usage_error("bench", err);
     }
-    (void)v;
+    if (ls_sampling_validate(&sp, err, sizeof err)) return ls_usage_error("bench", err);
     if (sweep) {
         struct rc_job j;
         /* the custom comm's buffers must hold the largest message (it routes big ones to NCCL) */
@@ -295,12 +335,12 @@ int cmd_bench(int argc, char **argv)
 
     /* 3. decode with the real collectives, then without any */
     int first = ls_argmax(logits, c->vocab);
-    struct decode_run full = timed_decode(&j, first, (int)warmup, (int)gen);
+    struct decode_run full = timed_decode(&j, &sp, first, (int)warmup, (int)gen);
     struct ls_comm *none = ls_comm_null_create(j.ctx.rank, j.ctx.size, j.be);
     struct ls_comm *real = ls_engine_set_comm(j.engine, none);
     ls_engine_reset(j.engine);
     ls_engine_forward(j.engine, prompt, (int)prompt_len, logits);
-    struct decode_run alone = timed_decode(&j, first, (int)warmup, (int)gen);
+    struct decode_run alone = timed_decode(&j, &sp, first, (int)warmup, (int)gen);
     ls_engine_set_comm(j.engine, real);
     none->destroy(none);
 
@@ -336,6 +376,11 @@ int cmd_bench(int argc, char **argv)
                (int)prompt_len, prefill * 1e3);
         printf("  %-38s %10.3f ms/token = %.1f tok/s (slowest rank %.3f ms)\n", "decode", ms_tok,
                1e3 / ms_tok, worst_ms);
+        if (sp.temperature > 0.0f)
+            printf("  %-38s temperature %g, top-k %d, top-p %g, min-p %g (drawn in the step)\n",
+                   "sampling", sp.temperature, sp.top_k, sp.top_p, sp.min_p);
+        else
+            printf("  %-38s greedy (argmax in the step)\n", "sampling");
         printf("  %-38s %10.1f GB/s = %.1f%% of the read roofline (ceiling %.1f tok/s)\n",
                "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
         printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
@@ -354,6 +399,10 @@ int cmd_bench(int argc, char **argv)
                 ms_alone);
             json_object_set_new(o, "allreduce_share", json_real(share));
             json_object_set_new(o, "load_s", json_real(j.load_s));
+            json_object_set_new(o, "sampling",
+                                json_pack("{s:f, s:i, s:f, s:f}", "temperature",
+                                          (double)sp.temperature, "top_k", sp.top_k, "top_p",
+                                          (double)sp.top_p, "min_p", (double)sp.min_p));
             if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0)
                 ls_error("bench: cannot write --json %s", json_path);
             json_decref(o);

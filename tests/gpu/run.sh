@@ -188,6 +188,9 @@ stage_bench() {
     local n
     n=$(ngpus)
     mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --json "$OUT/bench-8b-tp1.json"
+    # the same with the token drawn in the step (the sampling kernel over 128256 logits)
+    mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --temperature 0.8 \
+        --top-k 50 --top-p 0.95 --json "$OUT/bench-8b-tp1-sampled.json"
     if [ "$n" -ge 2 ]; then
         mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
             --json "$OUT/bench-8b-tp2-nccl.json"

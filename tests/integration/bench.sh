@@ -24,6 +24,14 @@ for np in 4 8; do # the scaling runs' sweep, on CPU ranks (oversubscribed here)
     check "bench --allreduce-sweep on $np CPU ranks: 5 sizes, positive latencies" \
         jq_file "$tmp/sw$np.json" '(.allreduce_sweep | length) == 5 and all(.allreduce_sweep[]; .mpi_eager_us > 0)'
 done
+check "bench JSON: greedy unless asked" jq_file "$tmp/b.json" '.sampling.temperature == 0 and .load_s > 0'
+run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --warmup 2 --bw-bytes 67108864 \
+    --temperature 0.8 --top-k 40 --top-p 0.9 --json "$tmp/bs.json"
+check "bench with sampling: exits 0 and says how it chose" eval '[ "$rc" -eq 0 ] && out_has "temperature 0.8, top-k 40, top-p 0.9"'
+check "bench with sampling: the JSON records it" \
+    jq_file "$tmp/bs.json" '.sampling.temperature > 0.79 and .sampling.temperature < 0.81 and .sampling.top_k == 40 and .decode_ms_per_token > 0'
+run "$LOCKSTEP" bench --cpu --dummy smollm2-135m --top-p 0
+check "bench --top-p 0: a clear usage error naming the field" err_has "top_p"
 run "$LOCKSTEP" bench --batch 4 --dummy smollm2-135m
 check "bench --batch 4: a clear usage error" err_has "--batch: expected 1..1, found 4"
 run "$LOCKSTEP" bench
