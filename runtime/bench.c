@@ -29,10 +29,6 @@ enum {
     OPT_WARMUP,
     OPT_SWEEP,
     OPT_SWEEP_MAX,
-    OPT_TEMP,
-    OPT_TOP_K,
-    OPT_TOP_P,
-    OPT_MIN_P,
 };
 
 static const char bench_help[] =
@@ -193,10 +189,10 @@ int cmd_bench(int argc, char **argv)
         {"json", required_argument, NULL, OPT_JSON},
         {"allreduce-sweep", no_argument, NULL, OPT_SWEEP},
         {"sweep-max", required_argument, NULL, OPT_SWEEP_MAX},
-        {"temperature", required_argument, NULL, OPT_TEMP},
-        {"top-k", required_argument, NULL, OPT_TOP_K},
-        {"top-p", required_argument, NULL, OPT_TOP_P},
-        {"min-p", required_argument, NULL, OPT_MIN_P},
+        {"temperature", required_argument, NULL, RC_OPT_TEMP},
+        {"top-k", required_argument, NULL, RC_OPT_TOP_K},
+        {"top-p", required_argument, NULL, RC_OPT_TOP_P},
+        {"min-p", required_argument, NULL, RC_OPT_MIN_P},
         {"help", no_argument, NULL, 'h'},
         LS_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0}};
@@ -207,9 +203,10 @@ int cmd_bench(int argc, char **argv)
     long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, sweep_max = 64L << 20,
          v;
     int reset = 1, opt, sweep = 0;
-    struct ls_sampling sp;
-    ls_sampling_defaults(&sp);
-    sp.seed = 1;
+    struct ls_gen_params gp; /* only its sampling filters: what the decode step draws with */
+    ls_gen_defaults(&gp);
+    gp.sampling.seed = 1;
+    int unused_ctx = 0;
     while ((opt = ls_getopt(argc, argv, "m:h", longopts, &reset, err, sizeof err)) != -1) {
         switch (opt) {
         case 'm':
@@ -249,26 +246,12 @@ int cmd_bench(int argc, char **argv)
             if (ls_parse_long("--sweep-max", optarg, 1024, 1L << 32, &sweep_max, err, sizeof err))
                 return ls_usage_error("bench", err);
             break;
-        case OPT_TEMP:
-        case OPT_TOP_P:
-        case OPT_MIN_P: {
-            char *end = NULL;
-            float f = strtof(optarg, &end);
-            if (!*optarg || *end) {
-                snprintf(err, sizeof err, "--%s: expected a number, found '%s'",
-                         opt == OPT_TEMP    ? "temperature"
-                         : opt == OPT_TOP_P ? "top-p"
-                                            : "min-p",
-                         optarg);
+        case RC_OPT_TEMP:
+        case RC_OPT_TOP_K:
+        case RC_OPT_TOP_P:
+        case RC_OPT_MIN_P:
+            if (rc_sampling_opt(opt, optarg, &gp, &unused_ctx, err, sizeof err))
                 return ls_usage_error("bench", err);
-            }
-            *(opt == OPT_TEMP ? &sp.temperature : opt == OPT_TOP_P ? &sp.top_p : &sp.min_p) = f;
-            break;
-        }
-        case OPT_TOP_K:
-            if (ls_parse_long("--top-k", optarg, 0, 1 << 24, &v, err, sizeof err))
-                return ls_usage_error("bench", err);
-            sp.top_k = (int)v;
             break;
         case 'h':
             ls_print0("%s", bench_help);
@@ -284,7 +267,8 @@ int cmd_bench(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
         return ls_usage_error("bench", err);
     }
-    if (ls_sampling_validate(&sp, err, sizeof err)) return ls_usage_error("bench", err);
+    (void)v;
+    const struct ls_sampling sp = gp.sampling;
     if (sweep) {
         struct rc_job j;
         /* the custom comm's buffers must hold the largest message (it routes big ones to NCCL) */
