@@ -189,23 +189,22 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     const size_t next_bytes[2] = {(size_t)D * qd * be->weight_bytes,
                                   (size_t)2 * F * D * be->weight_bytes};
 
-    if (fused_tp1(e)) {
+    const int fused = fused_tp1(e);
+
+    if (fused)
         be->matmul_rmsnorm(e->qkv, e->x, L->attn_norm, eps, L->wqkv, L->bqkv, T, D, stride);
-        be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
-                    e->max_ctx, rope_il, L->q_norm, L->k_norm, eps, next, next_bytes);
-        be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
-                      e->max_ctx);
+    else
+        be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
+    be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
+                e->max_ctx, rope_il, L->q_norm, L->k_norm, eps, next, next_bytes);
+    be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
+                  e->max_ctx);
+    if (fused) {
         be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);
         be->matmul_rmsnorm(e->gu, e->x, L->ffn_norm, eps, L->w_gu, NULL, T, D, 2 * F);
         be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 1);
         return;
     }
-
-    be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
-    be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
-                e->max_ctx, rope_il, L->q_norm, L->k_norm, eps, next, next_bytes);
-    be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
-                  e->max_ctx);
     be->matmul(e->proj, e->att, L->wo, NULL, T, qd, D);
     /* TP all-reduce of the attention output, + residual, + the MLP's RMSNorm */
     be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, L->ffn_norm, T, D, eps);
