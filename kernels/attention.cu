@@ -10,7 +10,7 @@
 // warps, merge their states in a fixed order. One chunk: the block writes the normalised
 // output. Several: it writes (max, sum, output) to the workspace, fences, and counts itself done
 // on its q heads' counter (one int per blockIdx.y, after the partials in the workspace); the last
-// block of the live chunks to arrive merges all of them in chunk order, writes the output and
+// block of the live chunks to arrive merges all of them in a fixed order, writes the output and
 // sets the counter back to 0 (so one kernel per decode step, and graph replays find it zeroed;
 // the caller zeroes the workspace once when it allocates it). Every reduction has a fixed order,
 // so results are reproducible and do not depend on which block arrives last.
@@ -36,6 +36,7 @@
 #define ATT_MAX_G     8  // q heads per decode block
 #define ATT_MIN_CHUNK 64 // positions
 #define ATT_U         2  // positions per lane per loop iteration
+#define ATT_MAX_SPLIT 1024 // chunks: the merge keeps one scale per chunk and q head in sm_o
 #define LOG2E         1.4426950408889634f
 
 static __device__ __forceinline__ float bf16_lo(uint32_t w)
@@ -249,21 +250,43 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     __syncthreads();
     if (!sm_last) return;
 
-    // out[h][d] from the chunks' partial softmaxes, in chunk order 0 .. live-1; L2 loads (__ldcg),
-    // since other blocks wrote them during this kernel
+    // out[h][d] from the chunks' partial softmaxes, over shared memory (sm_o is free now): the
+    // chunks' maxima, then per q head (one warp each) M and each chunk's scale exp2(m_s - M) and
+    // L = sum l_s * scale, then each output element sum_s o_s * scale_s / L. Every load is an
+    // L2 load (__ldcg: other blocks wrote them during this kernel), all of a step's loads are
+    // independent (a chain of dependent L2 round trips per element took ~30 us at 64 chunks),
+    // and every sum has a fixed order.
+    float *sa = &sm_o[0][0][0]; // [gb][live] (live <= ATT_MAX_SPLIT: 1024 * GM floats)
+    const float *wml = ws + (size_t)h0 * nsplit * 2;
+    for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
+        const int g = i / live, s = i - g * live;
+        sa[i] = __ldcg(wml + ((size_t)g * nsplit + s) * 2);
+    }
+    __syncthreads();
+    for (int g = warp; g < gb; g += ATT_WARPS) {
+        float *a = sa + g * live;
+        float M = -INFINITY, L = 0.0f;
+        for (int s = lane; s < live; s += 32) M = fmaxf(M, a[s]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        for (int s = lane; s < live; s += 32) {
+            const float sc = exp2f(a[s] - M);
+            a[s] = sc;
+            L = fmaf(__ldcg(wml + ((size_t)g * nsplit + s) * 2 + 1), sc, L);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (lane == 0) sm_l[0][g] = L;
+    }
+    __syncthreads();
     for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
         const int g = i / hd, d = i - g * hd, h = h0 + g;
-        const float *wml = ws + (size_t)h * nsplit * 2;
-        const float *wo = ws + (size_t)hq * nsplit * 2 + (size_t)h * nsplit * hd;
-        float M = -INFINITY;
-        for (int s = 0; s < live; s++) M = fmaxf(M, __ldcg(wml + s * 2));
-        float L = 0.0f, O = 0.0f;
-        for (int s = 0; s < live; s++) {
-            float a = exp2f(__ldcg(wml + s * 2) - M);
-            L = fmaf(__ldcg(wml + s * 2 + 1), a, L);
-            O = fmaf(__ldcg(wo + (size_t)s * hd + d), a, O);
-        }
-        out[(size_t)h * hd + d] = O / L;
+        const float *wo = ws + (size_t)hq * nsplit * 2 + (size_t)h * nsplit * hd + d;
+        const float *a = sa + g * live;
+        float O = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < live; s++) O = fmaf(__ldcg(wo + (size_t)s * hd), a[s], O);
+        out[(size_t)h * hd + d] = O / sm_l[0][g];
     }
 }
 
@@ -440,6 +463,7 @@ extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
     int group = hq / hkv, blocks = hkv * ((group + ATT_MAX_G - 1) / ATT_MAX_G);
     int want = (4 * device_sms() + blocks - 1) / blocks; // ~4 blocks per SM
     int most = (max_ctx + ATT_MIN_CHUNK - 1) / ATT_MIN_CHUNK;
+    if (most > ATT_MAX_SPLIT) most = ATT_MAX_SPLIT;
     return want < 1 ? 1 : want > most ? most : want;
 }
 
@@ -474,10 +498,10 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                                     int max_ctx, int nsplit, float *workspace, void *stream)
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
-        nsplit < 1 || (nsplit > 1 && !workspace))
+        nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace))
         ls_die(__FILE__, __LINE__, "ls_attention_decode",
-               "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, nsplit >= 1 and a workspace "
-               "when nsplit > 1");
+               "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 1024 and a "
+               "workspace when nsplit > 1");
     const int group = hq / hkv;
     const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;

@@ -1,6 +1,5 @@
-// See sample.h. One block of 1024 threads does everything: sampling is a few passes over at most
-// a few hundred KB of logits, a few microseconds; what matters is that it is exact and lives on
-// the device.
+// See sample.h. One block of 1024 threads does the sampling: a few passes over the candidates;
+// what matters first is that it is exact and lives on the device.
 //
 // Sampling. With m the largest logit, each token's weight is w = round(2^32 * exp((l - m) / temp))
 // (an integer; the top token's is 2^32). Tokens of weight 0 can never be drawn, so the first two
@@ -16,6 +15,11 @@
 //   top-k: target k, weight 1.   top-p: target ceil(top_p * kept weight), weight w.
 //   min-p: the smallest key with exp((l - m)/temp) >= min_p.   draw: target floor(u * kept) + 1.
 // Sums are of integers, hence exact in any order: the result is deterministic.
+//
+// One block is slow when most of a large vocabulary has weight > 0 (flat logits: every pass is
+// over ~128K tokens on one SM, ~0.7 ms for top-k + top-p at 128K). With top_k set, a prefilter
+// kernel on every SM first keeps each slice's top k (topk_prefilter_kernel), so the sampling
+// block passes over k * SMs tokens.
 #include "config.h"
 #include "sample.h"
 #include "pdl.cuh"
@@ -225,9 +229,11 @@ static __device__ cut select(const float *cl, const int *cid, int nc, samp sp, b
     return r;
 }
 
+// ids: the token id of each logit (the top-k prefilter's survivors), or null for 0..n-1
 static __global__ void __launch_bounds__(SP_THREADS)
-    sample_kernel(int *out, const float *__restrict__ logits, int n, float temp, int top_k,
-                  float top_p, float min_p, const double *__restrict__ u, float *cl, int *cid)
+    sample_kernel(int *out, const float *__restrict__ logits, const int *__restrict__ ids, int n,
+                  float temp, int top_k, float top_p, float min_p, const double *__restrict__ u,
+                  float *cl, int *cid)
 {
     extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
     __shared__ sel_smem sm;
@@ -261,7 +267,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
         for (int j = 0; j < 4; j++)
             if (sp.w(lv[j]) > 0) {
                 cl[o] = lv[j];
-                cid[o] = i0 + j;
+                cid[o] = ids ? ids[i0 + j] : i0 + j;
                 o++;
             }
         nc += (int)total;
@@ -300,6 +306,54 @@ static __global__ void __launch_bounds__(SP_THREADS)
     if (tid == 0) *out = c.id;
 }
 
+// Top-k prefilter for large vocabularies: block b keeps the top k of its slice of the logits
+// (in the order logit desc, id asc, by the same radix select) and writes exactly k entries to
+// [b*k, (b+1)*k) of (fl, fid), in id order, padded with -inf (weight 0: never kept). The global
+// top k is among the survivors, in id order across blocks, so sample_kernel over them keeps the
+// same tokens with the same weights (the top logit is among them) and draws the same token as
+// over the whole row, with k * blocks entries instead of n to pass over. sl/sid: n floats and
+// ints of scratch (each block copies its slice there for select).
+static __global__ void __launch_bounds__(SP_THREADS)
+    topk_prefilter_kernel(const float *__restrict__ logits, int n, int k, float *sl, int *sid,
+                          float *fl, int *fid)
+{
+    extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
+    __shared__ sel_smem sm;
+    pdl_launch_dependents();
+    pdl_wait();
+    const int tid = threadIdx.x, b = blockIdx.x;
+    const int s0 = (int)((long long)b * n / gridDim.x), s1 = (int)((long long)(b + 1) * n / gridDim.x);
+    const int len = s1 - s0;
+    float *cl = sl + s0;
+    int *cid = sid + s0;
+    for (int i = tid; i < len; i += SP_THREADS) {
+        cl[i] = logits[s0 + i];
+        cid[i] = s0 + i;
+    }
+    __syncthreads();
+    cut c = {0u, INT_MAX};
+    const samp none = {0.0f, 1.0f}; // select by count: no weights
+    if (k < len) c = select(cl, cid, len, none, false, (uint64_t)k, c, hist, &sm);
+    float *ol = fl + (size_t)b * k;
+    int *oid = fid + (size_t)b * k;
+    int done = 0;
+    for (int base = 0; base < len; base += SP_THREADS) {
+        const int i = base + tid;
+        const bool keep = i < len && kept(order_key(cl[i]), cid[i], c);
+        uint64_t total;
+        const int o = done + (int)(block_scan((uint64_t)keep, &total, sm.scan) - keep);
+        if (keep && o < k) {
+            ol[o] = cl[i];
+            oid[o] = cid[i];
+        }
+        done += (int)total;
+    }
+    for (int i = (done < k ? done : k) + tid; i < k; i += SP_THREADS) {
+        ol[i] = -INFINITY;
+        oid[i] = INT_MAX;
+    }
+}
+
 static __global__ void __launch_bounds__(SP_THREADS)
     argmax_kernel(int *out, const float *__restrict__ x, int n)
 {
@@ -322,9 +376,34 @@ extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
     CHECK_CUDA(cudaGetLastError());
 }
 
+// the sampler's lists (cl, cid: n each), then the prefilter's scratch (n each) and survivors
+// (at most n / 4 each)
 extern "C" size_t ls_sample_workspace(int n)
 {
-    return (size_t)(n > 0 ? n : 0) * (sizeof(float) + sizeof(int)) + 16;
+    const size_t m = (size_t)(n > 0 ? n : 0);
+    return (m + m + m / 4 + 4) * (sizeof(float) + sizeof(int)) + 6 * 16;
+}
+
+static int g_prefilter = 1;
+
+extern "C" int ls_sample_set_prefilter(int on)
+{
+    int old = g_prefilter;
+    if (on >= 0) g_prefilter = on != 0;
+    return old;
+}
+
+// blocks of the top-k prefilter for n logits: one per SM, at most n / (4k) (so the survivors,
+// k per block, are at most a quarter of n); 0: not worth it
+static int prefilter_blocks(int n, int top_k)
+{
+    if (!g_prefilter || top_k <= 0 || n < 8192) return 0;
+    int dev, sms;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    long long most = (long long)n / (4LL * top_k);
+    int b = most < sms ? (int)most : sms;
+    return b >= 4 ? b : 0;
 }
 
 extern "C" void ls_sample(int *out, const float *logits, int n, float temperature, int top_k,
@@ -345,11 +424,37 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     if (attr_dev != dev) {
         CHECK_CUDA(cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)hist_bytes));
+        CHECK_CUDA(cudaFuncSetAttribute(topk_prefilter_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)hist_bytes));
         attr_dev = dev;
     }
-    float *cl = (float *)workspace;
-    int *cid = (int *)((char *)workspace + ((size_t)n * sizeof(float) + 15) / 16 * 16);
-    pdl_launch(sample_kernel, 1, SP_THREADS, hist_bytes, (cudaStream_t)stream, out, logits, n,
+    // workspace: cl, cid, sl, sid (n each), fl, fid (n / 4 each), each from a 16-byte boundary
+    char *p = (char *)workspace;
+    auto take = [&p](size_t bytes) {
+        char *r = p;
+        p += (bytes + 15) / 16 * 16;
+        return r;
+    };
+    float *cl = (float *)take((size_t)n * sizeof(float));
+    int *cid = (int *)take((size_t)n * sizeof(int));
+    const int blocks = prefilter_blocks(n, top_k);
+    const float *in = logits;
+    const int *ids = nullptr;
+    int m = n;
+    if (blocks) {
+        float *sl = (float *)take((size_t)n * sizeof(float));
+        int *sid = (int *)take((size_t)n * sizeof(int));
+        float *fl = (float *)take((size_t)(n / 4 + 4) * sizeof(float));
+        int *fid = (int *)take((size_t)(n / 4 + 4) * sizeof(int));
+        pdl_launch(topk_prefilter_kernel, (unsigned)blocks, SP_THREADS, hist_bytes,
+                   (cudaStream_t)stream, logits, n, top_k, sl, sid, fl, fid);
+        CHECK_CUDA(cudaGetLastError());
+        in = fl;
+        ids = fid;
+        m = blocks * top_k;
+    }
+    pdl_launch(sample_kernel, 1, SP_THREADS, hist_bytes, (cudaStream_t)stream, out, in, ids, m,
                temperature, top_k, top_p, min_p, u, cl, cid);
     CHECK_CUDA(cudaGetLastError());
 }

@@ -32,6 +32,12 @@ size_t ls_sample_workspace(int n);
 void ls_sample(int *out, const float *logits, int n, float temperature, int top_k, float top_p,
                float min_p, const double *u, void *workspace, void *stream);
 
+/* With top_k set and a large vocabulary, ls_sample first keeps each block's top k of a slice of
+ * the logits on every SM (a second kernel) and samples from those: the same token, fewer passes
+ * for the one block that samples. On by default; for tests and benchmarks. Negative: read only.
+ * Returns the previous setting. */
+int ls_sample_set_prefilter(int on);
+
 #ifdef __cplusplus
 }
 #endif

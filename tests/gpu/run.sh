@@ -3,8 +3,8 @@
 #   device run: bash tests/gpu/run.sh   (carry .debs: the -dev packages the machine lacks,
 #   fetched here with ../shared/device/fetch-debs.sh .debs)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
-# smollm2 (after carry1), peer, bench, shapes, prefetch, bench70, scaling (issue #6), allreduce,
-# lab. Each stage's log is
+# smollm2 (after carry1), peer, bench, longctx, shapes, prefetch, ab, bench70, scaling (#6),
+# allreduce, lab. Each stage's log is
 # $OUT/<stage>.log; a short table of results is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
@@ -233,6 +233,39 @@ stage_prefetch() {
     mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
         --json "$OUT/pf-tp2-nccl.json" 2>&1 | grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
     echo
+}
+
+# decode at a long context (a 4096-token prompt): attention reads 0.5 MB of KV cache per layer
+# per token, and the chunks' merge runs at every step
+stage_longctx() {
+    local n
+    n=$(ngpus)
+    mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 4096 --gen 128 --json "$OUT/bench-8b-tp1-4k.json"
+    [ "$n" -ge 2 ] || return 0
+    mpi -np 2 build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b --prompt-len 4096 --gen 128 \
+        --json "$OUT/bench-8b-tp2-4k.json"
+}
+
+# decode of the 8B shape under each setting of AB (space-separated VAR=value, '-' for none), at
+# TP=1 and, with 2 GPUs, TP=2 with the custom all-reduce: an A/B of a switch in one call
+stage_ab() {
+    local v tp n x
+    n=$(ngpus)
+    for v in ${AB:--}; do
+        for tp in 1 2; do
+            [ "$tp" -gt "$n" ] && continue
+            echo -n "TP=$tp $v: "
+            x=()
+            [ "$v" != - ] && x=(-x "${v%%=*}")
+            (
+                [ "$v" != - ] && export "${v?}"
+                mpi "${x[@]}" -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b \
+                    --prompt-len 128 --gen 256 --json "$OUT/ab-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
+                    grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
+            )
+            echo
+        done
+    done
 }
 
 # Llama-3.1-70B shape at TP=2 (141 GB of weights: no room on one H200), both all-reduce paths

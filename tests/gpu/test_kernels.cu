@@ -802,6 +802,7 @@ static void tests_attention(void)
         test_decode(32, 8, 128, 8192, 8192, 0);
         test_decode(16, 4, 128, 4097, 8192, 0);
         test_decode(9, 3, 64, 8000, 8192, 0);
+        test_decode(8, 1, 128, 40000, 65536, 0); // one block row: ~528 live chunks to merge
     }
     test_prefill(9, 3, 64, 0, 37, false);
     test_prefill(6, 2, 64, 50, 5, true);
@@ -930,11 +931,19 @@ static void tests_sample(void)
                         continue;
                     }
                     du.up(&u);
-                    dout.poison();
-                    ws.poison();
-                    ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p, du.p, ws.p,
-                              nullptr);
-                    int got = dout.down()[0];
+                    int got = -1;
+                    // with the top-k prefilter (where it applies) and without: the same token
+                    for (int pf = 1; pf >= 0; pf--) {
+                        if (!pf && c.top_k == 0) break;
+                        ls_sample_set_prefilter(pf);
+                        dout.poison();
+                        ws.poison();
+                        ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p, du.p, ws.p,
+                                  nullptr);
+                        int g = dout.down()[0];
+                        if (pf || g != want) got = g;
+                    }
+                    ls_sample_set_prefilter(1);
                     if (got != want) {
                         if (!bad) first_bad = j, got_bad = got, want_bad = want;
                         bad++;
@@ -1182,9 +1191,15 @@ static void benchmarks(void)
         float sp2 = time_batch(60, 10, [&](int) {
             ls_sample(out.p, l.p, V, 1.0f, 0, 0.95f, 0.0f, u.p, ws.p, nullptr);
         });
-        printf("argmax V=%d: %.2f us; sample top_k=50 top_p=0.9: %.2f us; sample top_p=0.95 over "
-               "flat logits in [-1, 1): %.2f us\n",
-               V, am * 1e3, sp * 1e3, sp2 * 1e3);
+        ls_sample_set_prefilter(0);
+        float sp0 = time_batch(60, 10, [&](int) {
+            ls_sample(out.p, l.p, V, 0.8f, 50, 0.9f, 0.0f, u.p, ws.p, nullptr);
+        });
+        ls_sample_set_prefilter(1);
+        printf("argmax V=%d: %.2f us; sample top_k=50 top_p=0.9: %.2f us (without the top-k "
+               "prefilter %.2f us); sample top_p=0.95: %.2f us (logits uniform in [-1, 1): "
+               "every token a candidate)\n",
+               V, am * 1e3, sp * 1e3, sp0 * 1e3, sp2 * 1e3);
         dev<float> xv(4096), xo(4096), w(4096), r(4096);
         fill_f32<<<16, 256>>>(xv.p, 4096, 10);
         fill_f32<<<16, 256>>>(r.p, 4096, 11);
