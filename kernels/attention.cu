@@ -16,7 +16,8 @@
 // so results are reproducible and do not depend on which block arrives last.
 //
 // The chunk length is computed on the device from the context length, never below
-// ATT_MIN_CHUNK positions; chunks past the end of the context exit at once and are not counted.
+// min_chunk positions (ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK); chunks past the end of the context
+// exit at once and are not counted.
 //
 // Prefill. Block = (32 queries, one q head), 128 threads as 8 x 16: a thread holds a 4x4 tile of
 // scores and a 4 x hd/16 tile of the output. Per 64-key tile: K (transposed) and V are converted
@@ -31,12 +32,12 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define ATT_WARPS     4
 #define ATT_MAX_G     8  // q heads per decode block
 #define ATT_MIN_CHUNK 64 // positions
-#define ATT_U         2  // positions per lane per loop iteration
-#define ATT_MAX_SPLIT 1024 // chunks: the merge keeps one scale per chunk and q head in sm_o
+#define ATT_MAX_SPLIT 512 // chunks: the merge keeps (max, sum) per chunk and q head in sm_o
 #define LOG2E         1.4426950408889634f
 
 static __device__ __forceinline__ float bf16_lo(uint32_t w)
@@ -65,10 +66,10 @@ static __device__ __forceinline__ uint4 ld_stream(const uint16_t *p)
 }
 
 // chunk length for a context of n positions cut into nsplit chunks
-static __device__ __forceinline__ int chunk_len(int n, int nsplit)
+static __device__ __forceinline__ int chunk_len(int n, int nsplit, int min_chunk)
 {
     int c = (n + nsplit - 1) / nsplit;
-    return c < ATT_MIN_CHUNK ? ATT_MIN_CHUNK : c;
+    return c < min_chunk ? min_chunk : c;
 }
 
 // workspace layout for nsplit > 1: (max, sum) [hq][nsplit][2], output [hq][nsplit][hd] (floats),
@@ -79,19 +80,25 @@ static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int 
 }
 
 // LG lanes per position; GM q heads held per block (1, 2, 4 or 8)
-template <int LG, int GM>
+// LG lanes per position; GM q heads held per block (1, 2, 4 or 8); U positions per lane per
+// loop iteration (see pick_decode_g)
+template <int LG, int GM, int U>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_decode_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                        const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
                        const int *__restrict__ pos, int hq, int hd, int group, int max_ctx,
-                       int nsplit, float qscale)
+                       int nsplit, int min_chunk, int fresh, float qscale)
 {
-    constexpr int PG = 32 / LG; // positions per warp step
+    constexpr int PG = 32 / LG;                   // positions per warp step
+    constexpr int STEP = U * ATT_WARPS * PG;      // positions per block per loop iteration
     __shared__ float sm_m[ATT_WARPS][GM], sm_l[ATT_WARPS][GM];
     __shared__ float sm_o[ATT_WARPS][GM][256];
 
+    // Before the wait: the position (written before this forward's kernels, by a copy or the
+    // previous step's graph, so final here) and the first iteration's K/V rows of positions
+    // that earlier forwards wrote (before n - 1 - fresh); the rows of this forward (the current
+    // position's, from the RoPE kernel) are read after the wait, as is q.
     pdl_launch_dependents();
-    pdl_wait();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int sub = lane / LG, c = lane % LG;
     const int nsub = (group + GM - 1) / GM;
@@ -99,42 +106,62 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     const int gb = min(GM, kvh * group + group - h0); // q heads of this block
     int n = pos[0] + 1;
     n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
-    const int C = chunk_len(n, nsplit);
+    const int C = chunk_len(n, nsplit, min_chunk);
     const int p_begin = blockIdx.x * C, p_end = min(n, p_begin + C);
     const int live = (n + C - 1) / C; // chunks with p_begin < n (<= nsplit)
-    // past the context: neither counted nor merged
-    if (p_begin >= n) return;
     const bool lane_on = c * 8 < hd;
     const uint16_t *K = kcache + (size_t)kvh * max_ctx * hd + c * 8;
     const uint16_t *V = vcache + (size_t)kvh * max_ctx * hd + c * 8;
 
-    float qv[GM][8], m[GM], l[GM], o[GM][8];
+    uint4 kr[U], vr[U];
+    int p[U];
+    // the rows of one iteration; `early`: only those of positions before the current one
+    auto load = [&](int base, bool early) {
 #pragma unroll
-    for (int g = 0; g < GM; g++) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            qv[g][j] = (g < gb && lane_on) ? q[(size_t)(h0 + g) * hd + c * 8 + j] * qscale : 0.0f;
-            o[g][j] = 0.0f;
-        }
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-    }
-
-    for (int base = p_begin + warp * PG; base < p_end; base += ATT_U * ATT_WARPS * PG) {
-        uint4 kr[ATT_U], vr[ATT_U];
-        int p[ATT_U];
-#pragma unroll
-        for (int u = 0; u < ATT_U; u++) {
+        for (int u = 0; u < U; u++) {
             p[u] = base + u * ATT_WARPS * PG + sub;
             kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-            if (p[u] < p_end && lane_on) {
+            if (p[u] < p_end && lane_on && (!early || p[u] < n - 1 - fresh)) {
                 kr[u] = ld_stream(K + (size_t)p[u] * hd);
                 vr[u] = ld_stream(V + (size_t)p[u] * hd);
             }
         }
-        float s[ATT_U][GM];
+    };
+    const int base0 = p_begin + warp * PG;
+    if (base0 < p_end) load(base0, true);
+    pdl_wait();
+    // past the context: neither counted nor merged
+    if (p_begin >= n) return;
 #pragma unroll
-        for (int u = 0; u < ATT_U; u++) {
+    for (int u = 0; u < U; u++)
+        if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) {
+            kr[u] = ld_stream(K + (size_t)p[u] * hd);
+            vr[u] = ld_stream(V + (size_t)p[u] * hd);
+        }
+
+    float qv[GM][8], m[GM], l[GM], o[GM][8];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+        if (g < gb && lane_on) {
+            const float4 *q4 = reinterpret_cast<const float4 *>(q + (size_t)(h0 + g) * hd + c * 8);
+            a = q4[0];
+            b = q4[1];
+        }
+        qv[g][0] = a.x * qscale, qv[g][1] = a.y * qscale, qv[g][2] = a.z * qscale;
+        qv[g][3] = a.w * qscale, qv[g][4] = b.x * qscale, qv[g][5] = b.y * qscale;
+        qv[g][6] = b.z * qscale, qv[g][7] = b.w * qscale;
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[g][j] = 0.0f;
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+
+    for (int base = base0; base < p_end; base += STEP) {
+        if (base != base0) load(base, false);
+        float s[U][GM];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
             float kf[8];
             unpack8(kr[u], kf);
 #pragma unroll
@@ -152,7 +179,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         for (int g = 0; g < GM; g++) {
             float mx = s[0][g];
 #pragma unroll
-            for (int u = 1; u < ATT_U; u++) mx = fmaxf(mx, s[u][g]);
+            for (int u = 1; u < U; u++) mx = fmaxf(mx, s[u][g]);
             const float mn = fmaxf(m[g], mx);
             if (mn == -INFINITY) continue; // no position of this lane yet
             const float alpha = exp2f(m[g] - mn);
@@ -160,7 +187,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 #pragma unroll
             for (int j = 0; j < 8; j++) o[g][j] *= alpha;
 #pragma unroll
-            for (int u = 0; u < ATT_U; u++) {
+            for (int u = 0; u < U; u++) {
                 float pw = exp2f(s[u][g] - mn), vf[8];
                 unpack8(vr[u], vf);
                 l[g] += pw;
@@ -251,28 +278,30 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     if (!sm_last) return;
 
     // out[h][d] from the chunks' partial softmaxes, over shared memory (sm_o is free now): the
-    // chunks' maxima, then per q head (one warp each) M and each chunk's scale exp2(m_s - M) and
-    // L = sum l_s * scale, then each output element sum_s o_s * scale_s / L. Every load is an
-    // L2 load (__ldcg: other blocks wrote them during this kernel), all of a step's loads are
-    // independent (a chain of dependent L2 round trips per element took ~30 us at 64 chunks),
-    // and every sum has a fixed order.
-    float *sa = &sm_o[0][0][0]; // [gb][live] (live <= ATT_MAX_SPLIT: 1024 * GM floats)
+    // chunks' (max, sum) pairs in one pass; then per q head (one warp each) M, each chunk's scale
+    // exp2(m_s - M) and L = sum l_s * scale; then each output element sum_s o_s * scale_s / L.
+    // Every load is an L2 load (__ldcg: other blocks wrote them during this kernel), the loads of
+    // a step are independent (a chain of dependent L2 round trips per element took ~30 us at 64
+    // chunks), and every sum has a fixed order.
+    float *sml = &sm_o[0][0][0]; // [gb][live][2] (live <= ATT_MAX_SPLIT: 1024 * GM floats)
     const float *wml = ws + (size_t)h0 * nsplit * 2;
     for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
         const int g = i / live, s = i - g * live;
-        sa[i] = __ldcg(wml + ((size_t)g * nsplit + s) * 2);
+        const float2 v = __ldcg(reinterpret_cast<const float2 *>(wml) + (size_t)g * nsplit + s);
+        sml[2 * i] = v.x;
+        sml[2 * i + 1] = v.y;
     }
     __syncthreads();
     for (int g = warp; g < gb; g += ATT_WARPS) {
-        float *a = sa + g * live;
+        float *a = sml + 2 * g * live;
         float M = -INFINITY, L = 0.0f;
-        for (int s = lane; s < live; s += 32) M = fmaxf(M, a[s]);
+        for (int s = lane; s < live; s += 32) M = fmaxf(M, a[2 * s]);
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
         for (int s = lane; s < live; s += 32) {
-            const float sc = exp2f(a[s] - M);
-            a[s] = sc;
-            L = fmaf(__ldcg(wml + ((size_t)g * nsplit + s) * 2 + 1), sc, L);
+            const float sc = exp2f(a[2 * s] - M);
+            a[2 * s] = sc;
+            L = fmaf(a[2 * s + 1], sc, L);
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
@@ -282,10 +311,10 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
         const int g = i / hd, d = i - g * hd, h = h0 + g;
         const float *wo = ws + (size_t)hq * nsplit * 2 + (size_t)h * nsplit * hd + d;
-        const float *a = sa + g * live;
+        const float *a = sml + 2 * g * live;
         float O = 0.0f;
 #pragma unroll 8
-        for (int s = 0; s < live; s++) O = fmaf(__ldcg(wo + (size_t)s * hd), a[s], O);
+        for (int s = 0; s < live; s++) O = fmaf(__ldcg(wo + (size_t)s * hd), a[2 * s], O);
         out[(size_t)h * hd + d] = O / sm_l[0][g];
     }
 }
@@ -449,6 +478,19 @@ static __global__ void __launch_bounds__(PF_THREADS)
     }
 }
 
+// positions per chunk at least: ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK (8 .. 4096) for experiments;
+// read once, so that the split count and the kernels agree
+static int min_chunk(void)
+{
+    static int mc;
+    if (!mc) {
+        const char *e = getenv("LOCKSTEP_ATT_CHUNK");
+        int v = e ? atoi(e) : 0;
+        mc = v >= 8 && v <= 4096 ? v : ATT_MIN_CHUNK;
+    }
+    return mc;
+}
+
 static int device_sms(void)
 {
     int dev, sms;
@@ -462,7 +504,8 @@ extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
     if (hkv < 1 || hq < hkv || max_ctx < 1) return 1;
     int group = hq / hkv, blocks = hkv * ((group + ATT_MAX_G - 1) / ATT_MAX_G);
     int want = (4 * device_sms() + blocks - 1) / blocks; // ~4 blocks per SM
-    int most = (max_ctx + ATT_MIN_CHUNK - 1) / ATT_MIN_CHUNK;
+    const int mc = min_chunk();
+    int most = (max_ctx + mc - 1) / mc;
     if (most > ATT_MAX_SPLIT) most = ATT_MAX_SPLIT;
     return want < 1 ? 1 : want > most ? most : want;
 }
@@ -477,42 +520,51 @@ extern "C" size_t ls_attention_decode_workspace(int hq, int hd, int nsplit)
 }
 
 typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, const uint16_t *,
-                          const int *, int, int, int, int, int, float);
+                          const int *, int, int, int, int, int, int, int, float);
 
-template <int LG> static decode_fn pick_decode_g(int gm)
+// U = 8 positions per lane per iteration (one iteration per 64-position chunk at hd 128, but
+// ~240 registers: 2 blocks per SM) for caches of up to ATT_WIDE_CTX positions, U = 2 (~130
+// registers at 4 q heads: 4 blocks per SM) for longer ones, where occupancy hides the latency
+// of the longer chunks better (measured: at context 1024, 11.0 vs 13.7 us; at 4096, 23.6 vs
+// 21.7 us; at 32768, 81 vs 63 us)
+#define ATT_WIDE_CTX 2048
+template <int LG> static decode_fn pick_decode_g(int gm, bool wide)
 {
     switch (gm) {
     case 1:
-        return attn_decode_kernel<LG, 1>;
+        return wide ? attn_decode_kernel<LG, 1, 8> : attn_decode_kernel<LG, 1, 2>;
     case 2:
-        return attn_decode_kernel<LG, 2>;
+        return wide ? attn_decode_kernel<LG, 2, 8> : attn_decode_kernel<LG, 2, 2>;
     case 4:
-        return attn_decode_kernel<LG, 4>;
+        return wide ? attn_decode_kernel<LG, 4, 8> : attn_decode_kernel<LG, 4, 2>;
     default:
-        return attn_decode_kernel<LG, 8>;
+        return wide ? attn_decode_kernel<LG, 8, 4> : attn_decode_kernel<LG, 8, 2>;
     }
 }
 
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
-                                    int max_ctx, int nsplit, float *workspace, void *stream)
+                                    int max_ctx, int nsplit, int fresh, float *workspace,
+                                    void *stream)
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
-        nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace))
+        nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) ||
+        ((uintptr_t)q & 15) || fresh < 0)
         ls_die(__FILE__, __LINE__, "ls_attention_decode",
-               "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 1024 and a "
-               "workspace when nsplit > 1");
+               "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
+               "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
     const int group = hq / hkv;
     const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
-    decode_fn fn = lg == 8    ? pick_decode_g<8>(gm)
-                   : lg == 16 ? pick_decode_g<16>(gm)
-                              : pick_decode_g<32>(gm);
+    const bool wide = max_ctx <= ATT_WIDE_CTX;
+    decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
+                   : lg == 16 ? pick_decode_g<16>(gm, wide)
+                              : pick_decode_g<32>(gm, wide);
     cudaStream_t s = (cudaStream_t)stream;
     dim3 grid((unsigned)nsplit, (unsigned)(hkv * ((group + gm - 1) / gm)));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
     pdl_launch(fn, grid, ATT_WARPS * 32, 0, s, out, workspace, q, kcache, vcache, pos, hq, hd,
-               group, max_ctx, nsplit, qscale);
+               group, max_ctx, nsplit, min_chunk(), fresh, qscale);
     CHECK_CUDA(cudaGetLastError());
 }
 

@@ -32,11 +32,15 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
 
 /* out[h][:] for h < hq: attention of q[h][:] over cache positions 0 .. pos[0] (pos: device int,
  * the new token's position, its K/V already stored; clamped to max_ctx - 1).
- * Needs hd % 8 == 0, hd <= 256, hq % hkv == 0 (checked). workspace: device memory of
- * ls_attention_decode_workspace bytes (NULL allowed when nsplit == 1). */
+ * Needs hd % 8 == 0, hd <= 256, hq % hkv == 0, q on a 16-byte boundary (checked). workspace:
+ * device memory of ls_attention_decode_workspace bytes (NULL allowed when nsplit == 1).
+ * fresh: how many positions before pos[0] the kernels of this forward wrote (a prefill sent
+ * through this kernel one position at a time: t for its t-th position; a decode step: 0). With
+ * PDL the kernel reads the K/V rows of the positions before those ahead of its wait, and pos
+ * too: pos must be written before the forward's kernels (by a copy or an earlier graph). */
 void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
-                         float *workspace, void *stream);
+                         int fresh, float *workspace, void *stream);
 
 /* out[t][h][:] for t < T, h < hq: causal attention of position pos0 + t over cache positions
  * 0 .. pos0 + t. q: row t at q + t*q_stride (the fused QKV buffer works as is), head h at

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #define ROPE_WARPS 8
+#define ROPE_PAIRS 4 // rotation pairs per lane: head_dim <= 256
 
 #define L2_STRIPE ((size_t)64 << 10)
 
@@ -59,11 +60,22 @@ static __global__ void __launch_bounds__(ROPE_WARPS * 32)
             if (len) l2_prefetch(pf.p[r] + off, (unsigned)len);
         }
     }
-    pdl_wait();
+    // The positions and the angles before the wait: pos is written before the step's kernels
+    // (by the host, or by the previous step's graph), inv_freq at load, so no kernel of this
+    // step writes them; only q, k and v come from the kernel before.
     const int t = blockIdx.x, lane = threadIdx.x & 31;
     const int head = blockIdx.y * ROPE_WARPS + (threadIdx.x >> 5);
     const int p = pos[t];
     const bool store = p >= 0 && p < max_ctx;
+    const int half = hd / 2;
+    float sn[ROPE_PAIRS], cs[ROPE_PAIRS]; // pair lane + 32 * j
+#pragma unroll
+    for (int j = 0; j < ROPE_PAIRS; j++) {
+        sn[j] = 0.0f, cs[j] = 1.0f;
+        const int i = lane + 32 * j;
+        if (i < half && head < hq + hkv) sincosf((float)p * inv_freq[i], &sn[j], &cs[j]);
+    }
+    pdl_wait();
     if (head >= hq + 2 * hkv) return;
 
     if (head >= hq + hkv) { // v: store only
@@ -89,11 +101,12 @@ static __global__ void __launch_bounds__(ROPE_WARPS * 32)
         for (int i = lane; i < hd; i += 32) x[i] = (x[i] * scale) * nw[i];
         __syncwarp();
     }
-    const int half = hd / 2;
     uint16_t *kc = (!is_q && store) ? kcache + ((size_t)h * max_ctx + p) * hd : nullptr;
-    for (int i = lane; i < half; i += 32) {
-        float s, c;
-        sincosf((float)p * inv_freq[i], &s, &c);
+#pragma unroll
+    for (int j = 0; j < ROPE_PAIRS; j++) {
+        const int i = lane + 32 * j;
+        if (i >= half) break;
+        const float s = sn[j], c = cs[j];
         int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
         float x0 = x[i0], x1 = x[i1];
         float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;

@@ -727,7 +727,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     dout.poison();
     dws.poison();
     if (wsb) CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
-    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit,
+    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
                         wsb ? dws.p : nullptr, nullptr);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
@@ -745,12 +745,87 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     };
     bool zero = counters_zero();
     dout.poison();
-    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, dws.p,
+    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0, dws.p,
                         nullptr);
     std::vector<float> out2 = dout.down();
     zero = counters_zero() && zero;
     report(zero && !memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
            "%s: second launch bitwise equal, counters back to zero", name);
+}
+
+// lets its successor launch at once, spins, then writes q and the K/V rows of positions
+// p0 .. p1 of every KV head (as the QKV GEMV and the RoPE kernel before a decode attention do)
+static __global__ void spin_then_write_qkv(float *q, const float *qs, size_t nq, uint16_t *kc,
+                                           uint16_t *vc, const uint16_t *ks, const uint16_t *vs,
+                                           int hkv, int hd, int max_ctx, int p0, int p1,
+                                           long long cycles)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t i = i0; i < nq; i += stride) q[i] = qs[i];
+    const size_t rows = (size_t)(p1 - p0 + 1) * hd;
+    for (size_t i = i0; i < (size_t)hkv * rows; i += stride) {
+        const size_t h = i / rows, r = i % rows, at = (h * max_ctx + p0) * hd + r;
+        kc[at] = ks[at];
+        vc[at] = vs[at];
+    }
+}
+
+// decode attention launched with PDL right after a kernel that writes q and the K/V rows of
+// the current position and the `fresh` ones before it late: the rows of earlier positions may
+// be read before the wait, these only after it (poisoned until the writer runs: huge values
+// that would show in the output)
+static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fresh = 0)
+{
+    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    char name[128];
+    snprintf(name, sizeof name, "attention_decode pdl hq=%d hkv=%d hd=%d ctx=%d fresh=%d nsplit=%d",
+             hq, hkv, hd, n, fresh, nsplit);
+    std::vector<uint16_t> kc, vc;
+    std::vector<float> kr, vr;
+    make_cache(hkv, hd, max_ctx, n, kc, vc, kr, vr);
+    std::vector<float> q = randv((size_t)hq * hd, 2.0f), ref(q.size());
+    std::vector<int> kv_of(hq);
+    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
+    ref_attention(ref.data(), q.data(), hq * hd, kr.data(), vr.data(), n - 1, 1, hq, hkv, hd,
+                  kv_of.data());
+    std::vector<uint16_t> kbad = kc, vbad = vc;
+    for (int h = 0; h < hkv; h++)
+        for (int r = n - 1 - fresh; r < n; r++)
+            for (int d = 0; d < hd; d++) {
+                const size_t at = ((size_t)h * max_ctx + r) * hd + d;
+                kbad[at] = vbad[at] = 0x7f00; // ~1.7e38
+            }
+    dev<uint16_t> dkc(kc.size()), dvc(vc.size()), dks(kc.size()), dvs(vc.size());
+    dev<float> dq(q.size()), dqs(q.size()), dout(q.size());
+    dev<float> dws(ls_attention_decode_workspace(hq, hd, nsplit) / sizeof(float) + 1);
+    dev<int> dpos(1);
+    int p = n - 1;
+    dkc.up(kbad);
+    dvc.up(vbad);
+    dks.up(kc);
+    dvs.up(vc);
+    dqs.up(q);
+    dq.poison();
+    dpos.up(&p);
+    dout.poison();
+    CHECK_CUDA(cudaMemset(dws.p, 0, dws.n * sizeof(float)));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    ls_kernels_set_pdl(1);
+    spin_then_write_qkv<<<64, 256>>>(dq.p, dqs.p, dq.n, dkc.p, dvc.p, dks.p, dvs.p, hkv, hd, max_ctx,
+                                     n - 1 - fresh, n - 1, 40000);
+    CHECK_CUDA(cudaGetLastError());
+    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, fresh,
+                        nsplit > 1 ? dws.p : nullptr, nullptr);
+    ls_kernels_set_pdl(0);
+    std::vector<float> out = dout.down();
+    check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
 }
 
 static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
@@ -798,6 +873,22 @@ static void tests_attention(void)
     test_decode(16, 1, 64, 130, mc, 7); // 3 live chunks of 64, 4 past the context
     test_decode(4, 4, 256, 200, mc, 0);
     test_decode(5, 5, 96, 333, mc, 0);
+    // PDL: the current position's K/V rows and q arrive late; contexts where that row is the
+    // first, the middle and the last of its chunk
+    for (int n : {1, 65, 100, 256}) test_decode_pdl(32, 8, 128, n, mc);
+    test_decode_pdl(9, 3, 64, 777, mc);
+    test_decode_pdl(16, 2, 128, 64, mc);
+    // a prefill through the decode kernel: the t-th position reads t rows of this forward
+    test_decode_pdl(32, 8, 128, 200, mc, 7);
+    test_decode_pdl(9, 3, 64, 70, mc, 69);
+    if (!g_quick) { // caches of up to 2048 positions: the kernel's other (wide-iteration) form
+        for (int n : {1, 65, 1000, 2048}) test_decode(32, 8, 128, n, 2048, 0);
+        test_decode(9, 3, 64, 777, 2048, 0);
+        test_decode(40, 5, 128, 1500, 2048, 0); // 8 q heads per block
+        test_decode(4, 4, 256, 300, 2048, 0);
+        test_decode_pdl(32, 8, 128, 100, 2048);
+        test_decode_pdl(32, 8, 128, 300, 2048, 5);
+    }
     if (!g_quick) {
         test_decode(32, 8, 128, 8192, 8192, 0);
         test_decode(16, 4, 128, 4097, 8192, 0);
@@ -1073,6 +1164,52 @@ static void bench_gemv(const gemv_shape &s, int T, FILE *csv)
     fflush(stdout);
 }
 
+// the small kernels between the QKV and O projections of one Llama-8B decode layer (RoPE + KV
+// write, attention), back to back with PDL as in the decode graph: per-layer latency at context
+// ctx
+static void bench_decode_small(int ctx)
+{
+    // the cache of a short-context run (2048, the kernel's wide-iteration form) or just the
+    // context (its long-context form)
+    const int hq = 32, hkv = 8, hd = 128, max_ctx = ctx < 2048 ? 2048 : ctx;
+    const int stride = (hq + 2 * hkv) * hd;
+    const size_t csz = (size_t)hkv * max_ctx * hd;
+    dev<uint16_t> kc(csz), vc(csz);
+    dev<float> qkv(stride), out((size_t)hq * hd), inv(hd / 2);
+    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
+    CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
+    dev<int> pos(1);
+    int p = ctx - 1;
+    pos.up(&p);
+    std::vector<float> f(hd / 2);
+    for (int i = 0; i < hd / 2; i++) f[i] = powf(500000.0f, -2.0f * i / hd);
+    inv.up(f);
+    fill_bf16<<<2048, 256>>>(kc.p, csz, 3);
+    fill_bf16<<<2048, 256>>>(vc.p, csz, 4);
+    fill_f32<<<64, 256>>>(qkv.p, qkv.n, 5);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    auto rope = [&] {
+        ls_rope_kv(qkv.p, qkv.p + hq * hd, qkv.p + (hq + hkv) * hd, stride, stride, kc.p, vc.p,
+                   pos.p, inv.p, 1, hq, hkv, hd, max_ctx, 0, nullptr, nullptr, 1e-5f, nullptr);
+    };
+    auto att = [&] {
+        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, ws.p,
+                            nullptr);
+    };
+    ls_kernels_set_pdl(1);
+    float r = time_batch(60, 20, [&](int) { rope(); });
+    float a = time_batch(60, 20, [&](int) { att(); });
+    float ra = time_batch(60, 20, [&](int) {
+        rope();
+        att();
+    });
+    ls_kernels_set_pdl(0);
+    printf("llama8b decode layer, context %d, back to back with PDL: rope_kv %.2f us, attention "
+           "%.2f us (nsplit %d), both %.2f us\n",
+           ctx, r * 1e3, a * 1e3, nsplit, ra * 1e3);
+}
+
 static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
 {
     const int max_ctx = ctx;
@@ -1090,7 +1227,7 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
     fill_f32<<<64, 256>>>(q.p, q.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
     float ms = time_batch(60, 10, [&](int) {
-        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, ws.p,
+        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, ws.p,
                             nullptr);
     });
     double bytes = 2.0 * csz * 2;
@@ -1171,6 +1308,7 @@ static void benchmarks(void)
     }
 
     printf("\n");
+    for (int ctx : {256, 1024, 4096}) bench_decode_small(ctx);
     bench_decode_attention(32, 8, 128, 4096);
     bench_decode_attention(32, 8, 128, 32768);
     bench_decode_attention(16, 4, 128, 32768);
