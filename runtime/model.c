@@ -371,9 +371,11 @@ static double now_s(void)
 }
 
 /* Reads the rank's part of tensor `name`, checking its full shape against the config first.
- * full_rows/full_cols: the unsharded shape (rows = 1 for vectors). */
-static float *load_part(struct loader *ld, const char *name, int64_t full_rows, int64_t full_cols,
-                        int64_t r0, int64_t nr, int64_t c0, int64_t nc, char *err, size_t errlen)
+ * full_rows/full_cols: the unsharded shape (rows = 1 for vectors). Into `into` when given (the
+ * caller's buffer, nr * nc floats), else a new buffer. */
+static float *load_part_into(struct loader *ld, const char *name, int64_t full_rows,
+                             int64_t full_cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                             float *into, char *err, size_t errlen)
 {
     int64_t rows = full_rows, cols = full_cols;
     if (!ld->src.dummy && src_shape(&ld->src, name, &rows, &cols) != 0) {
@@ -387,14 +389,14 @@ static float *load_part(struct loader *ld, const char *name, int64_t full_rows, 
                  (long long)cols);
         return NULL;
     }
-    float *dst = malloc((size_t)(nr * nc) * sizeof(float) + 1);
+    float *dst = into ? into : malloc((size_t)(nr * nc) * sizeof(float) + 1);
     if (!dst) {
         snprintf(err, errlen, "%s: tensor '%s': out of host memory for %lld floats", ld->file, name,
                  (long long)(nr * nc));
         return NULL;
     }
     if (src_read(&ld->src, name, full_cols, r0, nr, c0, nc, dst, err, errlen) != 0) {
-        free(dst);
+        if (!into) free(dst);
         return NULL;
     }
     ld->done += (size_t)(nr * nc) * sizeof(float);
@@ -408,20 +410,10 @@ static float *load_part(struct loader *ld, const char *name, int64_t full_rows, 
     return dst;
 }
 
-/* rows of a then rows of b (and c), each cols wide, in one new buffer; frees the parts */
-static float *concat_rows(float *a, size_t ra, float *b, size_t rb, float *c, size_t rc,
-                          size_t cols)
+static float *load_part(struct loader *ld, const char *name, int64_t full_rows, int64_t full_cols,
+                        int64_t r0, int64_t nr, int64_t c0, int64_t nc, char *err, size_t errlen)
 {
-    float *o = malloc((ra + rb + rc) * cols * sizeof(float) + 1);
-    if (o) {
-        memcpy(o, a, ra * cols * sizeof(float));
-        memcpy(o + ra * cols, b, rb * cols * sizeof(float));
-        if (c) memcpy(o + (ra + rb) * cols, c, rc * cols * sizeof(float));
-    }
-    free(a);
-    free(b);
-    free(c);
-    return o;
+    return load_part_into(ld, name, full_rows, full_cols, r0, nr, c0, nc, NULL, err, errlen);
 }
 
 static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
@@ -432,8 +424,23 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
     const struct ls_backend *be = m->be;
     int hd = c->head_dim;
     float *h[LW_COUNT] = {0};
-    int64_t rows[LW_COUNT] = {0};
     int rc = -1;
+    /* q/k/v (and their biases) and gate/up are read straight into the fused matrices: no copy,
+     * and no second pass of page faults over ~1 GB per layer of an 8B model */
+    const size_t D = (size_t)c->dim, qd = (size_t)s->q_heads * hd, kd = (size_t)s->kv_heads * hd,
+                 F = (size_t)s->ffn_cols;
+    float *qkv = malloc((qd + 2 * kd) * D * sizeof(float) + 1);
+    float *gu = malloc(2 * F * D * sizeof(float) + 1);
+    float *bqkv = c->qkv_bias ? malloc((qd + 2 * kd) * sizeof(float) + 1) : NULL;
+    float *into[LW_COUNT] = {0};
+    into[LW_Q] = qkv, into[LW_K] = qkv + qd * D, into[LW_V] = qkv + (qd + kd) * D;
+    into[LW_GATE] = gu, into[LW_UP] = gu + F * D;
+    if (bqkv) into[LW_BQ] = bqkv, into[LW_BK] = bqkv + qd, into[LW_BV] = bqkv + qd + kd;
+    if (!qkv || !gu || (c->qkv_bias && !bqkv)) {
+        snprintf(err, errlen, "%s: layer %d: out of host memory for its fused matrices", ld->file,
+                 l);
+        goto out;
+    }
     for (int i = 0; i < LW_COUNT; i++) {
         const struct wspec *w = &layer_specs[i];
         if ((w->optional_flag == 1 && !c->qkv_bias) || (w->optional_flag == 2 && !c->qk_norm))
@@ -472,29 +479,16 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
             else
                 fc = c->dim, nc = c->dim;
         }
-        if (!(h[i] = load_part(ld, name, fr, fc, r0, nr, c0, nc, err, errlen))) goto out;
-        rows[i] = nr;
+        float *got = load_part_into(ld, name, fr, fc, r0, nr, c0, nc, into[i], err, errlen);
+        if (!got) goto out;
+        if (!into[i]) h[i] = got;
     }
     struct ls_layer *L = &m->layers[l];
-    size_t D = (size_t)c->dim, qd = (size_t)rows[LW_Q], kd = (size_t)rows[LW_K],
-           F = (size_t)rows[LW_GATE];
-    float *qkv = concat_rows(h[LW_Q], qd, h[LW_K], kd, h[LW_V], kd, D);
-    float *gu = concat_rows(h[LW_GATE], F, h[LW_UP], F, NULL, 0, D);
-    h[LW_Q] = h[LW_K] = h[LW_V] = h[LW_GATE] = h[LW_UP] = NULL;
-    float *bqkv = NULL;
-    if (c->qkv_bias) {
-        bqkv = concat_rows(h[LW_BQ], qd, h[LW_BK], kd, h[LW_BV], kd, 1);
-        h[LW_BQ] = h[LW_BK] = h[LW_BV] = NULL;
-    }
-    if (!qkv || !gu || (c->qkv_bias && !bqkv)) {
-        snprintf(err, errlen, "out of host memory while loading layer %d", l);
-        free(qkv), free(gu), free(bqkv);
-        goto out;
-    }
     /* the backend takes each host buffer over (keeps or frees it) */
     L->wqkv = be->upload_matrix(qkv, qd + 2 * kd, D);
     L->bqkv = bqkv ? be->upload_vector(bqkv, qd + 2 * kd) : NULL;
     L->w_gu = be->upload_matrix(gu, 2 * F, D);
+    qkv = gu = bqkv = NULL;
     L->wo = be->upload_matrix(h[LW_O], D, qd);
     L->w_down = be->upload_matrix(h[LW_DOWN], D, F);
     L->attn_norm = be->upload_vector(h[LW_ATTN_NORM], D);
@@ -511,6 +505,9 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
     rc = 0;
 out:
     for (int i = 0; i < LW_COUNT; i++) free(h[i]);
+    free(qkv);
+    free(gu);
+    free(bqkv);
     return rc;
 }
 
