@@ -5,8 +5,8 @@
  * as given; Llama-2 and Mistral raise when roles do not alternate user/assistant. */
 #include "chat.h"
 #include "strbuf.h"
+#include "log.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,17 +14,6 @@
 
 static const char SMOLLM2_SYSTEM[] = "You are a helpful AI assistant named SmolLM, trained by "
                                      "Hugging Face";
-
-static void chat_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void chat_errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 enum chat_format chat_detect(const char *t)
 {
@@ -153,7 +142,7 @@ static int render_llama2(struct ls_strbuf *b, const struct chat_msg *m, int n, c
     }
     for (int i = 0; i < n; i++) {
         if (is_role(&m[i], "user") != (i % 2 == 0)) {
-            chat_errf(err, errlen, "llama2 chat template: %s (message %d has role \"%s\")",
+            ls_errf(err, errlen, "llama2 chat template: %s (message %d has role \"%s\")",
                       ALTERNATE, i + (system != NULL), str_or_empty(m[i].role));
             return -1;
         }
@@ -189,7 +178,7 @@ static int render_mistral(struct ls_strbuf *b, const struct chat_msg *m, int n, 
     puts_(b, "<s>");
     for (int i = 0; i < n; i++) {
         if (is_role(&m[i], "user") != (i % 2 == 0)) {
-            chat_errf(err, errlen, "mistral chat template: %s (message %d has role \"%s\")",
+            ls_errf(err, errlen, "mistral chat template: %s (message %d has role \"%s\")",
                       ALTERNATE, i, str_or_empty(m[i].role));
             return -1;
         }
@@ -201,7 +190,7 @@ static int render_mistral(struct ls_strbuf *b, const struct chat_msg *m, int n, 
             puts_(b, str_or_empty(m[i].content));
             puts_(b, "</s> ");
         } else {
-            chat_errf(err, errlen,
+            ls_errf(err, errlen,
                       "mistral chat template: Only user and assistant roles are supported! "
                       "(message %d has role \"%s\")",
                       i, str_or_empty(m[i].role));
@@ -215,7 +204,7 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, int n, int add_
                 char **out, char *err, size_t errlen)
 {
     if (!out || n < 0 || (n > 0 && !msgs)) {
-        chat_errf(err, errlen, "chat_render: invalid arguments");
+        ls_errf(err, errlen, "chat_render: invalid arguments");
         return -1;
     }
     *out = NULL;
@@ -239,11 +228,11 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, int n, int add_
         rc = render_mistral(&b, msgs, n, err, errlen);
         break;
     default:
-        chat_errf(err, errlen, "chat_render: expected a known chat format, found %d", (int)f);
+        ls_errf(err, errlen, "chat_render: expected a known chat format, found %d", (int)f);
         rc = -1;
     }
     if (rc == 0 && b.oom) {
-        chat_errf(err, errlen, "chat_render: out of memory");
+        ls_errf(err, errlen, "chat_render: out of memory");
         rc = -1;
     }
     if (rc != 0 || b.n > (size_t)INT32_MAX) {

@@ -15,6 +15,7 @@
  * the output of chunk k ends before the input of chunk k+1 begins, so nothing is overwritten
  * before it is read and no scratch the size of the tensor is needed. */
 #include "gguf.h"
+#include "log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -95,17 +96,6 @@ static const char *quote(const char *s, size_t len, char *out, size_t outlen)
     return out;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 const char *gguf_type_name(enum gguf_type type)
 {
     static const char *names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",
@@ -180,7 +170,7 @@ static void rd_fail(struct reader *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    set_err(r->err, r->errlen, "%s: %s: %s", r->name, r->where, msg);
+    ls_errf(r->err, r->errlen, "%s: %s: %s", r->name, r->where, msg);
 }
 
 static uint64_t rd_left(const struct reader *r)
@@ -575,7 +565,7 @@ static int check_tensors(struct gguf_file *g, char *err, size_t errlen)
         struct tensor *t = &g->tensors[i];
         const char *nm = quote(t->pub.name, strlen(t->pub.name), q1, sizeof q1);
         if (t->rel_offset % g->alignment) {
-            set_err(err, errlen,
+            ls_errf(err, errlen,
                     "%s: tensor '%s': offset: %" PRIu64
                     " is not a multiple of the alignment %" PRIu32,
                     g->name, nm, t->rel_offset, g->alignment);
@@ -591,7 +581,7 @@ static int check_tensors(struct gguf_file *g, char *err, size_t errlen)
             else
                 snprintf(at, sizeof at, "data section %" PRIu64 " + %" PRIu64, g->data_offset,
                          t->rel_offset);
-            set_err(err, errlen,
+            ls_errf(err, errlen,
                     "%s: tensor '%s': offset: data [offset %s, size %" PRIu64
                     "] runs past end of file (size %" PRIu64 ")",
                     g->name, nm, at, t->pub.bytes, g->size);
@@ -602,7 +592,7 @@ static int check_tensors(struct gguf_file *g, char *err, size_t errlen)
     int64_t *by_off = index_sorted(g, g->n_tensors, cmp_tensor_offset);
     if (!g->tensor_sorted || !by_off) {
         free(by_off);
-        set_err(err, errlen, "%s: out of memory indexing %" PRId64 " tensors", g->name,
+        ls_errf(err, errlen, "%s: out of memory indexing %" PRId64 " tensors", g->name,
                 g->n_tensors);
         return -1;
     }
@@ -610,7 +600,7 @@ static int check_tensors(struct gguf_file *g, char *err, size_t errlen)
         int64_t a = g->tensor_sorted[k - 1], b = g->tensor_sorted[k];
         if (strcmp(g->tensors[a].pub.name, g->tensors[b].pub.name) == 0) {
             const char *nm = g->tensors[a].pub.name;
-            set_err(err, errlen,
+            ls_errf(err, errlen,
                     "%s: tensor '%s': name: duplicate (tensors #%" PRId64 " and #%" PRId64 ")",
                     g->name, quote(nm, strlen(nm), q1, sizeof q1), a < b ? a : b, a < b ? b : a);
             free(by_off);
@@ -625,7 +615,7 @@ static int check_tensors(struct gguf_file *g, char *err, size_t errlen)
         if (prev >= 0) {
             const struct gguf_tensor *p = &g->tensors[prev].pub;
             if (p->offset + p->bytes > t->offset) {
-                set_err(err, errlen,
+                ls_errf(err, errlen,
                         "%s: tensor '%s': offset: data [offset %" PRIu64 ", size %" PRIu64
                         "] overlaps tensor '%s' [offset %" PRIu64 ", size %" PRIu64 "]",
                         g->name, quote(t->name, strlen(t->name), q1, sizeof q1), t->offset,
@@ -690,13 +680,13 @@ static int parse_alignment(struct gguf_file *g, char *err, size_t errlen)
     if (!kv) return 0;
     uint32_t a;
     if (gguf_get_u32(g, "general.alignment", &a) != GGUF_OK) {
-        set_err(err, errlen,
+        ls_errf(err, errlen,
                 "%s: metadata key 'general.alignment': value: expected a u32, found %s", g->name,
                 gguf_type_name(kv->type));
         return -1;
     }
     if (a == 0 || (a & (a - 1))) {
-        set_err(
+        ls_errf(
             err, errlen,
             "%s: metadata key 'general.alignment': value: expected a power of two, found %" PRIu32,
             g->name, a);
@@ -714,7 +704,7 @@ static int grow(const char *name, void **arr, uint64_t *cap, uint64_t i, size_t 
     uint64_t ncap = *cap ? *cap * 2 : 16;
     void *na = realloc(*arr, (size_t)ncap * elem);
     if (!na) {
-        set_err(err, errlen, "%s: out of memory for %" PRIu64 " entries", name, ncap);
+        ls_errf(err, errlen, "%s: out of memory for %" PRIu64 " entries", name, ncap);
         return -1;
     }
     memset((char *)na + *cap * elem, 0, (size_t)(ncap - *cap) * elem);
@@ -728,7 +718,7 @@ static int parse(struct gguf_file *g, char *err, size_t errlen)
     struct reader r = {.fd = g->fd, .size = g->size, .name = g->name, .err = err, .errlen = errlen};
     r.buf = malloc(READ_BUF_BYTES);
     if (!r.buf) {
-        set_err(err, errlen, "%s: out of memory", g->name);
+        ls_errf(err, errlen, "%s: out of memory", g->name);
         return -1;
     }
     int rc = -1;
@@ -743,14 +733,14 @@ static int parse(struct gguf_file *g, char *err, size_t errlen)
     }
     g->kv_sorted = index_sorted(g, g->n_kv, cmp_kv_key);
     if (!g->kv_sorted) {
-        set_err(err, errlen, "%s: out of memory", g->name);
+        ls_errf(err, errlen, "%s: out of memory", g->name);
         goto out;
     }
     for (int64_t k = 1; k < g->n_kv; k++) {
         int64_t a = g->kv_sorted[k - 1], b = g->kv_sorted[k];
         if (strcmp(g->kvs[a].key, g->kvs[b].key) == 0) {
             char q[NAME_SHOWN * 4 + 8];
-            set_err(err, errlen,
+            ls_errf(err, errlen,
                     "%s: metadata key '%s': key: duplicate (keys #%" PRId64 " and #%" PRId64 ")",
                     g->name, quote(g->kvs[a].key, strlen(g->kvs[a].key), q, sizeof q),
                     a < b ? a : b, a < b ? b : a);
@@ -776,22 +766,22 @@ out:
 
 struct gguf_file *gguf_open_fd(int fd, const char *name, char *err, size_t errlen)
 {
-    set_err(err, errlen, "%s", "");
+    ls_errf(err, errlen, "%s", "");
     struct gguf_file *g = calloc(1, sizeof *g);
     if (!g || !(g->name = strdup(name ? name : "?"))) {
-        set_err(err, errlen, "%s: out of memory", name ? name : "?");
+        ls_errf(err, errlen, "%s: out of memory", name ? name : "?");
         free(g);
         return NULL;
     }
     g->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     struct stat st;
     if (g->fd < 0 || fstat(g->fd, &st) != 0) {
-        set_err(err, errlen, "%s: %s", g->name, strerror(errno));
+        ls_errf(err, errlen, "%s: %s", g->name, strerror(errno));
         gguf_close(g);
         return NULL;
     }
     if (!S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "%s: not a regular file", g->name);
+        ls_errf(err, errlen, "%s: not a regular file", g->name);
         gguf_close(g);
         return NULL;
     }
@@ -807,7 +797,7 @@ struct gguf_file *gguf_open(const char *path, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     struct gguf_file *g = gguf_open_fd(fd, path, err, errlen);
@@ -1148,14 +1138,14 @@ static const struct gguf_tensor *find_rows(struct gguf_file *g, const char *name
     char q[NAME_SHOWN * 4 + 8];
     const struct gguf_tensor *t = name ? gguf_find_tensor(g, name) : NULL;
     if (!t) {
-        set_err(err, errlen, "%s: no tensor '%s'", g->name,
+        ls_errf(err, errlen, "%s: no tensor '%s'", g->name,
                 name ? quote(name, strlen(name), q, sizeof q) : "(null)");
         return NULL;
     }
     int64_t rows, cols;
     tensor_rows_cols(t, &rows, &cols);
     if (row0 < 0 || nrows < 0 || row0 > rows - nrows) {
-        set_err(err, errlen,
+        ls_errf(err, errlen,
                 "%s: tensor '%s': rows [%" PRId64 ", %" PRId64 "+%" PRId64
                 ") are not inside its %" PRId64 " rows",
                 g->name, quote(t->name, strlen(t->name), q, sizeof q), row0, row0, nrows, rows);
@@ -1170,7 +1160,7 @@ static int read_at(struct gguf_file *g, const struct gguf_tensor *t, void *dst, 
     int rc = pread_full(g->fd, dst, n, off);
     if (rc == 0) return 0;
     char q[NAME_SHOWN * 4 + 8];
-    set_err(err, errlen, "%s: tensor '%s': reading %zu bytes at offset %" PRIu64 ": %s", g->name,
+    ls_errf(err, errlen, "%s: tensor '%s': reading %zu bytes at offset %" PRIu64 ": %s", g->name,
             quote(t->name, strlen(t->name), q, sizeof q), n, off,
             rc < 0 ? strerror(errno) : "file ended early (changed since it was opened?)");
     return -1;
@@ -1185,7 +1175,7 @@ int gguf_read_raw(struct gguf_file *g, const char *name, int64_t row0, int64_t n
     size_t need = (size_t)nrows * row_bytes; /* within t->bytes, which fits in the file */
     if (need > dst_bytes) {
         char q[NAME_SHOWN * 4 + 8];
-        set_err(err, errlen, "%s: tensor '%s': %" PRId64 " rows need %zu bytes, buffer has %zu",
+        ls_errf(err, errlen, "%s: tensor '%s': %" PRId64 " rows need %zu bytes, buffer has %zu",
                 g->name, quote(t->name, strlen(t->name), q, sizeof q), nrows, need, dst_bytes);
         return -1;
     }
@@ -1219,14 +1209,14 @@ int gguf_read_f32(struct gguf_file *g, const char *name, int64_t row0, int64_t n
     const char *nm = quote(t->name, strlen(t->name), q, sizeof q);
     int64_t cols = t->ne[0];
     if (col0 < 0 || ncols < 0 || col0 > cols - ncols) {
-        set_err(err, errlen,
+        ls_errf(err, errlen,
                 "%s: tensor '%s': cols [%" PRId64 ", %" PRId64 "+%" PRId64
                 ") are not inside its %" PRId64 " cols",
                 g->name, nm, col0, col0, ncols, cols);
         return -1;
     }
     if (!quant_can_dequant(t->type)) {
-        set_err(err, errlen, "%s: tensor '%s': type %s (%d) cannot be dequantized", g->name, nm,
+        ls_errf(err, errlen, "%s: tensor '%s': type %s (%d) cannot be dequantized", g->name, nm,
                 quant_type_name(t->type), (int)t->type);
         return -1;
     }
@@ -1255,7 +1245,7 @@ int gguf_read_f32(struct gguf_file *g, const char *name, int64_t row0, int64_t n
     if (!raw || !vals) {
         free(raw);
         free(vals);
-        set_err(err, errlen, "%s: tensor '%s': out of memory for a %zu-byte row span", g->name, nm,
+        ls_errf(err, errlen, "%s: tensor '%s': out of memory for a %zu-byte row span", g->name, nm,
                 span_bytes);
         return -1;
     }

@@ -27,7 +27,7 @@ if ENABLE_FUZZ
 # by make check, run by hand: tests/fuzz/fuzz_safetensors -max_total_time=60 CORPUS_DIR
 check_PROGRAMS += tests/fuzz/fuzz_safetensors
 tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c runtime/safetensors.c \
-	runtime/safetensors.h runtime/json_util.c
+	runtime/safetensors.h runtime/json_util.c runtime/log.c
 tests_fuzz_fuzz_safetensors_CFLAGS = $(AM_CFLAGS) -g -O1 -fsanitize=fuzzer-no-link,address,undefined \
 	-fno-sanitize-recover=undefined
 tests_fuzz_fuzz_safetensors_LDFLAGS = -fsanitize=fuzzer,address,undefined

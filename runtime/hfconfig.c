@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,20 +24,6 @@
 #define LS_HF_MAX_SIZE       (1 << 24) /* any dimension, vocabulary or context length */
 #define LS_HF_MAX_LAYERS     4096
 #define LS_HF_MAX_JSON_BYTES (16 << 20)
-
-static int hf_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int hf_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 /* "a string", "null", "-3", "a real number (1.5)": what a field held, for messages */
 static const char *found(const json_t *v, char *buf, size_t len)
@@ -79,7 +64,7 @@ struct ctx {
 static int field_fail(struct ctx *c, const char *name, const char *expected, const json_t *v)
 {
     char buf[96];
-    return hf_fail(c->err, c->errlen, "%s: field '%s%s': expected %s, found %s", c->path,
+    return ls_errf(c->err, c->errlen, "%s: field '%s%s': expected %s, found %s", c->path,
                    c->prefix ? c->prefix : "", name, expected, found(v, buf, sizeof buf));
 }
 
@@ -174,7 +159,7 @@ static int read_arch(struct ctx *c, struct ls_model_config *out)
             return 0;
         }
     }
-    return hf_fail(c->err, c->errlen, "%s: unsupported architecture '%.64s' (%s; supported: %s)",
+    return ls_errf(c->err, c->errlen, "%s: unsupported architecture '%.64s' (%s; supported: %s)",
                    c->path, name, by_class ? "architectures[0]" : "model_type", SUPPORTED_LIST);
 }
 
@@ -250,13 +235,13 @@ static int read_rope_params(struct ctx *c, json_t *params, const char *params_na
                     "a positive integer", &out->rope_orig_max_pos) != 0)
             return -1;
         if (!(out->rope_high_freq_factor > out->rope_low_freq_factor))
-            return hf_fail(
+            return ls_errf(
                 c->err, c->errlen,
                 "%s: %s: high_freq_factor (%g) must be greater than low_freq_factor (%g)", c->path,
                 params_name, out->rope_high_freq_factor, out->rope_low_freq_factor);
         return 0;
     }
-    return hf_fail(c->err, c->errlen,
+    return ls_errf(c->err, c->errlen,
                    "%s: %s: unsupported RoPE type '%.32s' (supported: default, linear, llama3)",
                    c->path, params_name, t);
 }
@@ -311,7 +296,7 @@ static int read_sliding_window(struct ctx *c, struct ls_model_config *out)
                 if (strcmp(s, "sliding_attention") == 0)
                     use = 1;
                 else if (strcmp(s, "full_attention") != 0)
-                    return hf_fail(c->err, c->errlen,
+                    return ls_errf(c->err, c->errlen,
                                    "%s: field 'layer_types'[%zu]: unsupported layer type '%.32s' "
                                    "(supported: full_attention, sliding_attention)",
                                    c->path, i, s);
@@ -336,7 +321,7 @@ static int check_no_bias(struct ctx *c, const char *name, const char *what, cons
     int bias;
     if (get_bool(c, name, 0, &bias) != 0) return -1;
     if (bias)
-        return hf_fail(c->err, c->errlen, "%s: field '%s': true (%s) is not supported for %s",
+        return ls_errf(c->err, c->errlen, "%s: field '%s': true (%s) is not supported for %s",
                        c->path, name, what, arch);
     return 0;
 }
@@ -359,13 +344,13 @@ static int load_root(struct ctx *c, struct ls_model_config *out)
                 "a positive integer at most num_attention_heads, or null", &out->n_kv_heads) != 0)
         return -1;
     if (out->n_heads % out->n_kv_heads != 0)
-        return hf_fail(c->err, c->errlen,
+        return ls_errf(c->err, c->errlen,
                        "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)",
                        c->path, out->n_heads, out->n_kv_heads);
     json_t *hd = json_object_get(c->root, "head_dim");
     if (!hd || json_is_null(hd)) {
         if (out->dim % out->n_heads != 0)
-            return hf_fail(c->err, c->errlen,
+            return ls_errf(c->err, c->errlen,
                            "%s: no head_dim, and hidden_size (%d) is not a multiple of "
                            "num_attention_heads (%d)",
                            c->path, out->dim, out->n_heads);
@@ -375,10 +360,10 @@ static int load_root(struct ctx *c, struct ls_model_config *out)
         return -1;
     }
     if (out->head_dim % 2 != 0)
-        return hf_fail(c->err, c->errlen, "%s: head_dim %d is odd: RoPE rotates pairs", c->path,
+        return ls_errf(c->err, c->errlen, "%s: head_dim %d is odd: RoPE rotates pairs", c->path,
                        out->head_dim);
     if ((long long)out->n_heads * out->head_dim > LS_HF_MAX_SIZE)
-        return hf_fail(c->err, c->errlen,
+        return ls_errf(c->err, c->errlen,
                        "%s: num_attention_heads x head_dim = %lld exceeds the limit of %d", c->path,
                        (long long)out->n_heads * out->head_dim, LS_HF_MAX_SIZE);
 
@@ -410,23 +395,23 @@ static json_t *load_json(const char *path, char *err, size_t errlen)
 {
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        hf_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
     if (sb.st_size > LS_HF_MAX_JSON_BYTES) {
-        hf_fail(err, errlen, "%s: %lld bytes, more than the %d-byte limit for a config file", path,
+        ls_errf(err, errlen, "%s: %lld bytes, more than the %d-byte limit for a config file", path,
                 (long long)sb.st_size, LS_HF_MAX_JSON_BYTES);
         return NULL;
     }
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        hf_fail(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", path, jerr.text,
+        ls_errf(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", path, jerr.text,
                 jerr.line, jerr.column);
         return NULL;
     }
     if (!json_is_object(root)) {
-        hf_fail(err, errlen, "%s: expected a JSON object at the top level", path);
+        ls_errf(err, errlen, "%s: expected a JSON object at the top level", path);
         json_decref(root);
         return NULL;
     }
@@ -447,10 +432,10 @@ int hf_config_load_dir(const char *dir, struct ls_model_config *out, char *err, 
 {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/config.json", dir) >= sizeof path)
-        return hf_fail(err, errlen, "%s: path too long", dir);
+        return ls_errf(err, errlen, "%s: path too long", dir);
     if (hf_config_load(path, out, err, errlen) != 0) return -1;
     if ((size_t)snprintf(path, sizeof path, "%s/generation_config.json", dir) >= sizeof path)
-        return hf_fail(err, errlen, "%s: path too long", dir);
+        return ls_errf(err, errlen, "%s: path too long", dir);
     struct stat sb;
     if (stat(path, &sb) != 0) return 0;
     json_t *root = load_json(path, err, errlen);

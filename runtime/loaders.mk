@@ -21,7 +21,7 @@ EXTRA_DIST += tests/fixtures/make_quant_fixtures.py tests/fixtures/quant tests/f
 # then `make tests/fuzz/fuzz_gguf && tests/fuzz/fuzz_gguf -max_total_time=60 tests/fuzz/corpus/gguf`
 if ENABLE_FUZZ
 check_PROGRAMS += tests/fuzz/fuzz_gguf
-tests_fuzz_fuzz_gguf_SOURCES = tests/fuzz/fuzz_gguf.c runtime/gguf.c runtime/quant.c
+tests_fuzz_fuzz_gguf_SOURCES = tests/fuzz/fuzz_gguf.c runtime/gguf.c runtime/quant.c runtime/log.c
 tests_fuzz_fuzz_gguf_LDFLAGS = -fsanitize=fuzzer
 tests_fuzz_fuzz_gguf_LDADD = -lm
 endif

@@ -84,3 +84,14 @@ void ls_warn(const char *fmt, ...)
     ls_verror("warning: ", fmt, ap);
     va_end(ap);
 }
+
+int ls_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}

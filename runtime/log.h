@@ -5,6 +5,7 @@
 #define LOCKSTEP_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 void ls_set_identity(int rank, const char *host);
 int ls_self_rank(void);
@@ -20,5 +21,9 @@ void ls_eprint0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ls_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ls_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ls_verror(const char *prefix, const char *fmt, va_list ap);
+
+/* An error for the caller to report (parsers of files, configs and arguments): formats into
+ * err (when err and errlen are set) and returns -1. */
+int ls_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

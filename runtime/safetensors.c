@@ -13,13 +13,13 @@
  * The data is little-endian, as is every host we build for (checked at compile time). */
 #include "config.h"
 #include "json_util.h"
+#include "log.h"
 #include "safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,20 +60,6 @@ struct st_model {
     struct st_tensor *t; /* sorted by name */
     int n;
 };
-
-static int st_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int st_fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static size_t dtype_size(enum st_dtype d)
 {
@@ -139,13 +125,13 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
                        uint64_t data_size, struct st_tensor *t, char *err, size_t errlen)
 {
     if (!json_is_object(v))
-        return st_fail(err, errlen, "%s: tensor '%s': expected an object, found %s", fname, name,
+        return ls_errf(err, errlen, "%s: tensor '%s': expected an object, found %s", fname, name,
                        ls_json_type_name(v));
 
     json_t *jd = json_object_get(v, "dtype");
-    if (!jd) return st_fail(err, errlen, "%s: tensor '%s': missing 'dtype'", fname, name);
+    if (!jd) return ls_errf(err, errlen, "%s: tensor '%s': missing 'dtype'", fname, name);
     if (!json_is_string(jd))
-        return st_fail(err, errlen, "%s: tensor '%s': 'dtype': expected a string, found %s", fname,
+        return ls_errf(err, errlen, "%s: tensor '%s': 'dtype': expected a string, found %s", fname,
                        name, ls_json_type_name(jd));
     const char *ds = json_string_value(jd);
     if (strcmp(ds, "BF16") == 0)
@@ -155,18 +141,18 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
     else if (strcmp(ds, "F32") == 0)
         t->dtype = ST_F32;
     else
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: tensor '%s': unsupported dtype '%.32s' (supported: BF16, F16, F32)",
                        fname, name, ds);
 
     json_t *js = json_object_get(v, "shape");
-    if (!js) return st_fail(err, errlen, "%s: tensor '%s': missing 'shape'", fname, name);
+    if (!js) return ls_errf(err, errlen, "%s: tensor '%s': missing 'shape'", fname, name);
     if (!json_is_array(js))
-        return st_fail(err, errlen, "%s: tensor '%s': 'shape': expected an array, found %s", fname,
+        return ls_errf(err, errlen, "%s: tensor '%s': 'shape': expected an array, found %s", fname,
                        name, ls_json_type_name(js));
     size_t nd = json_array_size(js);
     if (nd > ST_MAX_DIMS)
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: tensor '%s': 'shape': expected at most %d dimensions, found %zu", fname,
                        name, ST_MAX_DIMS, nd);
     t->ndim = (int)nd;
@@ -175,7 +161,7 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
     for (size_t i = 0; i < nd; i++) {
         json_t *e = json_array_get(js, i);
         if (!json_is_integer(e) || json_integer_value(e) < 0)
-            return st_fail(
+            return ls_errf(
                 err, errlen,
                 "%s: tensor '%s': 'shape'[%zu]: expected a non-negative integer, found %s", fname,
                 name, i, json_is_integer(e) ? "a negative integer" : ls_json_type_name(e));
@@ -184,35 +170,35 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
     }
     uint64_t nbytes = 0;
     if (overflow || __builtin_mul_overflow(count, (uint64_t)dtype_size(t->dtype), &nbytes))
-        return st_fail(err, errlen, "%s: tensor '%s': shape's byte size overflows 64 bits", fname,
+        return ls_errf(err, errlen, "%s: tensor '%s': shape's byte size overflows 64 bits", fname,
                        name);
 
     json_t *jo = json_object_get(v, "data_offsets");
-    if (!jo) return st_fail(err, errlen, "%s: tensor '%s': missing 'data_offsets'", fname, name);
+    if (!jo) return ls_errf(err, errlen, "%s: tensor '%s': missing 'data_offsets'", fname, name);
     if (!json_is_array(jo) || json_array_size(jo) != 2)
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: tensor '%s': 'data_offsets': expected an array of 2 integers, found %s",
                        fname, name,
                        json_is_array(jo) ? "an array of another length" : ls_json_type_name(jo));
     json_t *jb = json_array_get(jo, 0), *je = json_array_get(jo, 1);
     if (!json_is_integer(jb) || !json_is_integer(je) || json_integer_value(jb) < 0 ||
         json_integer_value(je) < 0)
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: tensor '%s': 'data_offsets': expected 2 non-negative integers", fname,
                        name);
     uint64_t b = (uint64_t)json_integer_value(jb), e = (uint64_t)json_integer_value(je);
     if (e < b)
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: tensor '%s': data_offsets [%llu, %llu] end before they begin", fname,
                        name, (unsigned long long)b, (unsigned long long)e);
     if (e > data_size)
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the data "
                        "section (%llu bytes)",
                        fname, name, (unsigned long long)b, (unsigned long long)e,
                        (unsigned long long)data_size);
     if (e - b != nbytes)
-        return st_fail(
+        return ls_errf(
             err, errlen,
             "%s: tensor '%s': shape and dtype %s need %llu bytes, data_offsets [%llu, %llu] "
             "hold %llu",
@@ -229,38 +215,38 @@ int st_parse_header(const void *buf, size_t len, uint64_t file_size, const char 
     *out = NULL;
     const unsigned char *p = buf;
     if (len < 8 || file_size < 8)
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: too short for a safetensors file (%llu bytes, need at least 8 for the "
                        "header length)",
                        fname, (unsigned long long)(file_size < len ? file_size : len));
     if (len > file_size)
-        return st_fail(err, errlen, "%s: %zu header bytes given for a file of %llu bytes", fname,
+        return ls_errf(err, errlen, "%s: %zu header bytes given for a file of %llu bytes", fname,
                        len, (unsigned long long)file_size);
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = n << 8 | p[i];
     if (n > file_size - 8)
-        return st_fail(
+        return ls_errf(
             err, errlen,
             "%s: header length %llu runs past the end of the file (%llu bytes): truncated "
             "or not a safetensors file",
             fname, (unsigned long long)n, (unsigned long long)file_size);
     if (n > ST_MAX_HEADER_BYTES)
-        return st_fail(err, errlen, "%s: header length %llu exceeds the limit of %u bytes", fname,
+        return ls_errf(err, errlen, "%s: header length %llu exceeds the limit of %u bytes", fname,
                        (unsigned long long)n, ST_MAX_HEADER_BYTES);
     if (n > len - 8)
-        return st_fail(err, errlen, "%s: header length %llu but only %zu header bytes given", fname,
+        return ls_errf(err, errlen, "%s: header length %llu but only %zu header bytes given", fname,
                        (unsigned long long)n, len - 8);
     if (n < 2)
-        return st_fail(err, errlen, "%s: header length %llu is too short for a JSON object", fname,
+        return ls_errf(err, errlen, "%s: header length %llu is too short for a JSON object", fname,
                        (unsigned long long)n);
 
     json_error_t jerr;
     json_t *root = json_loadb((const char *)p + 8, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return st_fail(err, errlen, "%s: header is not valid JSON: %s (line %d, column %d)", fname,
+        return ls_errf(err, errlen, "%s: header is not valid JSON: %s (line %d, column %d)", fname,
                        jerr.text, jerr.line, jerr.column);
     if (!json_is_object(root)) {
-        st_fail(err, errlen, "%s: header: expected a JSON object, found %s", fname,
+        ls_errf(err, errlen, "%s: header: expected a JSON object, found %s", fname,
                 ls_json_type_name(root));
         json_decref(root);
         return -1;
@@ -277,7 +263,7 @@ int st_parse_header(const void *buf, size_t len, uint64_t file_size, const char 
     {
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(v)) {
-                st_fail(err, errlen, "%s: '__metadata__': expected an object, found %s", fname,
+                ls_errf(err, errlen, "%s: '__metadata__': expected an object, found %s", fname,
                         ls_json_type_name(v));
                 goto fail;
             }
@@ -297,7 +283,7 @@ int st_parse_header(const void *buf, size_t len, uint64_t file_size, const char 
         for (int i = 1; i < h->n; i++) {
             const struct st_tensor *a = &h->t[i - 1], *b = &h->t[i];
             if (b->off < a->off + a->nbytes) {
-                st_fail(err, errlen,
+                ls_errf(err, errlen,
                         "%s: tensors '%s' and '%s' overlap (data_offsets [%llu, %llu] and "
                         "[%llu, %llu])",
                         fname, a->name, b->name, (unsigned long long)(a->off - data_base),
@@ -314,7 +300,7 @@ int st_parse_header(const void *buf, size_t len, uint64_t file_size, const char 
     return 0;
 
 oom:
-    st_fail(err, errlen, "%s: out of memory parsing the header", fname);
+    ls_errf(err, errlen, "%s: out of memory parsing the header", fname);
 fail:
     json_decref(root);
     st_header_free(h);
@@ -356,19 +342,19 @@ static int file_open(const char *path, struct st_file *f, struct st_header **h, 
 {
     *h = NULL;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) return st_fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (f->fd < 0) return ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(f->fd, &sb) != 0) return st_fail(err, errlen, "%s: stat: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return st_fail(err, errlen, "%s: not a regular file", path);
+    if (fstat(f->fd, &sb) != 0) return ls_errf(err, errlen, "%s: stat: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return ls_errf(err, errlen, "%s: not a regular file", path);
     f->size = (uint64_t)sb.st_size;
     unsigned char lenbuf[8];
     if (f->size < 8)
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: too short for a safetensors file (%llu bytes, need at least 8 for the "
                        "header length)",
                        path, (unsigned long long)f->size);
     if (pread_full(f->fd, lenbuf, 8, 0) != 0)
-        return st_fail(err, errlen, "%s: reading the header length: %s", path, read_errstr());
+        return ls_errf(err, errlen, "%s: reading the header length: %s", path, read_errstr());
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--) n = n << 8 | lenbuf[i];
     /* check before allocating; st_parse_header repeats the checks on the buffer */
@@ -376,10 +362,10 @@ static int file_open(const char *path, struct st_file *f, struct st_header **h, 
         return st_parse_header(lenbuf, 8, f->size, path, h, err, errlen);
     size_t len = 8 + (size_t)n;
     unsigned char *buf = malloc(len);
-    if (!buf) return st_fail(err, errlen, "%s: out of memory for a %zu-byte header", path, len);
+    if (!buf) return ls_errf(err, errlen, "%s: out of memory for a %zu-byte header", path, len);
     int rc;
     if (pread_full(f->fd, buf, len, 0) != 0)
-        rc = st_fail(err, errlen, "%s: reading the %zu-byte header: %s", path, len, read_errstr());
+        rc = ls_errf(err, errlen, "%s: reading the %zu-byte header: %s", path, len, read_errstr());
     else
         rc = st_parse_header(buf, len, f->size, path, h, err, errlen);
     free(buf);
@@ -391,7 +377,7 @@ static int join_path(char *out, size_t outlen, const char *dir, const char *name
 {
     int k = snprintf(out, outlen, "%s/%s", dir, name);
     if (k < 0 || (size_t)k >= outlen)
-        return st_fail(err, errlen, "%s/%s: path too long", dir, name);
+        return ls_errf(err, errlen, "%s/%s: path too long", dir, name);
     return 0;
 }
 
@@ -423,19 +409,19 @@ void st_close(struct st_model *m)
 static int model_add_file(struct st_model *m, const char *path, char *err, size_t errlen)
 {
     struct st_file *nf = realloc(m->files, (size_t)(m->nfiles + 1) * sizeof *nf);
-    if (!nf) return st_fail(err, errlen, "%s: out of memory", path);
+    if (!nf) return ls_errf(err, errlen, "%s: out of memory", path);
     m->files = nf;
     struct st_file *f = &m->files[m->nfiles];
     f->fd = -1;
     f->path = strdup(path);
     m->nfiles++;
-    if (!f->path) return st_fail(err, errlen, "%s: out of memory", path);
+    if (!f->path) return ls_errf(err, errlen, "%s: out of memory", path);
     struct st_header *h = NULL;
     if (file_open(path, f, &h, err, errlen) != 0) return -1;
     struct st_tensor *nt = realloc(m->t, (size_t)(m->n + h->n + 1) * sizeof *nt);
     if (!nt) {
         st_header_free(h);
-        return st_fail(err, errlen, "%s: out of memory", path);
+        return ls_errf(err, errlen, "%s: out of memory", path);
     }
     m->t = nt;
     for (int i = 0; i < h->n; i++) {
@@ -468,26 +454,26 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
 
     struct stat sb;
     if (stat(index_path, &sb) != 0)
-        return st_fail(err, errlen, "%s: cannot open: %s", index_path, strerror(errno));
+        return ls_errf(err, errlen, "%s: cannot open: %s", index_path, strerror(errno));
     if ((uint64_t)sb.st_size > ST_MAX_INDEX_BYTES)
-        return st_fail(err, errlen, "%s: %lld bytes, more than the %u-byte limit for an index",
+        return ls_errf(err, errlen, "%s: %lld bytes, more than the %u-byte limit for an index",
                        index_path, (long long)sb.st_size, ST_MAX_INDEX_BYTES);
     json_error_t jerr;
     json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return st_fail(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", index_path,
+        return ls_errf(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", index_path,
                        jerr.text, jerr.line, jerr.column);
     int rc = -1;
     json_t *wm = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
     if (!json_is_object(wm)) {
-        st_fail(err, errlen, "%s: field 'weight_map': expected an object, found %s", index_path,
+        ls_errf(err, errlen, "%s: field 'weight_map': expected an object, found %s", index_path,
                 wm                     ? ls_json_type_name(wm)
                 : json_is_object(root) ? "nothing"
                                        : "a non-object root");
         goto out;
     }
     if (json_object_size(wm) == 0) {
-        st_fail(err, errlen, "%s: 'weight_map' is empty", index_path);
+        ls_errf(err, errlen, "%s: 'weight_map' is empty", index_path);
         goto out;
     }
     /* open each distinct shard once, in order of first mention */
@@ -496,14 +482,14 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
     json_object_foreach(wm, key, v)
     {
         if (!json_is_string(v)) {
-            st_fail(err, errlen, "%s: weight_map['%s']: expected a file name, found %s", index_path,
+            ls_errf(err, errlen, "%s: weight_map['%s']: expected a file name, found %s", index_path,
                     key, ls_json_type_name(v));
             goto out;
         }
         const char *shard = json_string_value(v);
         if (!shard[0] || strchr(shard, '/') || strcmp(shard, ".") == 0 ||
             strcmp(shard, "..") == 0) {
-            st_fail(err, errlen,
+            ls_errf(err, errlen,
                     "%s: weight_map['%s']: expected a file name in the index's folder, found '%s'",
                     index_path, key, shard);
             goto out;
@@ -514,7 +500,7 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
         for (int i = 0; i < m->nfiles && !seen; i++) seen = strcmp(m->files[i].path, path) == 0;
         if (seen) continue;
         if (!is_file(path)) {
-            st_fail(err, errlen, "%s: shard '%s' (holding tensor '%s') not found: %s", index_path,
+            ls_errf(err, errlen, "%s: shard '%s' (holding tensor '%s') not found: %s", index_path,
                     shard, key, path);
             goto out;
         }
@@ -523,7 +509,7 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
     if (m->n > 1) qsort(m->t, (size_t)m->n, sizeof *m->t, cmp_by_name);
     for (int i = 1; i < m->n; i++) {
         if (strcmp(m->t[i - 1].name, m->t[i].name) == 0) {
-            st_fail(err, errlen, "%s: tensor '%s' is in two shards: %s and %s", index_path,
+            ls_errf(err, errlen, "%s: tensor '%s' is in two shards: %s and %s", index_path,
                     m->t[i].name, m->files[m->t[i - 1].file].path, m->files[m->t[i].file].path);
             goto out;
         }
@@ -534,7 +520,7 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
         char path[ST_MAX_PATH];
         if (join_path(path, sizeof path, dir, json_string_value(v), err, errlen) != 0) goto out;
         if (!t || strcmp(m->files[t->file].path, path) != 0) {
-            st_fail(err, errlen, "%s: weight_map puts tensor '%s' in %s, which does not hold it",
+            ls_errf(err, errlen, "%s: weight_map puts tensor '%s' in %s, which does not hold it",
                     index_path, key, json_string_value(v));
             goto out;
         }
@@ -548,18 +534,18 @@ out:
 struct st_model *st_open(const char *path_or_dir, char *err, size_t errlen)
 {
     if (!path_or_dir || !path_or_dir[0]) {
-        st_fail(err, errlen, "safetensors: empty path");
+        ls_errf(err, errlen, "safetensors: empty path");
         return NULL;
     }
     struct st_model *m = calloc(1, sizeof *m);
     if (!m) {
-        st_fail(err, errlen, "%s: out of memory", path_or_dir);
+        ls_errf(err, errlen, "%s: out of memory", path_or_dir);
         return NULL;
     }
     struct stat sb;
     int rc;
     if (stat(path_or_dir, &sb) != 0) {
-        rc = st_fail(err, errlen, "%s: cannot open: %s", path_or_dir, strerror(errno));
+        rc = ls_errf(err, errlen, "%s: cannot open: %s", path_or_dir, strerror(errno));
     } else if (S_ISDIR(sb.st_mode)) {
         char single[ST_MAX_PATH], index[ST_MAX_PATH];
         rc = join_path(single, sizeof single, path_or_dir, "model.safetensors", err, errlen);
@@ -573,7 +559,7 @@ struct st_model *st_open(const char *path_or_dir, char *err, size_t errlen)
             } else if (is_file(index)) {
                 rc = open_index(m, index, err, errlen);
             } else {
-                rc = st_fail(err, errlen,
+                rc = ls_errf(err, errlen,
                              "%s: holds neither model.safetensors nor model.safetensors.index.json",
                              path_or_dir);
             }
@@ -684,7 +670,7 @@ static int read_convert(const struct st_file *f, const struct st_tensor *t, uint
     size_t esz = dtype_size(t->dtype);
     char *raw = (char *)dst + count * (4 - esz);
     if (pread_full(f->fd, raw, count * esz, off) != 0)
-        return st_fail(err, errlen, "%s: tensor '%s': reading %zu bytes at offset %llu: %s",
+        return ls_errf(err, errlen, "%s: tensor '%s': reading %zu bytes at offset %llu: %s",
                        f->path, t->name, count * esz, (unsigned long long)off, read_errstr());
     if (t->dtype == ST_F32) return 0;
     /* element i is read from raw + 2i before dst[i] (bytes 4i..4i+3) is written; bytes not yet
@@ -702,21 +688,21 @@ int st_read_f32(struct st_model *m, const char *name, int64_t row0, int64_t nrow
 {
     const struct st_tensor *t = find(m, name);
     if (!t)
-        return st_fail(err, errlen, "safetensors: tensor '%s' not found", name ? name : "(null)");
+        return ls_errf(err, errlen, "safetensors: tensor '%s' not found", name ? name : "(null)");
     const struct st_file *f = &m->files[t->file];
     int64_t rows, cols;
     if (view_2d(t, &rows, &cols) != 0)
-        return st_fail(err, errlen, "%s: tensor '%s': expected 1 or 2 dimensions, found %d",
+        return ls_errf(err, errlen, "%s: tensor '%s': expected 1 or 2 dimensions, found %d",
                        f->path, t->name, t->ndim);
     if (row0 < 0 || nrows < 0 || row0 > rows || nrows > rows - row0 || col0 < 0 || ncols < 0 ||
         col0 > cols || ncols > cols - col0)
-        return st_fail(err, errlen,
+        return ls_errf(err, errlen,
                        "%s: tensor '%s' [%lld x %lld]: slice rows [%lld, +%lld) cols [%lld, +%lld) "
                        "out of range",
                        f->path, t->name, (long long)rows, (long long)cols, (long long)row0,
                        (long long)nrows, (long long)col0, (long long)ncols);
     if (nrows == 0 || ncols == 0) return 0;
-    if (!dst) return st_fail(err, errlen, "%s: tensor '%s': no destination", f->path, t->name);
+    if (!dst) return ls_errf(err, errlen, "%s: tensor '%s': no destination", f->path, t->name);
     uint64_t esz = dtype_size(t->dtype);
     /* in range of a validated tensor, so none of these products overflow */
     if (col0 == 0 && ncols == cols)

@@ -132,7 +132,7 @@ int tok_build_decode(struct tokenizer *tok, char *err, size_t errlen)
     return 0;
 oom:
     free(pool.p);
-    tok_errf(err, errlen, "out of memory while building the decode table of %d tokens", n);
+    ls_errf(err, errlen, "out of memory while building the decode table of %d tokens", n);
     return -1;
 }
 
@@ -203,7 +203,7 @@ int tok_decode(const struct tokenizer *tok, const int32_t *ids, int n, int skip_
                size_t outlen, char *err, size_t errlen)
 {
     if (!tok || (n > 0 && !ids) || n < 0) {
-        tok_errf(err, errlen, "decode: invalid arguments");
+        ls_errf(err, errlen, "decode: invalid arguments");
         return -1;
     }
     struct ls_strbuf raw = {0}, run = {0}, text = {0};
@@ -211,7 +211,7 @@ int tok_decode(const struct tokenizer *tok, const int32_t *ids, int n, int skip_
     for (int i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= tok->n_vocab) {
-            tok_errf(err, errlen, "decode: id %d at position %d is out of range 0..%d", id, i,
+            ls_errf(err, errlen, "decode: id %d at position %d is out of range 0..%d", id, i,
                      tok->n_vocab - 1);
             free(raw.p);
             free(run.p);
@@ -238,7 +238,7 @@ int tok_decode(const struct tokenizer *tok, const int32_t *ids, int n, int skip_
     free(run.p);
     if (oom || text.n > INT32_MAX) {
         free(text.p);
-        tok_errf(err, errlen, "decode: out of memory for %d ids", n);
+        ls_errf(err, errlen, "decode: out of memory for %d ids", n);
         return -1;
     }
     if (out && outlen > 0) {

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "log.h"
 #include "tokenizer.h"
 
 #define TOK_MAX_IDS      (1 << 24) /* ids beyond this are refused: a guard for hostile files */
@@ -167,7 +168,5 @@ int tok_utf8_encode(uint32_t cp, char *out);
 
 /* decode tables (tok_decode.c), called by tok_finalize */
 int tok_build_decode(struct tokenizer *tok, char *err, size_t errlen);
-
-void tok_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

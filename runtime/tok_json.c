@@ -30,10 +30,10 @@ struct jctx {
 static int jfail(struct jctx *c, const char *path, const char *expected, const json_t *found)
 {
     if (found && json_is_string(found))
-        tok_errf(c->err, c->errlen, "%s: %s: expected %s, found \"%.80s\"", c->name, path, expected,
+        ls_errf(c->err, c->errlen, "%s: %s: expected %s, found \"%.80s\"", c->name, path, expected,
                  json_string_value(found));
     else
-        tok_errf(c->err, c->errlen, "%s: %s: expected %s, found %s", c->name, path, expected,
+        ls_errf(c->err, c->errlen, "%s: %s: expected %s, found %s", c->name, path, expected,
                  ls_json_type_name(found));
     return -1;
 }
@@ -93,7 +93,7 @@ static char *dup_n(const char *s, size_t n)
 
 static int oom(struct jctx *c)
 {
-    tok_errf(c->err, c->errlen, "%s: out of memory", c->name);
+    ls_errf(c->err, c->errlen, "%s: out of memory", c->name);
     return -1;
 }
 
@@ -113,7 +113,7 @@ static int parse_pattern(struct jctx *c, const json_t *pat, const char *path, pc
         char msg[300];
         *re = tok_compile_regex(json_string_value(r), json_string_length(r), msg, sizeof(msg));
         if (!*re) {
-            tok_errf(c->err, c->errlen, "%s: %s.Regex: %s", c->name, path, msg);
+            ls_errf(c->err, c->errlen, "%s: %s.Regex: %s", c->name, path, msg);
             return -1;
         }
         return 0;
@@ -146,7 +146,7 @@ static int parse_normalizer(struct jctx *c, struct tokenizer *tok, const json_t 
         return jfail(c, p, "Sequence, Prepend, Replace or NFC", json_object_get(n, "type"));
     }
     if (tok->n_norm == TOK_MAX_STEPS) {
-        tok_errf(c->err, c->errlen, "%s: %s: more than %d normalizer steps", c->name, path,
+        ls_errf(c->err, c->errlen, "%s: %s: more than %d normalizer steps", c->name, path,
                  TOK_MAX_STEPS);
         return -1;
     }
@@ -229,13 +229,13 @@ static int parse_pre(struct jctx *c, struct tokenizer *tok, const json_t *n, con
         return 0;
     }
     if (tok->bytelevel) {
-        tok_errf(c->err, c->errlen,
+        ls_errf(c->err, c->errlen,
                  "%s: %s: expected ByteLevel to be the last pre-tokenizer, found %s after it",
                  c->name, path, type);
         return -1;
     }
     if (tok->n_pre == TOK_MAX_STEPS) {
-        tok_errf(c->err, c->errlen, "%s: %s: more than %d pre-tokenizer steps", c->name, path,
+        ls_errf(c->err, c->errlen, "%s: %s: more than %d pre-tokenizer steps", c->name, path,
                  TOK_MAX_STEPS);
         return -1;
     }
@@ -322,7 +322,7 @@ static int parse_decoder(struct jctx *c, struct tokenizer *tok, const json_t *n,
         *fused = 1;
     } else if (strcmp(type, "Replace") == 0) {
         if (tok->n_dec_replace == TOK_MAX_REPLACES) {
-            tok_errf(c->err, c->errlen, "%s: %s: more than %d Replace decoders", c->name, path,
+            ls_errf(c->err, c->errlen, "%s: %s: more than %d Replace decoders", c->name, path,
                      TOK_MAX_REPLACES);
             return -1;
         }
@@ -359,7 +359,7 @@ static int parse_decoder(struct jctx *c, struct tokenizer *tok, const json_t *n,
             return jfail(c, p, "0 (stripping the end is not supported)", stop);
         }
         if (!*fused) {
-            tok_errf(c->err, c->errlen, "%s: %s: expected Strip after Fuse, found it before",
+            ls_errf(c->err, c->errlen, "%s: %s: expected Strip after Fuse, found it before",
                      c->name, path);
             return -1;
         }
@@ -385,7 +385,7 @@ static int parse_decoder(struct jctx *c, struct tokenizer *tok, const json_t *n,
 static int affix_push(struct jctx *c, int32_t *list, int *n, int32_t id, const char *path)
 {
     if (*n == TOK_MAX_AFFIX) {
-        tok_errf(c->err, c->errlen, "%s: %s: more than %d special ids around the text", c->name,
+        ls_errf(c->err, c->errlen, "%s: %s: more than %d special ids around the text", c->name,
                  path, TOK_MAX_AFFIX);
         return -1;
     }
@@ -503,7 +503,7 @@ static int parse_merges(struct jctx *c, struct tokenizer *tok, const json_t *mer
 {
     size_t n = json_array_size(merges);
     if (n > (size_t)TOK_MAX_IDS * 4) {
-        tok_errf(c->err, c->errlen, "%s: model.merges: expected at most %d merges, found %zu",
+        ls_errf(c->err, c->errlen, "%s: model.merges: expected at most %d merges, found %zu",
                  c->name, TOK_MAX_IDS * 4, n);
         return -1;
     }
@@ -551,7 +551,7 @@ static int parse_merges(struct jctx *c, struct tokenizer *tok, const json_t *mer
         int32_t ia = tok_vocab_lookup(tok, a, la), ib = tok_vocab_lookup(tok, b, lb);
         int32_t im = tok_vocab_lookup(tok, cat, la + lb);
         if (ia < 0 || ib < 0 || im < 0) {
-            tok_errf(c->err, c->errlen,
+            ls_errf(c->err, c->errlen,
                      "%s: %s: expected both tokens and their concatenation in model.vocab, "
                      "found \"%.*s\" missing",
                      c->name, p,
@@ -764,7 +764,7 @@ static struct tokenizer *load_root(struct jctx *c, const json_t *root, const jso
     char msg[256];
     struct tokenizer *tok = tok_new(max_id + 1, msg, sizeof(msg));
     if (!tok) {
-        tok_errf(c->err, c->errlen, "%s: %s", c->name, msg);
+        ls_errf(c->err, c->errlen, "%s: %s", c->name, msg);
         goto fail_ids;
     }
     if (parse_model_vocab(c, tok, vocab)) goto fail;
@@ -803,7 +803,7 @@ static struct tokenizer *load_root(struct jctx *c, const json_t *root, const jso
         if (parse_config(&cc, tok, cfg)) goto fail;
     }
     if (tok_finalize(tok, msg, sizeof(msg))) {
-        tok_errf(c->err, c->errlen, "%s: %s", c->name, msg);
+        ls_errf(c->err, c->errlen, "%s: %s", c->name, msg);
         goto fail;
     }
     free(added_ids);
@@ -820,7 +820,7 @@ static json_t *parse_json(const char *name, const char *buf, size_t len, char *e
     json_error_t je;
     json_t *j = json_loadb(buf, len, JSON_ALLOW_NUL, &je);
     if (!j)
-        tok_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", name, je.line, je.column, je.text);
+        ls_errf(err, errlen, "%s:%d:%d: not valid JSON: %s", name, je.line, je.column, je.text);
     return j;
 }
 
@@ -830,7 +830,7 @@ struct tokenizer *tok_load_json_buf(const char *buf, size_t len, const char *nam
 {
     const char *nm = name ? name : "tokenizer.json";
     if (!buf) {
-        tok_errf(err, errlen, "%s: no data", nm);
+        ls_errf(err, errlen, "%s: no data", nm);
         return NULL;
     }
     json_t *root = parse_json(nm, buf, len, err, errlen);
@@ -852,7 +852,7 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        tok_errf(err, errlen, "%s: cannot open: %m", path);
+        ls_errf(err, errlen, "%s: cannot open: %m", path);
         return NULL;
     }
     char *buf = NULL;
@@ -864,7 +864,7 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
             if (!q) {
                 free(buf);
                 fclose(f);
-                tok_errf(err, errlen, "%s: out of memory reading %zu bytes", path, n);
+                ls_errf(err, errlen, "%s: out of memory reading %zu bytes", path, n);
                 return NULL;
             }
             buf = q;
@@ -877,7 +877,7 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
     fclose(f);
     if (bad) {
         free(buf);
-        tok_errf(err, errlen, "%s: read error", path);
+        ls_errf(err, errlen, "%s: read error", path);
         return NULL;
     }
     buf[n] = '\0';
@@ -888,7 +888,7 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
 struct tokenizer *tok_load_json(const char *path, char *err, size_t errlen)
 {
     if (!path) {
-        tok_errf(err, errlen, "tokenizer.json: no path given");
+        ls_errf(err, errlen, "tokenizer.json: no path given");
         return NULL;
     }
     size_t len, clen = 0;
@@ -905,7 +905,7 @@ struct tokenizer *tok_load_json(const char *path, char *err, size_t errlen)
     json_t *cfg = NULL;
     int rc = 0;
     if (!cpath) {
-        tok_errf(err, errlen, "%s: out of memory", path);
+        ls_errf(err, errlen, "%s: out of memory", path);
         rc = -1;
     } else {
         memcpy(cpath, path, dir);

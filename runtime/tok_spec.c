@@ -84,7 +84,7 @@ static int merges_from_scores(struct tokenizer *tok, const float *scores, char *
                 struct gen_merge *q = realloc(v, cap * sizeof(*v));
                 if (!q) {
                     free(v);
-                    tok_errf(err, errlen, "out of memory deriving merges from scores");
+                    ls_errf(err, errlen, "out of memory deriving merges from scores");
                     return -1;
                 }
                 v = q;
@@ -99,7 +99,7 @@ static int merges_from_scores(struct tokenizer *tok, const float *scores, char *
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = tok_add_merge_ids(tok, v[i].a, v[i].b, v[i].merged, (int32_t)i);
     free(v);
-    if (rc) tok_errf(err, errlen, "out of memory storing %zu derived merges", n);
+    if (rc) ls_errf(err, errlen, "out of memory storing %zu derived merges", n);
     return rc;
 }
 
@@ -112,13 +112,13 @@ static int merges_from_list(struct tokenizer *tok, const struct tok_spec *sp, ch
     for (int i = 0; i < sp->n_merges; i++) {
         const char *m = sp->merges[i];
         if (!m) {
-            tok_errf(err, errlen, "tokenizer.ggml.merges[%d]: expected a string, found NULL", i);
+            ls_errf(err, errlen, "tokenizer.ggml.merges[%d]: expected a string, found NULL", i);
             goto fail;
         }
         size_t len = strlen(m);
         const char *sep = len > 1 ? memchr(m + 1, ' ', len - 1) : NULL;
         if (!sep) {
-            tok_errf(err, errlen, "tokenizer.ggml.merges[%d]: expected \"a b\", found \"%.60s\"", i,
+            ls_errf(err, errlen, "tokenizer.ggml.merges[%d]: expected \"a b\", found \"%.60s\"", i,
                      m);
             goto fail;
         }
@@ -134,7 +134,7 @@ static int merges_from_list(struct tokenizer *tok, const struct tok_spec *sp, ch
         memcpy(cat + la, sep + 1, lb);
         int32_t merged = tok_vocab_lookup(tok, cat, la + lb);
         if (a < 0 || b < 0 || merged < 0) {
-            tok_errf(err, errlen,
+            ls_errf(err, errlen,
                      "tokenizer.ggml.merges[%d] \"%.60s\": expected both halves and their "
                      "concatenation in tokenizer.ggml.tokens, found %s missing",
                      i, m,
@@ -150,7 +150,7 @@ static int merges_from_list(struct tokenizer *tok, const struct tok_spec *sp, ch
 oom_cat:
     free(cat);
 oom:
-    tok_errf(err, errlen, "out of memory storing %d merges", sp->n_merges);
+    ls_errf(err, errlen, "out of memory storing %d merges", sp->n_merges);
     return -1;
 fail:
     free(cat);
@@ -198,24 +198,24 @@ static int set_pre_spm(struct tokenizer *tok, const struct tok_spec *sp, char *e
     tok->dec_strip_char = ' ';
     return 0;
 oom:
-    tok_errf(err, errlen, "out of memory");
+    ls_errf(err, errlen, "out of memory");
     return -1;
 }
 
 struct tokenizer *tok_build(const struct tok_spec *sp, char *err, size_t errlen)
 {
     if (!sp || (sp->kind != TOK_KIND_BPE && sp->kind != TOK_KIND_SPM)) {
-        tok_errf(err, errlen, "tokenizer.ggml.model: expected \"gpt2\" or \"llama\", found kind %d",
+        ls_errf(err, errlen, "tokenizer.ggml.model: expected \"gpt2\" or \"llama\", found kind %d",
                  sp ? (int)sp->kind : -1);
         return NULL;
     }
     if (sp->n_tokens <= 0 || sp->n_tokens > TOK_MAX_IDS || !sp->tokens) {
-        tok_errf(err, errlen, "tokenizer.ggml.tokens: expected 1..%d tokens, found %d", TOK_MAX_IDS,
+        ls_errf(err, errlen, "tokenizer.ggml.tokens: expected 1..%d tokens, found %d", TOK_MAX_IDS,
                  sp->n_tokens);
         return NULL;
     }
     if (sp->n_merges < 0 || (sp->n_merges > 0 && !sp->merges)) {
-        tok_errf(err, errlen, "tokenizer.ggml.merges: expected an array, found %d entries",
+        ls_errf(err, errlen, "tokenizer.ggml.merges: expected an array, found %d entries",
                  sp->n_merges);
         return NULL;
     }
@@ -224,7 +224,7 @@ struct tokenizer *tok_build(const struct tok_spec *sp, char *err, size_t errlen)
                                             "padding_token_id"};
     for (int k = 0; k < 4; k++)
         if (ids[k] < -1 || ids[k] >= sp->n_tokens) {
-            tok_errf(err, errlen, "tokenizer.ggml.%s: expected -1..%d, found %d", id_names[k],
+            ls_errf(err, errlen, "tokenizer.ggml.%s: expected -1..%d, found %d", id_names[k],
                      sp->n_tokens - 1, ids[k]);
             return NULL;
         }
@@ -237,7 +237,7 @@ struct tokenizer *tok_build(const struct tok_spec *sp, char *err, size_t errlen)
     size_t mapped_cap = 0;
     for (int i = 0; i < sp->n_tokens; i++) {
         if (!sp->tokens[i]) {
-            tok_errf(err, errlen, "tokenizer.ggml.tokens[%d]: expected a string, found NULL", i);
+            ls_errf(err, errlen, "tokenizer.ggml.tokens[%d]: expected a string, found NULL", i);
             goto fail;
         }
         const char *s = sp->tokens[i];
@@ -267,7 +267,7 @@ struct tokenizer *tok_build(const struct tok_spec *sp, char *err, size_t errlen)
         if (merges_from_list(tok, sp, err, errlen)) goto fail;
     } else if (!bpe) {
         if (!sp->scores) {
-            tok_errf(err, errlen,
+            ls_errf(err, errlen,
                      "tokenizer.ggml.scores: expected %d scores to derive merges "
                      "from (no tokenizer.ggml.merges), found none",
                      sp->n_tokens);
@@ -308,7 +308,7 @@ struct tokenizer *tok_build(const struct tok_spec *sp, char *err, size_t errlen)
     if (tok_finalize(tok, err, errlen)) goto fail;
     return tok;
 oom:
-    tok_errf(err, errlen, "out of memory building a tokenizer of %d tokens", sp->n_tokens);
+    ls_errf(err, errlen, "out of memory building a tokenizer of %d tokens", sp->n_tokens);
 fail:
     free(mapped);
     tok_free(tok);

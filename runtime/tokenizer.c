@@ -17,15 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void tok_errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ------------------------------------------------------------------ UTF-8 and byte alphabet */
 
 int tok_utf8_len(const uint8_t *s, size_t n)
@@ -148,7 +139,7 @@ static uint32_t pow2_at_least(uint64_t n)
 struct tokenizer *tok_new(int n_vocab, char *err, size_t errlen)
 {
     if (n_vocab <= 0 || n_vocab > TOK_MAX_IDS) {
-        tok_errf(err, errlen, "vocabulary size: expected 1..%d, found %d", TOK_MAX_IDS, n_vocab);
+        ls_errf(err, errlen, "vocabulary size: expected 1..%d, found %d", TOK_MAX_IDS, n_vocab);
         return NULL;
     }
     struct tokenizer *tok = calloc(1, sizeof(*tok));
@@ -164,7 +155,7 @@ struct tokenizer *tok_new(int n_vocab, char *err, size_t errlen)
     return tok;
 oom:
     tok_free(tok);
-    tok_errf(err, errlen, "out of memory for a vocabulary of %d tokens", n_vocab);
+    ls_errf(err, errlen, "out of memory for a vocabulary of %d tokens", n_vocab);
     return NULL;
 }
 
@@ -359,7 +350,7 @@ pcre2_code *tok_compile_regex(const char *pat, size_t len, char *err, size_t err
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof(msg));
-        tok_errf(err, errlen, "regex /%.*s/: %s at offset %zu", (int)(len > 200 ? 200 : len), pat,
+        ls_errf(err, errlen, "regex /%.*s/: %s at offset %zu", (int)(len > 200 ? 200 : len), pat,
                  (const char *)msg, (size_t)off);
         return NULL;
     }
@@ -436,16 +427,16 @@ int tok_finalize(struct tokenizer *tok, char *err, size_t errlen)
     for (int i = 0; i < tok->n_suffix; i++)
         if (tok->suffix[i] < 0 || tok->suffix[i] >= tok->n_vocab) goto bad_affix;
     if (tok->bos_id >= tok->n_vocab || tok->eos_id >= tok->n_vocab || tok->unk_id >= tok->n_vocab) {
-        tok_errf(err, errlen, "bos/eos/unk id out of range: bos %d, eos %d, unk %d, vocabulary %d",
+        ls_errf(err, errlen, "bos/eos/unk id out of range: bos %d, eos %d, unk %d, vocabulary %d",
                  tok->bos_id, tok->eos_id, tok->unk_id, tok->n_vocab);
         return -1;
     }
     return tok_build_decode(tok, err, errlen);
 bad_affix:
-    tok_errf(err, errlen, "post-processor: special token id out of range 0..%d", tok->n_vocab - 1);
+    ls_errf(err, errlen, "post-processor: special token id out of range 0..%d", tok->n_vocab - 1);
     return -1;
 oom:
-    tok_errf(err, errlen, "out of memory while indexing %d tokens", tok->n_vocab);
+    ls_errf(err, errlen, "out of memory while indexing %d tokens", tok->n_vocab);
     return -1;
 }
 
@@ -502,7 +493,7 @@ static int add_pre(struct tokenizer *tok, enum tok_pre_type type, const char *re
                    char *err, size_t errlen)
 {
     if (tok->n_pre == TOK_MAX_STEPS) {
-        tok_errf(err, errlen, "more than %d pre-tokenizer steps", TOK_MAX_STEPS);
+        ls_errf(err, errlen, "more than %d pre-tokenizer steps", TOK_MAX_STEPS);
         return -1;
     }
     struct tok_pre *p = &tok->pre[tok->n_pre];
@@ -550,7 +541,7 @@ int tok_pre_from_name(struct tokenizer *tok, const char *pre, char *err, size_t 
         if (rc == 0) rc = add_pre(tok, TOK_PRE_BYTELEVEL, NULL, TOK_SPLIT_ISOLATED, err, errlen);
         break;
     default:
-        tok_errf(err, errlen,
+        ls_errf(err, errlen,
                  "tokenizer.ggml.pre: expected one of default, gpt2, smollm, starcoder, refact, "
                  "llama3, llama-bpe, qwen2, deepseek-r1-qwen (or kin), found \"%s\"",
                  name);
@@ -613,7 +604,7 @@ struct enc {
 
 static int enc_oom(struct enc *e)
 {
-    if (!e->failed) tok_errf(e->err, e->errlen, "out of memory while encoding");
+    if (!e->failed) ls_errf(e->err, e->errlen, "out of memory while encoding");
     e->failed = 1;
     return -1;
 }
@@ -635,7 +626,7 @@ static int emit(struct enc *e, int32_t id)
     if (e->out) {
         if (e->n >= e->max_out) {
             if (!e->failed)
-                tok_errf(e->err, e->errlen, "encode: the text needs more than max_out = %d ids",
+                ls_errf(e->err, e->errlen, "encode: the text needs more than max_out = %d ids",
                          e->max_out);
             e->failed = 1;
             return -1;
@@ -690,7 +681,7 @@ static int find_spans(struct enc *e, pcre2_code *re, const char *lit, size_t lit
             if (rc < 0) {
                 PCRE2_UCHAR msg[160];
                 pcre2_get_error_message(rc, msg, sizeof(msg));
-                tok_errf(e->err, e->errlen, "encode: pre-tokenizer regex failed: %s",
+                ls_errf(e->err, e->errlen, "encode: pre-tokenizer regex failed: %s",
                          (const char *)msg);
                 e->failed = 1;
                 return -1;
@@ -1179,7 +1170,7 @@ static int normalize_added(struct tokenizer *tok, char *err, size_t errlen)
     pcre2_match_data_free(e.md);
     free(e.nbuf);
     free(e.spans);
-    if (rc) tok_errf(err, errlen, "out of memory normalizing added tokens");
+    if (rc) ls_errf(err, errlen, "out of memory normalizing added tokens");
     return rc;
 }
 
@@ -1205,17 +1196,17 @@ int tok_encode(const struct tokenizer *tok, const char *text, size_t len, int ad
                int parse_special, int32_t *out, int max_out, char *err, size_t errlen)
 {
     if (!tok || (!text && len > 0) || (out && max_out < 0)) {
-        tok_errf(err, errlen, "encode: invalid arguments");
+        ls_errf(err, errlen, "encode: invalid arguments");
         return -1;
     }
     size_t bad;
     if (utf8_check(text, len, &bad)) {
-        tok_errf(err, errlen, "encode: invalid UTF-8 at byte offset %zu (byte 0x%02X)", bad,
+        ls_errf(err, errlen, "encode: invalid UTF-8 at byte offset %zu (byte 0x%02X)", bad,
                  (unsigned)(uint8_t)text[bad]);
         return -1;
     }
     if (len > (size_t)INT32_MAX) {
-        tok_errf(err, errlen, "encode: text of %zu bytes is over the 2 GiB limit", len);
+        ls_errf(err, errlen, "encode: text of %zu bytes is over the 2 GiB limit", len);
         return -1;
     }
     struct enc e = {.tok = tok,

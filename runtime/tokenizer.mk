@@ -26,7 +26,7 @@ if ENABLE_FUZZ
 # libFuzzer target on tok_load_json_buf (configure --enable-fuzz CC=clang); built by make check,
 # run by hand: tests/fuzz/fuzz_tokenizer_json -max_total_time=60 tests/fuzz/corpus/tokenizer_json
 check_PROGRAMS += tests/fuzz/fuzz_tokenizer_json
-tests_fuzz_fuzz_tokenizer_json_SOURCES = tests/fuzz/fuzz_tokenizer_json.c $(TOKENIZER_SRC)
+tests_fuzz_fuzz_tokenizer_json_SOURCES = tests/fuzz/fuzz_tokenizer_json.c $(TOKENIZER_SRC) runtime/log.c
 tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(AM_CFLAGS) -g -O1 \
 	-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
 tests_fuzz_fuzz_tokenizer_json_LDFLAGS = -fsanitize=fuzzer,address,undefined

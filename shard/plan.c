@@ -5,20 +5,10 @@
  * are checked for size_t overflow so a nonsense shape is an error, not a wrapped number. */
 #include "config.h"
 #include "plan.h"
+#include "runtime/log.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t errlen, const char *fmt,
-                                                          ...)
-{
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void split_even(int units, int n, int i, int *first, int *count)
 {
@@ -67,13 +57,13 @@ static int check_shape(const struct ls_plan_input *in, char *err, size_t errlen)
     };
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         if (counts[i].value <= 0) {
-            set_err(err, errlen, "%s: expected a positive count, found %d", counts[i].name,
+            ls_errf(err, errlen, "%s: expected a positive count, found %d", counts[i].name,
                     counts[i].value);
             return -1;
         }
     }
     if (in->heads % in->kv_heads != 0) {
-        set_err(err, errlen,
+        ls_errf(err, errlen,
                 "heads %d is not a multiple of kv_heads %d: every KV head must serve the same "
                 "number of query heads",
                 in->heads, in->kv_heads);
@@ -131,7 +121,7 @@ static int check_input(const struct ls_plan_input *in, char *err, size_t errlen)
     if (check_shape(in, err, errlen) != 0) return -1;
     int tp = in->tp;
     if (tp <= 0) {
-        set_err(err, errlen, "tp: expected a positive number of ranks, found %d", tp);
+        ls_errf(err, errlen, "tp: expected a positive number of ranks, found %d", tp);
         return -1;
     }
     if (tp_ok(in, tp)) return 0;
@@ -139,19 +129,19 @@ static int check_input(const struct ls_plan_input *in, char *err, size_t errlen)
     format_valid(in, valid, sizeof valid);
     int fb = blocks_of(in->ffn), vb = blocks_of(in->vocab);
     if (tp > in->heads) {
-        set_err(err, errlen, "tp %d is more than the %d query heads; valid tp sizes: %s", tp,
+        ls_errf(err, errlen, "tp %d is more than the %d query heads; valid tp sizes: %s", tp,
                 in->heads, valid);
     } else if (!ls_plan_attn_tp_ok(in->heads, in->kv_heads, tp)) {
-        set_err(err, errlen,
+        ls_errf(err, errlen,
                 "tp %d is more than the %d kv heads but not a multiple of them (each KV head "
                 "must be replicated on the same number of ranks); valid tp sizes: %s",
                 tp, in->kv_heads, valid);
     } else if (tp > fb) {
-        set_err(err, errlen,
+        ls_errf(err, errlen,
                 "ffn %d is %d block%s of %d columns, fewer than the %d ranks; valid tp sizes: %s",
                 in->ffn, fb, fb == 1 ? "" : "s", LS_PLAN_BLOCK, tp, valid);
     } else {
-        set_err(err, errlen,
+        ls_errf(err, errlen,
                 "vocab %d is %d block%s of %d rows, fewer than the %d ranks (a replicated LM "
                 "head has no such limit); valid tp sizes: %s",
                 in->vocab, vb, vb == 1 ? "" : "s", LS_PLAN_BLOCK, tp, valid);
@@ -227,7 +217,7 @@ int ls_plan_make(const struct ls_plan_input *in, struct ls_shard *out, char *err
     if (check_input(in, err, errlen) != 0) return -1;
     for (int r = 0; r < in->tp; r++) {
         if (shard_of(in, r, &out[r]) != 0) {
-            set_err(err, errlen, "weight bytes of rank %d overflow a %zu-byte size_t", r,
+            ls_errf(err, errlen, "weight bytes of rank %d overflow a %zu-byte size_t", r,
                     sizeof(size_t));
             return -1;
         }
@@ -240,11 +230,11 @@ int ls_plan_for_rank(const struct ls_plan_input *in, int rank, struct ls_shard *
 {
     if (check_input(in, err, errlen) != 0) return -1;
     if (rank < 0 || rank >= in->tp) {
-        set_err(err, errlen, "rank: expected 0 to %d (tp %d), found %d", in->tp - 1, in->tp, rank);
+        ls_errf(err, errlen, "rank: expected 0 to %d (tp %d), found %d", in->tp - 1, in->tp, rank);
         return -1;
     }
     if (shard_of(in, rank, out) != 0) {
-        set_err(err, errlen, "weight bytes of rank %d overflow a %zu-byte size_t", rank,
+        ls_errf(err, errlen, "weight bytes of rank %d overflow a %zu-byte size_t", rank,
                 sizeof(size_t));
         return -1;
     }
