@@ -79,7 +79,6 @@ static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int 
     return ((size_t)hq * nsplit * (hd + 2) + 3) & ~(size_t)3; // in floats
 }
 
-// LG lanes per position; GM q heads held per block (1, 2, 4 or 8)
 // LG lanes per position; GM q heads held per block (1, 2, 4 or 8); U positions per lane per
 // loop iteration (see pick_decode_g)
 template <int LG, int GM, int U>
@@ -115,16 +114,17 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 
     uint4 kr[U], vr[U];
     int p[U];
+    auto fetch = [&](int u, int at) { // slot u gets the K and V rows of position `at`
+        kr[u] = ld_stream(K + (size_t)at * hd);
+        vr[u] = ld_stream(V + (size_t)at * hd);
+    };
     // the rows of one iteration; `early`: only those of positions before the current one
     auto load = [&](int base, bool early) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             p[u] = base + u * ATT_WARPS * PG + sub;
             kr[u] = vr[u] = make_uint4(0, 0, 0, 0);
-            if (p[u] < p_end && lane_on && (!early || p[u] < n - 1 - fresh)) {
-                kr[u] = ld_stream(K + (size_t)p[u] * hd);
-                vr[u] = ld_stream(V + (size_t)p[u] * hd);
-            }
+            if (p[u] < p_end && lane_on && (!early || p[u] < n - 1 - fresh)) fetch(u, p[u]);
         }
     };
     const int base0 = p_begin + warp * PG;
@@ -134,10 +134,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     if (p_begin >= n) return;
 #pragma unroll
     for (int u = 0; u < U; u++)
-        if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) {
-            kr[u] = ld_stream(K + (size_t)p[u] * hd);
-            vr[u] = ld_stream(V + (size_t)p[u] * hd);
-        }
+        if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) fetch(u, p[u]);
 
     float qv[GM][8], m[GM], l[GM], o[GM][8];
 #pragma unroll
