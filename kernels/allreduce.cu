@@ -264,6 +264,103 @@ static __device__ __forceinline__ E sum_elems(const ls_ar_state &st, E own, cons
     return Elt<E>::fromf(acc);
 }
 
+/* ---- LL: the flag travels in every 8 bytes of data (see allreduce.h) ---- */
+
+/* never 0 (a consumed line is zeroed), and e, e + 1, e + 2 differ */
+static __device__ __forceinline__ uint32_t ll_flag(epoch_t e)
+{
+    return (uint32_t)(e % 0xffffffffull) + 1u;
+}
+
+/* unit v as the two lines at dst (a peer's buffer): {x, f, y, f} and {z, f, w, f} */
+static __device__ __forceinline__ void ll_push(char *dst, uint4 v, uint32_t f)
+{
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(f),
+                 "r"(v.y), "r"(f)
+                 : "memory");
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + 16), "r"(v.z),
+                 "r"(f), "r"(v.w), "r"(f)
+                 : "memory");
+}
+
+static __device__ __forceinline__ uint4 ll_load(const char *p)
+{
+    uint4 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
+/* The unit a peer pushed to src (our buffer), once both lines carry f; false when the peer
+ * never came (the timeout is recorded as for the flag wait, phase 2) or a sibling gave up. */
+static __device__ bool ll_pull(const ls_ar_state &st, const char *src, uint32_t f, int peer,
+                               epoch_t e, uint4 *out)
+{
+    uint4 a = ll_load(src), b = ll_load(src + 16);
+    unsigned long long t0 = 0;
+    volatile unsigned *abort_flag = &ctl_of(st)->abort;
+    for (unsigned n = 1; a.y != f || a.w != f || b.y != f || b.w != f; n++) {
+        if ((n & 1023) == 0) {
+            if (t0 == 0) t0 = global_ns();
+            if (*abort_flag) return false;
+            const unsigned long long waited = global_ns() - t0;
+            if (waited > st.timeout_ns) {
+                record_timeout(st, peer, 2, e, waited);
+                return false;
+            }
+        }
+        if (a.y != f || a.w != f) a = ll_load(src);
+        if (b.y != f || b.w != f) b = ll_load(src + 16);
+    }
+    *out = make_uint4(a.x, a.z, b.x, b.z);
+    return true;
+}
+
+/* a consumed unit's lines back to 0 (ours, local) */
+static __device__ __forceinline__ void ll_clear(char *p)
+{
+    reinterpret_cast<uint4 *>(p)[0] = make_uint4(0, 0, 0, 0);
+    reinterpret_cast<uint4 *>(p)[1] = make_uint4(0, 0, 0, 0);
+}
+
+/* unit u of an array of n elements, the last one zero-padded past n (scalar loads) */
+template <typename E, bool AL>
+static __device__ __forceinline__ Unit<E> load_unit_padded(const E *p, size_t u, size_t n)
+{
+    constexpr int V = Elt<E>::V;
+    if ((u + 1) * V <= n) return load_unit<E, AL>(p, u);
+    Unit<E> x;
+    x.v = make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int k = 0; k < V; k++)
+        if (u * V + k < n) x.e[k] = p[u * V + k];
+    return x;
+}
+
+/* unit u of our contribution summed with every peer's, pulled from our LL area (rank r's lines
+ * at area + r * lslot); the lines stay until ll_clear. *ok is cleared on a timeout. */
+template <typename E, bool AL>
+static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own,
+                                                      size_t u, size_t n, const char *area,
+                                                      size_t lslot, uint32_t f, epoch_t e,
+                                                      bool *ok)
+{
+    Unit<E> x[LS_AR_MAX_RANKS];
+#pragma unroll
+    for (int r = 0; r < LS_AR_MAX_RANKS; r++)
+        if (r < st.size) {
+            if (r == st.rank) {
+                x[r] = load_unit_padded<E, AL>(own, u, n);
+            } else if (!ll_pull(st, area + r * lslot + u * 32, f, r, e, &x[r].v)) {
+                x[r].v = make_uint4(0, 0, 0, 0);
+                *ok = false;
+            }
+        }
+    return sum_units<E>(x, st.size);
+}
+
 /* ---- one-shot ---- */
 
 enum { UNROLL = 4 }; /* units each thread loads before its first remote store */
@@ -338,6 +435,54 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
             if (tail)
                 for (size_t i = nv * V + threadIdx.x; i < n; i += blockDim.x)
                     out[i] = sum_elems<E>(st, in[i], local, slot, i);
+        }
+    }
+    end(st, e);
+}
+
+/* LL one-shot: the same units and sums as oneshot_kernel (the last unit zero-padded past n),
+ * with no fence and no flag exchange: each thread pushes its units as LL lines, then pulls
+ * every peer's lines for the same units, sums, and zeroes the lines it read. */
+template <typename E, bool AL>
+static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
+    oneshot_ll_kernel(const __grid_constant__ ls_ar_state st, const E *in, E *out, size_t n)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    constexpr int V = Elt<E>::V;
+    __shared__ epoch_t s_e;
+    __shared__ int s_fail;
+    const size_t nu = (n + V - 1) / V;
+    size_t u0, u1;
+    block_range(nu, &u0, &u1);
+    /* the first unit loads while thread 0 fetches the epoch */
+    const size_t first = u0 + threadIdx.x;
+    Unit<E> pre;
+    if (first < u1) pre = load_unit_padded<E, AL>(in, first, n);
+    const epoch_t e = begin(st, &s_e, &s_fail);
+    if (!s_fail) {
+        const uint32_t f = ll_flag(e);
+        const size_t lslot = ls_ar_ll_slot(nu);
+        const size_t area = st.ll_off + (size_t)(e & 1) * st.ll_bytes;
+        const size_t mine = area + (size_t)st.rank * lslot;
+        for (size_t u = first; u < u1; u += blockDim.x) {
+            const Unit<E> x = u == first ? pre : load_unit_padded<E, AL>(in, u, n);
+            for (int q = 0; q < st.size; q++)
+                if (q != st.rank) ll_push(static_cast<char *>(st.buf[q]) + mine + u * 32, x.v, f);
+        }
+        char *local = static_cast<char *>(st.buf[st.rank]) + area;
+        bool ok = true;
+        for (size_t u = first; u < u1 && ok; u += blockDim.x) {
+            const Unit<E> sum = ll_sum_unit<E, AL>(st, in, u, n, local, lslot, f, e, &ok);
+            if ((u + 1) * V <= n) {
+                store_unit<E, AL>(out, u, sum);
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    if (u * V + k < n) out[u * V + k] = sum.e[k];
+            }
+            for (int r = 0; r < st.size; r++)
+                if (r != st.rank) ll_clear(local + r * lslot + u * 32);
         }
     }
     end(st, e);
@@ -514,6 +659,30 @@ template <typename E, bool VEC> struct SumA {
     }
 };
 
+/* a summed on the fly from our partial and the peers' LL lines in our data area */
+template <typename E, bool VEC> struct SumLL {
+    const ls_ar_state *st;
+    const E *own;      /* this row of our partial */
+    const char *lines; /* our LL area at this row; rank r's lines at lines + r * lslot */
+    size_t lslot;
+    int dim;
+    uint32_t f;
+    epoch_t e;
+    __device__ __forceinline__ Unit<E> unit(size_t u) const
+    {
+        bool ok = true;
+        return ll_sum_unit<E, VEC>(*st, own, u, (size_t)dim, lines, lslot, f, e, &ok);
+    }
+    __device__ __forceinline__ E elem(size_t i) const
+    {
+        constexpr int V = Elt<E>::V;
+        const size_t u = i / V;
+        bool ok = true;
+        const Unit<E> s = ll_sum_unit<E, VEC>(*st, own, u, (size_t)dim, lines, lslot, f, e, &ok);
+        return s.e[i - u * V];
+    }
+};
+
 /* One row: out = x + a (rounded), then normed = (out * scale) * w with scale from the sum of
  * squares of the rounded out. Thread t owns units t, t + T, ... and then tail element t. */
 template <typename E, bool VEC, typename A>
@@ -631,6 +800,56 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     end(st, e);
 }
 
+/* fused_kernel over LL lines: block b pushes rows b, b + G, ... (units of a row, its last one
+ * zero-padded), then reduces and normalises them, pulling each peer's lines as it needs them;
+ * a row's lines are zeroed after its block sum (every read of them is before it). */
+template <typename E, bool VEC>
+static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
+    fused_ll_kernel(const __grid_constant__ ls_ar_state st, const E *partial, const E *x, E *out,
+                    E *normed, const E *w, int rows, int dim, float eps)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    constexpr int V = Elt<E>::V;
+    __shared__ epoch_t s_e;
+    __shared__ int s_fail;
+    __shared__ float sh[33];
+    const size_t nu = ((size_t)dim + V - 1) / V;
+    Unit<E> pre;
+    if (threadIdx.x < nu)
+        pre = load_unit_padded<E, VEC>(partial + (size_t)blockIdx.x * dim, threadIdx.x, dim);
+    const epoch_t e = begin(st, &s_e, &s_fail);
+    if (!s_fail) {
+        const uint32_t f = ll_flag(e);
+        const size_t lslot = ls_ar_ll_slot((size_t)rows * nu);
+        const size_t area = st.ll_off + (size_t)(e & 1) * st.ll_bytes;
+        const size_t mine = area + (size_t)st.rank * lslot;
+        for (int row = (int)blockIdx.x; row < rows; row += (int)gridDim.x) {
+            const E *p = partial + (size_t)row * dim;
+            for (size_t u = threadIdx.x; u < nu; u += blockDim.x) {
+                const Unit<E> v = row == (int)blockIdx.x && u == threadIdx.x
+                                      ? pre
+                                      : load_unit_padded<E, VEC>(p, u, dim);
+                for (int q = 0; q < st.size; q++)
+                    if (q != st.rank)
+                        ll_push(static_cast<char *>(st.buf[q]) + mine + ((size_t)row * nu + u) * 32,
+                                v.v, f);
+            }
+        }
+        char *local = static_cast<char *>(st.buf[st.rank]) + area;
+        for (int row = (int)blockIdx.x; row < rows; row += (int)gridDim.x) {
+            const size_t off = (size_t)row * dim;
+            char *lines = local + (size_t)row * nu * 32;
+            const SumLL<E, VEC> a{&st, partial + off, lines, lslot, dim, f, e};
+            residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed + off, w, dim, eps, sh);
+            for (size_t u = threadIdx.x; u < nu; u += blockDim.x)
+                for (int r = 0; r < st.size; r++)
+                    if (r != st.rank) ll_clear(lines + r * lslot + u * 32);
+        }
+    }
+    end(st, e);
+}
+
 /* ---- probe ---- */
 
 static __global__ void probe_kernel(const __grid_constant__ ls_ar_state st, unsigned salt,
@@ -697,30 +916,36 @@ static void check_args(const ls_ar_state *st, ls_ar_dtype t, size_t need, size_t
     }
 }
 
+/* LL for messages up to st->ll_max whose lines fit the data area */
+static bool use_ll(const ls_ar_state *st, size_t bytes, size_t units)
+{
+    return bytes <= st->ll_max && (size_t)st->size * ls_ar_ll_slot(units) <= st->ll_bytes;
+}
+
+template <typename E>
+static void oneshot_launch(const ls_ar_state *st, const void *in, void *out, size_t count,
+                           cudaStream_t s)
+{
+    const size_t units = ls_ar_units(count, sizeof(E));
+    const bool al = aligned16(in) && aligned16(out), ll = use_ll(st, count * sizeof(E), units);
+    void (*k)(ls_ar_state, const E *, E *, size_t) =
+        ll ? (al ? oneshot_ll_kernel<E, true> : oneshot_ll_kernel<E, false>)
+           : (al ? oneshot_kernel<E, true> : oneshot_kernel<E, false>);
+    /* the flag kernel's blocks split the whole units, its tail goes to the last block */
+    const int grid = grid_for(ll ? units : count * sizeof(E) / 16, st->threads, st->max_blocks);
+    pdl_launch(k, grid, st->threads, 0, s, *st, (const E *)in, (E *)out, count);
+}
+
 extern "C" void ls_allreduce_oneshot(const struct ls_ar_state *st, const void *in, void *out,
                                      size_t count, enum ls_ar_dtype t, void *stream)
 {
     if (count == 0) return;
     const size_t es = esize_of(t);
     check_args(st, t, ls_ar_oneshot_need(st->size, count, es), count, "ls_allreduce_oneshot");
-    const int grid = grid_for(count * es / 16, st->threads, st->max_blocks);
-    const bool al = aligned16(in) && aligned16(out);
-    cudaStream_t s = (cudaStream_t)stream;
-    if (t == LS_AR_F32) {
-        if (al)
-            pdl_launch(oneshot_kernel<float, true>, grid, st->threads, 0, s, *st, (const float *)in,
-                       (float *)out, count);
-        else
-            pdl_launch(oneshot_kernel<float, false>, grid, st->threads, 0, s, *st,
-                       (const float *)in, (float *)out, count);
-    } else {
-        if (al)
-            pdl_launch(oneshot_kernel<bf16_bits, true>, grid, st->threads, 0, s, *st,
-                       (const bf16_bits *)in, (bf16_bits *)out, count);
-        else
-            pdl_launch(oneshot_kernel<bf16_bits, false>, grid, st->threads, 0, s, *st,
-                       (const bf16_bits *)in, (bf16_bits *)out, count);
-    }
+    if (t == LS_AR_F32)
+        oneshot_launch<float>(st, in, out, count, (cudaStream_t)stream);
+    else
+        oneshot_launch<bf16_bits>(st, in, out, count, (cudaStream_t)stream);
     CHECK_CUDA(cudaGetLastError());
 }
 
@@ -766,6 +991,21 @@ static void check_norm_args(int rows, int dim, const void *out, const void *norm
     if (out == normed) ls_die(__FILE__, __LINE__, what, "out and normed must not alias");
 }
 
+template <typename E>
+static void fused_launch(const ls_ar_state *st, const void *partial, const void *x, void *out,
+                         void *normed, const void *w, int rows, int dim, float eps, cudaStream_t s)
+{
+    const size_t units = (size_t)rows * ls_ar_units((size_t)dim, sizeof(E));
+    const bool vec = norm_vec(partial, x, out, normed, w, dim, sizeof(E));
+    const bool ll = use_ll(st, (size_t)rows * dim * sizeof(E), units);
+    void (*k)(ls_ar_state, const E *, const E *, E *, E *, const E *, int, int, float) =
+        ll ? (vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>)
+           : (vec ? fused_kernel<E, true> : fused_kernel<E, false>);
+    const int grid = rows < st->max_blocks ? rows : st->max_blocks;
+    pdl_launch(k, grid, LS_AR_NORM_THREADS, 0, s, *st, (const E *)partial, (const E *)x, (E *)out,
+               (E *)normed, (const E *)w, rows, dim, eps);
+}
+
 extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, const void *partial,
                                               const void *x, void *out, void *normed, const void *w,
                                               int rows, int dim, float eps, enum ls_ar_dtype t,
@@ -776,28 +1016,11 @@ extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, cons
     if (rows == 0) return;
     const size_t es = esize_of(t), count = (size_t)rows * dim;
     check_args(st, t, ls_ar_oneshot_need(st->size, count, es), count, what);
-    const int grid = rows < st->max_blocks ? rows : st->max_blocks;
-    const bool vec = norm_vec(partial, x, out, normed, w, dim, es);
-    cudaStream_t s = (cudaStream_t)stream;
-    if (t == LS_AR_F32) {
-        if (vec)
-            pdl_launch(fused_kernel<float, true>, grid, LS_AR_NORM_THREADS, 0, s, *st,
-                       (const float *)partial, (const float *)x, (float *)out, (float *)normed,
-                       (const float *)w, rows, dim, eps);
-        else
-            pdl_launch(fused_kernel<float, false>, grid, LS_AR_NORM_THREADS, 0, s, *st,
-                       (const float *)partial, (const float *)x, (float *)out, (float *)normed,
-                       (const float *)w, rows, dim, eps);
-    } else {
-        if (vec)
-            pdl_launch(fused_kernel<bf16_bits, true>, grid, LS_AR_NORM_THREADS, 0, s, *st,
-                       (const bf16_bits *)partial, (const bf16_bits *)x, (bf16_bits *)out,
-                       (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
-        else
-            pdl_launch(fused_kernel<bf16_bits, false>, grid, LS_AR_NORM_THREADS, 0, s, *st,
-                       (const bf16_bits *)partial, (const bf16_bits *)x, (bf16_bits *)out,
-                       (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
-    }
+    if (t == LS_AR_F32)
+        fused_launch<float>(st, partial, x, out, normed, w, rows, dim, eps, (cudaStream_t)stream);
+    else
+        fused_launch<bf16_bits>(st, partial, x, out, normed, w, rows, dim, eps,
+                                (cudaStream_t)stream);
     CHECK_CUDA(cudaGetLastError());
 }
 

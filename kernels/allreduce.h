@@ -6,6 +6,7 @@
  *   [flags: u64 [2 phases][LS_AR_MAX_BLOCKS][LS_AR_MAX_RANKS]]  peers store epochs here
  *   [probe: u32 [LS_AR_MAX_RANKS][LS_AR_PROBE_WORDS]]           reachability test at create
  *   [data area 0][data area 1]                                  data_bytes each
+ *   [LL area 0][LL area 1]                                      ll_bytes each (may be 0)
  * Data is pushed: a rank stores its contribution into every peer's area with plain stores over
  * NVLink, then raises a flag there; the reduction reads only local memory.
  *
@@ -19,6 +20,13 @@
  * started k-1 and so finished reading area (k-2)&1 == k&1, which it may now overwrite.
  * Epochs are 64-bit and never wrap: a flag slot that a large grid used long ago still holds a
  * smaller epoch (32-bit wrapping comparisons fail once a slot is 2^31 launches stale).
+ *
+ * LL (flag-in-data, for one-shot and fused messages up to ll_max bytes): no fence and no
+ * separate flag. Each 16-byte unit of a contribution travels as two 16-byte lines
+ * {w0, f, w1, f} stored by one instruction each (8-byte halves arrive whole), f derived from the
+ * epoch and never 0; the receiving thread spins on its own lines until all four flags read f,
+ * then zeroes them, so a line holds f only after this epoch's store (no stale match when the
+ * 32-bit flag wraps). Areas still alternate by epoch parity, by the same argument.
  *
  * Bounded spin: a wait longer than timeout_ns (%globaltimer) records who never arrived in a
  * host-mapped ls_ar_err, sets ctl's abort flag (later launches return at once) and exits; the
@@ -65,6 +73,8 @@ struct ls_ar_state {
     int threads;                   /* per block of one-/two-shot: 32..LS_AR_MAX_THREADS, x32 */
     int max_blocks;                /* grid cap, <= LS_AR_MAX_BLOCKS */
     int fence_all;                 /* every storing thread fences, not only the flag's */
+    size_t ll_max;                 /* one-shot and fused messages up to this many bytes go LL */
+    size_t ll_off, ll_bytes;       /* the two LL areas: offset of the first, bytes of each */
     void *buf[LS_AR_MAX_RANKS];    /* every rank's registered buffer, mapped here; [rank] ours */
     void *ctl;                     /* device memory of this rank only: struct ls_ar_ctl */
     void *err;                     /* device address of the host-mapped struct ls_ar_err */
@@ -102,6 +112,16 @@ static inline LS_AR_HD size_t ls_ar_slice(size_t count, int size)
 static inline LS_AR_HD size_t ls_ar_oneshot_need(int size, size_t count, size_t esize)
 {
     return (size_t)size * ls_ar_slot(count * esize);
+}
+/* LL (flag-in-data) one-shot: every 16-byte unit (a row's last one zero-padded) travels as
+ * two 16-byte lines {w0, flag, w1, flag}: a slot of `units` units takes 32 bytes each */
+static inline LS_AR_HD size_t ls_ar_units(size_t count, size_t esize)
+{
+    return (count * esize + 15) / 16;
+}
+static inline LS_AR_HD size_t ls_ar_ll_slot(size_t units)
+{
+    return ls_ar_slot(units * 32);
 }
 static inline LS_AR_HD size_t ls_ar_twoshot_need(int size, size_t count, size_t esize)
 {

@@ -25,7 +25,7 @@ _Static_assert((int)LS_F32 == (int)LS_AR_F32 && (int)LS_BF16 == (int)LS_AR_BF16,
 
 /* rank 0's environment, broadcast as raw bytes */
 struct custom_cfg {
-    long long oneshot_max, twoshot_max, timeout_ms;
+    long long oneshot_max, twoshot_max, timeout_ms, ll_max;
     int threads, max_blocks, disable, fence_all;
 };
 
@@ -96,6 +96,7 @@ static struct custom_cfg read_cfg(int size)
     long long one_def = size <= 2 ? 512 << 10 : size <= 4 ? 128 << 10 : 64 << 10;
     g.oneshot_max = env_bytes("LOCKSTEP_AR_ONESHOT_MAX", one_def);
     g.twoshot_max = env_bytes("LOCKSTEP_AR_TWOSHOT_MAX", 8 << 20);
+    g.ll_max = env_bytes("LOCKSTEP_AR_LL_MAX", 64 << 10);
     g.timeout_ms = env_int("LOCKSTEP_AR_TIMEOUT_MS", 10000, 1, 3600 * 1000);
     g.threads = (int)env_int("LOCKSTEP_AR_THREADS", 512, 32, LS_AR_MAX_THREADS);
     g.max_blocks = (int)env_int("LOCKSTEP_AR_MAX_BLOCKS", 64, 1, LS_AR_MAX_BLOCKS);
@@ -211,7 +212,7 @@ static void free_buffers(struct custom *m, int rank, int size)
 
 static void alloc_buffers(struct custom *m)
 {
-    size_t bytes = LS_AR_DATA_OFF + 2 * m->st.data_bytes;
+    size_t bytes = m->st.ll_off + 2 * m->st.ll_bytes;
     CHECK_CUDA(cudaMalloc(&m->mybuf, bytes));
     /* flags must start below every epoch: zero, and finished before any peer can write */
     CHECK_CUDA(cudaMemset(m->mybuf, 0, bytes));
@@ -425,6 +426,8 @@ struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
     in->max_bytes = max_bytes;
     in->oneshot_max = (size_t)g.oneshot_max < max_bytes ? (size_t)g.oneshot_max : max_bytes;
     in->twoshot_max = (size_t)g.twoshot_max < max_bytes ? (size_t)g.twoshot_max : max_bytes;
+    in->ll_max = (size_t)g.ll_max < in->oneshot_max ? (size_t)g.ll_max : in->oneshot_max;
+    m->st.ll_max = in->ll_max;
     in->threads = g.threads;
     in->max_blocks = g.max_blocks;
     in->timeout_s = (double)g.timeout_ms / 1000.0;
@@ -436,6 +439,10 @@ struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
     in->fence_all = g.fence_all;
     m->st.timeout_ns = (unsigned long long)g.timeout_ms * 1000000ull;
     m->st.data_bytes = data_bytes_for(c->size, max_bytes);
+    /* the LL areas after the data areas: LL lines never share memory with raw data */
+    m->st.ll_off = LS_AR_DATA_OFF + 2 * m->st.data_bytes;
+    m->st.ll_bytes = m->st.ll_max ? (size_t)c->size * ls_ar_ll_slot(ls_ar_units(m->st.ll_max, 1))
+                                  : 0;
 
     char *why = in->why;
     const size_t wl = sizeof in->why;
@@ -507,8 +514,12 @@ const char *ls_comm_custom_path(struct ls_comm *c, size_t count, enum ls_dtype t
     if (!is_custom(c)) return c ? c->name : "none";
     static const char *names[] = {"identity", "one-shot", "two-shot"};
     int r = route(c, count, t);
-    if (r < 3) return names[r];
     struct custom *m = c->impl;
+    /* as the kernels' launcher decides (kernels/allreduce.cu) */
+    if (r == 1 && count * ls_dtype_size(t) <= m->st.ll_max &&
+        (size_t)c->size * ls_ar_ll_slot(ls_ar_units(count, ls_dtype_size(t))) <= m->st.ll_bytes)
+        return "one-shot LL";
+    if (r < 3) return names[r];
     return m->fallback ? m->fallback->name : "none";
 }
 

@@ -2,6 +2,8 @@
  * runs our own kernels over CUDA IPC peer memory (kernels/allreduce.h) instead of NCCL: batch-1
  * decode does two all-reduces of a few KB per layer, where NCCL's fixed cost dominates.
  *
+ *   bytes <= ll_max        one-shot over LL lines (the flag in every 8 bytes: no fence, no
+ *                          flag exchange; twice the bytes on the link)
  *   bytes <= oneshot_max   one-shot: push everything to every peer, one flag exchange
  *   bytes <= twoshot_max   two-shot: reduce-scatter + all-gather over IPC, two exchanges
  *   larger, LS_I32, or the IPC path unusable: the fallback communicator
@@ -16,6 +18,7 @@
  *   LOCKSTEP_AR_ONESHOT_MAX  bytes, K/M/G suffixes; default 512K for 2 ranks, 128K for 3-4,
  *                            64K above (one-shot sends size-1 copies from each GPU)
  *   LOCKSTEP_AR_TWOSHOT_MAX  default 8M; both are capped at max_bytes
+ *   LOCKSTEP_AR_LL_MAX       default 64K (0: never LL), capped at the one-shot limit
  *   LOCKSTEP_AR_THREADS      threads per block, 32..512, default 512
  *   LOCKSTEP_AR_MAX_BLOCKS   grid cap, 1..128, default 64
  *   LOCKSTEP_AR_TIMEOUT_MS   longest wait for a peer inside a kernel, default 10000
@@ -40,7 +43,7 @@ struct ls_comm_custom_info {
     int enabled;      /* the IPC path is in use */
     char why[192];    /* when not: the first failing rank's reason */
     size_t max_bytes; /* largest message the buffers hold */
-    size_t oneshot_max, twoshot_max;
+    size_t oneshot_max, twoshot_max, ll_max;
     int threads, max_blocks;
     int fence_all;
     double timeout_s;

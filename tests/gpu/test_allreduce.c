@@ -53,6 +53,7 @@ static int g_rank, g_size, g_checks, g_failed;
 static cudaStream_t g_stream;
 static struct ls_comm *g_custom, *g_nccl;
 static const struct ls_ar_state *g_st; /* NULL when the IPC path is off */
+static struct ls_ar_state g_st_flag;   /* *g_st without LL: the flag protocol at every size */
 
 /* ---- helpers ---- */
 
@@ -307,7 +308,7 @@ static size_t check_sum(const struct sum_case *c, const void *got, int nccl, dou
 /* bufs: device, each max bytes + 64 */
 struct sum_bufs {
     char *d_in, *d_out, *d_work, *d_nccl;
-    void *h_auto, *h_one, *h_two, *h_nccl, *h_in_after;
+    void *h_auto, *h_one, *h_two, *h_flag, *h_nccl, *h_in_after;
 };
 
 static void run_sums(uint64_t seed)
@@ -322,6 +323,7 @@ static void run_sums(uint64_t seed)
     b.h_auto = xmalloc(cap);
     b.h_one = xmalloc(cap);
     b.h_two = xmalloc(cap);
+    b.h_flag = xmalloc(cap);
     b.h_nccl = xmalloc(cap);
     b.h_in_after = xmalloc(cap);
     struct sum_case c;
@@ -374,7 +376,7 @@ static void run_sums(uint64_t seed)
             sync_or_die("allreduce_sum");
             to_host(b.h_auto, b.d_work, bytes);
             const char *path = ls_comm_custom_path(g_custom, n, t);
-            const int auto_custom = !strcmp(path, "one-shot") || !strcmp(path, "two-shot");
+            const int auto_custom = !strncmp(path, "one-shot", 8) || !strcmp(path, "two-shot");
             /* NCCL, in place */
             to_dev(b.d_nccl, c.in, bytes);
             g_nccl->allreduce_sum(g_nccl, b.d_nccl, n, t, g_stream);
@@ -387,6 +389,11 @@ static void run_sums(uint64_t seed)
                                      (enum ls_ar_dtype)t, g_stream);
                 sync_or_die("one-shot");
                 to_host(b.h_one, b.d_out + off_out, bytes);
+                poison(b.d_out + off_out, bytes);
+                ls_allreduce_oneshot(&g_st_flag, b.d_in + off_in, b.d_out + off_out, n,
+                                     (enum ls_ar_dtype)t, g_stream);
+                sync_or_die("one-shot, flag protocol");
+                to_host(b.h_flag, b.d_out + off_out, bytes);
                 poison(b.d_out + off_out, bytes);
                 ls_allreduce_twoshot(g_st, b.d_in + off_in, b.d_out + off_out, n,
                                      (enum ls_ar_dtype)t, g_stream);
@@ -408,11 +415,12 @@ static void run_sums(uint64_t seed)
                     verdict_fail(&v_two, "n=%zu: element %zu is %g, float64 sum %g", n, bad - 1,
                                  get(b.h_two, t, bad - 1), c.ref[bad - 1]);
                 v_agree.cases++;
-                if (memcmp(b.h_one, b.h_two, bytes) ||
+                if (memcmp(b.h_one, b.h_two, bytes) || memcmp(b.h_one, b.h_flag, bytes) ||
                     (auto_custom && memcmp(b.h_one, b.h_auto, bytes)))
                     verdict_fail(&v_agree,
-                                 "n=%zu (routed: %s): one-shot, two-shot and routed results differ",
-                                 n, path);
+                                 "n=%zu (routed: %s): one-shot (LL up to %zu B), one-shot over "
+                                 "flags, two-shot and routed results differ",
+                                 n, path, g_st->ll_max);
                 v_ranks.cases++;
                 if (!same_on_all_ranks(b.h_one, bytes))
                     verdict_fail(&v_ranks, "n=%zu: one-shot result differs from rank 0's", n);
@@ -461,7 +469,8 @@ static void run_sums(uint64_t seed)
         verdict_report(&v_nccl,
                        "%s NCCL within its tolerance of the float64 sum (worst |err|/S %.2g)",
                        tname(t), worst_nccl);
-        verdict_report(&v_agree, "%s one-shot, two-shot and routed results bitwise equal",
+        verdict_report(&v_agree,
+                       "%s one-shot (LL and flags), two-shot and routed results bitwise equal",
                        tname(t));
         verdict_report(&v_ranks, "%s results bitwise equal on every rank", tname(t));
         verdict_report(&v_vs, "%s custom within the summed tolerances of NCCL", tname(t));
@@ -477,6 +486,7 @@ static void run_sums(uint64_t seed)
     free(b.h_auto);
     free(b.h_one);
     free(b.h_two);
+    free(b.h_flag);
     free(b.h_nccl);
     free(b.h_in_after);
     free(c.in);
@@ -494,7 +504,8 @@ static void run_fused(uint64_t seed)
     for (int ti = 0; ti < 2; ti++) {
         const enum ls_dtype t = ti ? LS_BF16 : LS_F32;
         const size_t es = esize(t);
-        struct verdict v_ref, v_same, v_ranks, v_inplace;
+        struct verdict v_ref, v_same, v_ranks, v_inplace, v_flag;
+        verdict_init(&v_flag);
         verdict_init(&v_ref);
         verdict_init(&v_same);
         verdict_init(&v_ranks);
@@ -597,6 +608,18 @@ static void run_fused(uint64_t seed)
                 v_inplace.cases++;
                 if (memcmp(h_out, h_out2, bytes) || memcmp(h_norm, h_norm2, bytes))
                     verdict_fail(&v_inplace, "%dx%d: in-place result differs", rows, dim);
+                /* the flag protocol (no LL) gives the same bits */
+                to_dev(d_p, h_p, bytes);
+                poison(d_out, bytes);
+                poison(d_norm, bytes);
+                ls_allreduce_residual_rmsnorm(&g_st_flag, d_p, d_x, d_out, d_norm, d_w, rows, dim,
+                                              eps, (enum ls_ar_dtype)t, g_stream);
+                sync_or_die("ls_allreduce_residual_rmsnorm, flag protocol");
+                to_host(h_out2, d_out, bytes);
+                to_host(h_norm2, d_norm, bytes);
+                v_flag.cases++;
+                if (memcmp(h_out, h_out2, bytes) || memcmp(h_norm, h_norm2, bytes))
+                    verdict_fail(&v_flag, "%dx%d: LL and flag protocols differ", rows, dim);
             }
             cudaFree(d_p);
             cudaFree(d_x);
@@ -619,6 +642,8 @@ static void run_fused(uint64_t seed)
         verdict_report(&v_same, "%s fused bitwise equal to all-reduce + ls_residual_rmsnorm",
                        tname(t));
         verdict_report(&v_inplace, "%s fused in place (out == x) bitwise equal to out of place",
+                       tname(t));
+        verdict_report(&v_flag, "%s fused over LL lines bitwise equal to the flag protocol",
                        tname(t));
     }
 }
@@ -766,8 +791,8 @@ static void enqueue(const struct op *o)
     case OP_ROUTED:
         g_custom->allreduce_sum(g_custom, o->buf, o->n, o->t, g_stream);
         break;
-    case OP_ONESHOT:
-        ls_allreduce_oneshot(g_st, o->buf, o->buf, o->n, (enum ls_ar_dtype)o->t, g_stream);
+    case OP_ONESHOT: /* always over flags: the routed column shows LL where it applies */
+        ls_allreduce_oneshot(&g_st_flag, o->buf, o->buf, o->n, (enum ls_ar_dtype)o->t, g_stream);
         break;
     case OP_TWOSHOT:
         ls_allreduce_twoshot(g_st, o->buf, o->buf, o->n, (enum ls_ar_dtype)o->t, g_stream);
@@ -833,10 +858,11 @@ static void run_sweep(uint64_t seed, size_t max_mb, enum ls_dtype t)
     if (g_rank == 0) {
         printf("# latency sweep, %s, %d ranks, median us per all-reduce (graph: N per replay, "
                "time / N);\n"
-               "# custom routes one-shot <= %zu B, two-shot <= %zu B, else %s; busbw = 2(n-1)/n * "
-               "bytes / time\n",
-               tname(t), g_size, info.oneshot_max, info.twoshot_max, g_nccl->name);
-        printf("%10s %-9s %11s %11s %11s %11s %11s %11s %9s %12s\n", "bytes", "route", "custom/gr",
+               "# custom routes one-shot over LL lines <= %zu B, over flags <= %zu B, two-shot <= "
+               "%zu B, else %s;\n# 1shot/gr: one-shot over flags; busbw = 2(n-1)/n * bytes / "
+               "time\n",
+               tname(t), g_size, info.ll_max, info.oneshot_max, info.twoshot_max, g_nccl->name);
+        printf("%10s %-11s %11s %11s %11s %11s %11s %11s %9s %12s\n", "bytes", "route", "custom/gr",
                "custom/eag", "1shot/gr", "2shot/gr", "nccl/eager", "nccl/graph", "speedup",
                "busbw GB/s");
     }
@@ -859,7 +885,7 @@ static void run_sweep(uint64_t seed, size_t max_mb, enum ls_dtype t)
             us[k] = time_op(&o, per, reps, graphs[k]);
         }
         if (g_rank == 0) {
-            printf("%10zu %-9s %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %8.1fx %12.1f%s\n", bytes,
+            printf("%10zu %-11s %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %8.1fx %12.1f%s\n", bytes,
                    ls_comm_custom_path(g_custom, n, t), us[0], us[1], us[2], us[3], us[4], us[5],
                    us[5] / us[0], 2.0 * (g_size - 1) / g_size * (double)bytes / (us[0] * 1e3),
                    n == 4096 ? "  <- decode, dim 4096" : "");
@@ -994,14 +1020,19 @@ int main(int argc, char **argv)
     g_nccl = ls_comm_nccl_create(MPI_COMM_WORLD, dev);
     g_custom = ls_comm_custom_create(MPI_COMM_WORLD, dev, 64 * MIB, g_nccl);
     g_st = ls_comm_custom_state(g_custom);
+    if (g_st) {
+        g_st_flag = *g_st;
+        g_st_flag.ll_max = 0;
+    }
     struct ls_comm_custom_info info;
     ls_comm_custom_info(g_custom, &info);
     if (g_rank == 0) {
-        printf("# %d ranks; custom all-reduce %s%s%s; one-shot <= %zu B, two-shot <= %zu B, "
-               "max %zu B; %d threads x <= %d blocks; fence_all %d; timeout %.1f s; "
+        printf("# %d ranks; custom all-reduce %s%s%s; LL <= %zu B, one-shot <= %zu B, two-shot <= "
+               "%zu B, max %zu B; %d threads x <= %d blocks; fence_all %d; timeout %.1f s; "
                "%.1f MiB registered per rank\n",
                g_size, info.enabled ? "on" : "OFF (", info.enabled ? "" : info.why,
-               info.enabled ? "" : ")", info.oneshot_max, info.twoshot_max, info.max_bytes,
+               info.enabled ? "" : ")", info.ll_max, info.oneshot_max, info.twoshot_max,
+               info.max_bytes,
                info.threads, info.max_blocks, info.fence_all, info.timeout_s,
                (double)info.buffer_bytes / (double)MIB);
         fflush(stdout);
