@@ -92,7 +92,7 @@ struct ls_ar_ctl {
 /* written by the first block that times out, in host-mapped memory; code last */
 struct ls_ar_err {
     volatile int code; /* 0: none; 1: a peer's flag never came */
-    int rank, peer, block, phase;
+    int rank, peer, block, phase; /* phase 0, 1: flag exchanges; 2: LL lines */
     unsigned long long epoch; /* which all-reduce (1 = the first after create) */
     unsigned long long waited_ns;
 };

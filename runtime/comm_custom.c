@@ -95,7 +95,9 @@ static struct custom_cfg read_cfg(int size)
      * second exchange, so one-shot should reach further there. Guesses until the sweep. */
     long long one_def = size <= 2 ? 512 << 10 : size <= 4 ? 128 << 10 : 64 << 10;
     g.oneshot_max = env_bytes("LOCKSTEP_AR_ONESHOT_MAX", one_def);
-    g.twoshot_max = env_bytes("LOCKSTEP_AR_TWOSHOT_MAX", 8 << 20);
+    /* 2 x H200: two-shot beat NCCL in a graph up to 32 MB (16 MB 64 vs 75 us, 32 MB 123 vs
+     * 135), and lost at 64 MB (docs/BENCHMARKS.md); more ranks: not measured */
+    g.twoshot_max = env_bytes("LOCKSTEP_AR_TWOSHOT_MAX", size <= 2 ? 32 << 20 : 8 << 20);
     g.ll_max = env_bytes("LOCKSTEP_AR_LL_MAX", 64 << 10);
     g.timeout_ms = env_int("LOCKSTEP_AR_TIMEOUT_MS", 10000, 1, 3600 * 1000);
     g.threads = (int)env_int("LOCKSTEP_AR_THREADS", 512, 32, LS_AR_MAX_THREADS);
@@ -487,10 +489,11 @@ int ls_comm_custom_check(struct ls_comm *c, char *err, size_t errlen)
     if (!m->err || !m->err->code) return 0;
     const struct ls_ar_err *e = m->err;
     snprintf(err, errlen,
-             "rank %d gave up on all-reduce #%llu (block %d, %s exchange) after %.1f s: rank %d "
+             "rank %d gave up on all-reduce #%llu (block %d, %s) after %.1f s: rank %d "
              "never arrived "
              "(it exited, hangs, or called a different sequence of collectives)",
-             e->rank, e->epoch, e->block, e->phase ? "second" : "first",
+             e->rank, e->epoch, e->block,
+             e->phase == 2 ? "LL lines" : e->phase ? "second exchange" : "first exchange",
              (double)e->waited_ns * 1e-9, e->peer);
     return 1;
 }

@@ -17,7 +17,7 @@
  * Configuration (read on rank 0, broadcast, so every rank routes a call the same way):
  *   LOCKSTEP_AR_ONESHOT_MAX  bytes, K/M/G suffixes; default 512K for 2 ranks, 128K for 3-4,
  *                            64K above (one-shot sends size-1 copies from each GPU)
- *   LOCKSTEP_AR_TWOSHOT_MAX  default 8M; both are capped at max_bytes
+ *   LOCKSTEP_AR_TWOSHOT_MAX  default 32M for 2 ranks, 8M above; both capped at max_bytes
  *   LOCKSTEP_AR_LL_MAX       default 64K (0: never LL), capped at the one-shot limit
  *   LOCKSTEP_AR_THREADS      threads per block, 32..512, default 512
  *   LOCKSTEP_AR_MAX_BLOCKS   grid cap, 1..128, default 64

@@ -313,7 +313,7 @@ struct sum_bufs {
 
 static void run_sums(uint64_t seed)
 {
-    const size_t max_n = 4 * MIB + 64; /* elements */
+    const size_t max_n = 8 * MIB + 64; /* elements: past the 2-rank two-shot limit (32 MB f32) */
     struct sum_bufs b;
     size_t cap = max_n * 4 + 64;
     b.d_in = dmalloc(cap);
