@@ -89,8 +89,6 @@ struct ls_backend {
     size_t (*sample_ws)(int n);
     /* pos[0] += 1 */
     void (*advance)(int *pos);
-    /* *dst = v (backend memory), ordered after the work issued so far; does not wait for it */
-    void (*store_f64)(double *dst, double v);
 
     /* Optional (NULL on the CPU): capture the work issued between begin and end into a graph
      * that launch replays; free releases it. */

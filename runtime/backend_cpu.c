@@ -180,11 +180,6 @@ static void cpu_advance(int *pos)
     pos[0] += 1;
 }
 
-static void cpu_store_f64(double *dst, double v)
-{
-    *dst = v;
-}
-
 static void cpu_sync(void) {}
 
 static double seconds(void)
@@ -274,5 +269,4 @@ const struct ls_backend ls_backend_cpu = {
     .sample = cpu_sample,
     .sample_ws = cpu_sample_ws,
     .advance = cpu_advance,
-    .store_f64 = cpu_store_f64,
 };

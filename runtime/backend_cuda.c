@@ -389,11 +389,6 @@ static void cu_advance(int *pos)
     ls_advance_pos(pos, stream_get());
 }
 
-static void cu_store_f64(double *dst, double v)
-{
-    ls_store_f64(dst, v, stream_get());
-}
-
 struct cu_graph {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -460,7 +455,6 @@ const struct ls_backend ls_backend_cuda = {
     .sample = cu_sample,
     .sample_ws = ls_sample_workspace,
     .advance = cu_advance,
-    .store_f64 = cu_store_f64,
     .graph_begin = cu_graph_begin,
     .graph_end = cu_graph_end,
     .graph_launch = cu_graph_launch,

@@ -72,25 +72,15 @@ static struct decode_run timed_decode(struct rc_job *j, const struct ls_sampling
     struct decode_run r = {0, steps};
     struct ls_sampler *smp = ls_sampler_new(sp, j->model->cfg.vocab);
     CHECK_ALLOC(smp);
-    int tok = first, have_u = 0;
-    double u_next = 0.0;
+    int tok = first;
     for (int s = 0; s < warmup + steps; s++) {
         if (s == warmup) {
             j->be->sync();
             j->comm->barrier(j->comm);
             r.seconds = now_s();
         }
-        const double u = have_u ? u_next : ls_sampler_uniform(smp);
-        have_u = 0;
-        if (ls_engine_decode(j->engine, tok, sp, u, &tok) != 0)
+        if (ls_engine_decode(j->engine, tok, sp, ls_sampler_uniform(smp), &tok) != 0)
             ls_die(__FILE__, __LINE__, "ls_engine_decode", "context full during bench");
-        /* as generate runs: the next step launched before this token is looked at (none
-         * across the start of the timing or past its end) */
-        if (s + 1 != warmup && s + 1 < warmup + steps) {
-            u_next = ls_sampler_uniform(smp);
-            have_u = 1;
-            ls_engine_decode_ahead(j->engine, sp, u_next);
-        }
     }
     j->be->sync();
     r.seconds = now_s() - r.seconds;

@@ -35,11 +35,6 @@ struct ls_engine {
     struct ls_sampling graph_sp; /* the token choice captured in it (temperature 0: argmax) */
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
-    /* a step launched ahead (ls_engine_decode_ahead) whose token nobody has read yet: its input
-     * is last_out at position pos, its token choice ahead_sp with draw ahead_u */
-    int ahead;
-    struct ls_sampling ahead_sp;
-    double ahead_u;
 };
 
 static float *balloc(struct ls_engine *e, size_t n, int *failed)
@@ -111,21 +106,9 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
     return e;
 }
 
-/* Let a step launched ahead finish and forget it: it advanced the backend's position and wrote
- * its token and the KV row at pos, which the next forward or step rewrites; both are
- * re-uploaded before the next step. */
-static void settle(struct ls_engine *e)
-{
-    if (!e->ahead) return;
-    e->be->sync();
-    e->ahead = 0;
-    e->graph_synced = 0;
-}
-
 void ls_engine_free(struct ls_engine *e)
 {
     if (!e) return;
-    settle(e);
     const struct ls_backend *be = e->be;
     if (e->graph) be->graph_free(e->graph);
     if (e->u) be->free(e->u);
@@ -155,7 +138,6 @@ void ls_engine_free(struct ls_engine *e)
 
 struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm)
 {
-    settle(e);
     struct ls_comm *old = e->comm;
     e->comm = comm;
     if (e->graph) {
@@ -167,7 +149,6 @@ struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm)
 
 void ls_engine_reset(struct ls_engine *e)
 {
-    settle(e);
     e->pos = 0;
     e->graph_synced = 0;
 }
@@ -271,7 +252,6 @@ static void chunk_forward(struct ls_engine *e, int T, int pos0)
 
 int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
 {
-    settle(e);
     if (n <= 0 || e->pos + n > e->max_ctx) return -1;
     e->graph_synced = 0;
     for (int done = 0; done < n;) {
@@ -313,18 +293,6 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
     const struct ls_backend *be = e->be;
     struct ls_sampling greedy = {0};
     if (!sp) sp = &greedy;
-    if (e->ahead) {
-        if (in == e->last_out && same_choice(&e->ahead_sp, sp) &&
-            (sp->temperature == 0.0f || u == e->ahead_u)) {
-            /* this very step is running already: only its token is left to read */
-            e->ahead = 0;
-            be->to_host(out, e->ids, sizeof(int));
-            e->last_out = *out;
-            e->pos += 1;
-            return 0;
-        }
-        settle(e);
-    }
     if (e->pos + 1 > e->max_ctx) return -1;
     if (sp->temperature != 0.0f && !e->u) {
         /* first sampled step: the draw's slot and the workspace, before any capture */
@@ -362,26 +330,6 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
     e->last_out = *out;
     e->pos += 1;
     return 0;
-}
-
-void ls_engine_decode_ahead(struct ls_engine *e, const struct ls_sampling *sp, double u)
-{
-    static int off = -1;
-    if (off < 0) {
-        const char *v = getenv("LOCKSTEP_DECODE_AHEAD");
-        off = v && !strcmp(v, "0");
-    }
-    struct ls_sampling greedy = {0};
-    if (!sp) sp = &greedy;
-    /* only a replay of the graph the last step used, from the state it left */
-    if (off || e->ahead || !e->graph || !e->graph_synced || !same_choice(&e->graph_sp, sp) ||
-        e->pos + 1 > e->max_ctx)
-        return;
-    if (sp->temperature != 0.0f) e->be->store_f64(e->u, u);
-    e->be->graph_launch(e->graph);
-    e->ahead = 1;
-    e->ahead_sp = *sp;
-    e->ahead_u = u;
 }
 
 int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out)

@@ -38,14 +38,5 @@ int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out);
  * every rank, given the same u, picks the same token from the same logits. A graph is captured
  * per choice of sampling parameters; u is copied in before each replay. */
 int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u, int *out);
-/* Launches the next decode step now, before the caller has looked at the token the last one
- * returned (on a backend with graphs; elsewhere, or with LOCKSTEP_DECODE_AHEAD=0, nothing): a
- * replay of the same graph on the token and position the last step left in backend memory,
- * with the draw u. The next ls_engine_decode with that token, the same sp and u only reads the
- * result, so the host's work between steps (detokenising, stop strings, output) overlaps the
- * step instead of leaving the GPU idle. Any other call first lets the step finish and discards
- * it (it wrote the KV row at the next position, which the next step rewrites). Every rank must
- * make the same calls. */
-void ls_engine_decode_ahead(struct ls_engine *e, const struct ls_sampling *sp, double u);
 
 #endif

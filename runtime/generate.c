@@ -171,8 +171,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     ls_engine_forward(e, prompt, n_prompt, logits);
     r->prefill_s = now_s() - t0;
     t0 = now_s();
-    int next = -1, have_u = 0;
-    double u_next = 0.0;
+    int next = -1;
     for (int step = 0; step < budget; step++) {
         fault_drill(step);
         int id;
@@ -207,17 +206,8 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         }
         if (step + 1 == budget) break;
         if (device_step) {
-            const double u = have_u ? u_next : ls_sampler_uniform(smp);
-            have_u = 0;
-            if (ls_engine_decode(e, id, sp, u, &next) != 0) break; /* context full */
-            /* The step after it starts now, so that the host's work on `next` (the checks and
-             * the output above) overlaps it; its draw is the one that step would have taken.
-             * Not past the budget; a stop found in `next` wastes it. */
-            if (step + 2 < budget) {
-                u_next = ls_sampler_uniform(smp);
-                have_u = 1;
-                ls_engine_decode_ahead(e, sp, u_next);
-            }
+            if (ls_engine_decode(e, id, sp, ls_sampler_uniform(smp), &next) != 0)
+                break; /* context full */
         } else if (ls_engine_forward(e, &id, 1, logits) != 0) {
             break; /* context full */
         }
