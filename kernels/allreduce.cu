@@ -949,30 +949,27 @@ extern "C" void ls_allreduce_oneshot(const struct ls_ar_state *st, const void *i
     CHECK_CUDA(cudaGetLastError());
 }
 
+template <typename E>
+static void twoshot_launch(const ls_ar_state *st, const void *in, void *out, size_t count,
+                           cudaStream_t s)
+{
+    const bool al = aligned16(in) && aligned16(out);
+    const int grid =
+        grid_for(ls_ar_slice(count, st->size) * sizeof(E) / 16, st->threads, st->max_blocks);
+    pdl_launch(al ? twoshot_kernel<E, true> : twoshot_kernel<E, false>, grid, st->threads, 0, s,
+               *st, (const E *)in, (E *)out, count);
+}
+
 extern "C" void ls_allreduce_twoshot(const struct ls_ar_state *st, const void *in, void *out,
                                      size_t count, enum ls_ar_dtype t, void *stream)
 {
     if (count == 0) return;
     const size_t es = esize_of(t);
     check_args(st, t, ls_ar_twoshot_need(st->size, count, es), count, "ls_allreduce_twoshot");
-    const int grid = grid_for(ls_ar_slice(count, st->size) * es / 16, st->threads, st->max_blocks);
-    const bool al = aligned16(in) && aligned16(out);
-    cudaStream_t s = (cudaStream_t)stream;
-    if (t == LS_AR_F32) {
-        if (al)
-            pdl_launch(twoshot_kernel<float, true>, grid, st->threads, 0, s, *st, (const float *)in,
-                       (float *)out, count);
-        else
-            pdl_launch(twoshot_kernel<float, false>, grid, st->threads, 0, s, *st,
-                       (const float *)in, (float *)out, count);
-    } else {
-        if (al)
-            pdl_launch(twoshot_kernel<bf16_bits, true>, grid, st->threads, 0, s, *st,
-                       (const bf16_bits *)in, (bf16_bits *)out, count);
-        else
-            pdl_launch(twoshot_kernel<bf16_bits, false>, grid, st->threads, 0, s, *st,
-                       (const bf16_bits *)in, (bf16_bits *)out, count);
-    }
+    if (t == LS_AR_F32)
+        twoshot_launch<float>(st, in, out, count, (cudaStream_t)stream);
+    else
+        twoshot_launch<bf16_bits>(st, in, out, count, (cudaStream_t)stream);
     CHECK_CUDA(cudaGetLastError());
 }
 
@@ -1024,6 +1021,17 @@ extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, cons
     CHECK_CUDA(cudaGetLastError());
 }
 
+template <typename E>
+static void residual_rmsnorm_launch(const void *a, const void *x, void *out, void *normed,
+                                    const void *w, int rows, int dim, float eps, cudaStream_t s)
+{
+    const int grid = rows < 65535 ? rows : 65535;
+    const bool vec = norm_vec(a, x, out, normed, w, dim, sizeof(E));
+    pdl_launch(vec ? residual_rmsnorm_kernel<E, true> : residual_rmsnorm_kernel<E, false>, grid,
+               LS_AR_NORM_THREADS, 0, s, (const E *)a, (const E *)x, (E *)out, (E *)normed,
+               (const E *)w, rows, dim, eps);
+}
+
 extern "C" void ls_residual_rmsnorm(const void *a, const void *x, void *out, void *normed,
                                     const void *w, int rows, int dim, float eps, enum ls_ar_dtype t,
                                     void *stream)
@@ -1033,28 +1041,11 @@ extern "C" void ls_residual_rmsnorm(const void *a, const void *x, void *out, voi
     if (rows == 0) return;
     if (t != LS_AR_F32 && t != LS_AR_BF16)
         ls_die(__FILE__, __LINE__, what, "dtype is not f32 or bf16");
-    const int grid = rows < 65535 ? rows : 65535;
-    const bool vec = norm_vec(a, x, out, normed, w, dim, esize_of(t));
-    cudaStream_t s = (cudaStream_t)stream;
-    if (t == LS_AR_F32) {
-        if (vec)
-            pdl_launch(residual_rmsnorm_kernel<float, true>, grid, LS_AR_NORM_THREADS, 0, s,
-                       (const float *)a, (const float *)x, (float *)out, (float *)normed,
-                       (const float *)w, rows, dim, eps);
-        else
-            pdl_launch(residual_rmsnorm_kernel<float, false>, grid, LS_AR_NORM_THREADS, 0, s,
-                       (const float *)a, (const float *)x, (float *)out, (float *)normed,
-                       (const float *)w, rows, dim, eps);
-    } else {
-        if (vec)
-            pdl_launch(residual_rmsnorm_kernel<bf16_bits, true>, grid, LS_AR_NORM_THREADS, 0, s,
-                       (const bf16_bits *)a, (const bf16_bits *)x, (bf16_bits *)out,
-                       (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
-        else
-            pdl_launch(residual_rmsnorm_kernel<bf16_bits, false>, grid, LS_AR_NORM_THREADS, 0, s,
-                       (const bf16_bits *)a, (const bf16_bits *)x, (bf16_bits *)out,
-                       (bf16_bits *)normed, (const bf16_bits *)w, rows, dim, eps);
-    }
+    if (t == LS_AR_F32)
+        residual_rmsnorm_launch<float>(a, x, out, normed, w, rows, dim, eps, (cudaStream_t)stream);
+    else
+        residual_rmsnorm_launch<bf16_bits>(a, x, out, normed, w, rows, dim, eps,
+                                           (cudaStream_t)stream);
     CHECK_CUDA(cudaGetLastError());
 }
 
