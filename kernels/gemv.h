@@ -36,9 +36,18 @@ void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *b
 /* The general form: SwiGLU input as ls_gemv_swiglu when swiglu is set; else with norm_w set the
  * input is rmsnorm(x) * norm_w, x[t] scaled by 1 / sqrt(mean(x[t]^2) + eps) (the RMSNorm that
  * precedes a column-parallel layer, fused); with accumulate, y += W . x (+ bias) instead of
- * y = (the residual add after a row-parallel layer when no all-reduce sits between). */
+ * y = (the residual add after a row-parallel layer when no all-reduce sits between).
+ * staged (T = 1, sm_90, with PDL on to pay): each block's first rows are copied into shared
+ * memory before the kernel waits for the one before it, so that their bytes move while that
+ * kernel runs; for a GEMV that follows a kernel leaving DRAM idle (attention, an all-reduce).
+ * The same result up to summation order; shapes it does not suit take the plain kernel. */
 void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, int T, int n, int k,
-                int swiglu, const float *norm_w, float eps, int accumulate, void *stream);
+                int swiglu, const float *norm_w, float eps, int accumulate, int staged,
+                void *stream);
+
+/* Bytes of W per block that a staged GEMV copies ahead, in KB (default 160, LOCKSTEP_GEMV_STAGE;
+ * 0: none); returns the previous setting. For tests and experiments. */
+int ls_gemv_set_stage_kb(int kb);
 
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above
@@ -53,6 +62,12 @@ const char *ls_gemv_set_shapes(int small, int medium, int large);
  * (griddepcontrol.wait) for that kernel to complete; every kernel reads its inputs only after
  * the wait, so this is safe whatever kernel precedes it. Process-wide; read at each launch. */
 void ls_kernels_set_pdl(int on);
+
+/* Shared-memory carveout (percent of the SM's unified L1/shared storage) asked of every kernel of
+ * this project from now on; < 0 (the default): the driver picks per kernel. An SM runs blocks of
+ * two kernels at once only when their carveouts agree, so one common carveout lets PDL overlap
+ * any kernel with the next. Process-wide. */
+void ls_kernels_set_carveout(int pct);
 
 #ifdef __cplusplus
 }

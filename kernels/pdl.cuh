@@ -13,6 +13,14 @@
 #include <cuda_runtime.h>
 
 extern int ls_pdl_on;
+// shared-memory carveout asked of every kernel pdl_launch starts (percent of the unified
+// L1/shared storage, cudaFuncAttributePreferredSharedMemoryCarveout; < 0: the driver's choice).
+// Kernels whose carveouts differ cannot share an SM, so a common one lets PDL overlap any two
+// (ls_kernels_set_carveout).
+extern int ls_carveout;
+
+// sets the carveout attribute of fn once per kernel and device (a fixed table; past it, each call)
+void ls_prefer_carveout(const void *fn);
 
 static __device__ __forceinline__ void pdl_wait()
 {
@@ -42,6 +50,7 @@ static void pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = ls_pdl_on ? 1 : 0;
+    if (ls_carveout >= 0) ls_prefer_carveout(reinterpret_cast<const void *>(kernel));
     CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...));
 }
 

@@ -249,16 +249,20 @@ stage_longctx() {
 # decode of the 8B shape under each setting of AB (space-separated VAR=value, '-' for none), at
 # TP=1 and, with 2 GPUs, TP=2 with the custom all-reduce: an A/B of a switch in one call
 stage_ab() {
-    local v tp n x
+    local v tp n x kv a
     n=$(ngpus)
     for v in ${AB:--}; do
         for tp in 1 2; do
             [ "$tp" -gt "$n" ] && continue
             echo -n "TP=$tp $v: "
+            # v: - (defaults) or VAR=val[,VAR=val...]
             x=()
-            [ "$v" != - ] && x=(-x "${v%%=*}")
+            if [ "$v" != - ]; then
+                IFS=, read -ra kv <<<"$v"
+                for a in "${kv[@]}"; do x+=(-x "${a%%=*}"); done
+            fi
             (
-                [ "$v" != - ] && export "${v?}"
+                [ "$v" != - ] && for a in "${kv[@]}"; do export "${a?}"; done
                 mpi "${x[@]}" -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b \
                     --prompt-len 128 --gen 256 --json "$OUT/ab-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
                     grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
