@@ -27,16 +27,6 @@
 //
 // PDL: the first batch of weight loads is issued before griddepcontrol.wait; x is read and y
 // written after it.
-//
-// Staged rows (a head start, for a GEMV that follows a kernel leaving DRAM idle: attention, an
-// all-reduce). The block's first P rows are copied into shared memory by the copy engine
-// (cp.async.bulk, one mbarrier) before the wait, so their bytes move while the kernel before
-// runs; after the wait they are computed from shared memory (each warp keeps the x of its
-// columns in registers: one 16-byte shared load per chunk), then the remaining rows stream as
-// above. This needs the block resident while the previous kernel runs: 512 threads of at most
-// 64 registers and shared memory that leaves room for one of that kernel's blocks. Per-row sums
-// still have a fixed order (columns in warp order), so results stay reproducible for a given
-// staging budget.
 #include "config.h"
 #include "gemv.h"
 #include "pdl.cuh"
@@ -48,12 +38,8 @@
 #include <stdlib.h>
 
 #define GEMV_MAX_T 8
-// static shared memory of the fast kernel at most: the norm's block sums, 32 warps x 8 positions,
-// and the staged rows' mbarrier
-#define GEMV_STATIC_SMEM (32 * GEMV_MAX_T * 4 + 16)
-// threads of the staged kernel, and the most 32-chunk columns one of its warps holds in registers
-#define GEMV_STAGE_NT 512
-#define GEMV_STAGE_COLS 2
+// static shared memory of the fast kernel at most: the norm's block sums, 32 warps x 8 positions
+#define GEMV_STATIC_SMEM (32 * GEMV_MAX_T * 4)
 
 // PDL for every kernel family (pdl.cuh): off until the backend or a test turns it on
 int ls_pdl_on;
@@ -66,48 +52,6 @@ static __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
     return r;
-}
-
-// the copy engine's side of the staged rows (sm_90): an mbarrier that counts bytes, and bulk
-// copies global -> shared completing on it
-static __device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void stage_copy(void *dst, const void *src, uint32_t bytes,
-                                                  uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uint32_t b = smem_addr(bar), d = smem_addr(dst);
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes)
-                 : "memory");
-    const uint32_t piece = 32u << 10;
-    for (uint32_t off = 0; off < bytes; off += piece) {
-        uint32_t len = bytes - off < piece ? bytes - off : piece;
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
-                     "%2, [%3];" ::"r"(d + off),
-                     "l"((const char *)src + off), "r"(len), "r"(b)
-                     : "memory");
-    }
-#endif
-}
-
-// wait until the bytes announced to bar have landed (phase 0: the barrier is used once)
-static __device__ __forceinline__ void staged_wait(uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    uint32_t done = 0;
-    while (!done)
-        asm volatile("{\n\t.reg .pred p;\n\t"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\t"
-                     "selp.u32 %0, 1, 0, p;\n\t}"
-                     : "=r"(done)
-                     : "r"(smem_addr(bar))
-                     : "memory");
-#endif
 }
 
 static __device__ __forceinline__ float warp_sum(float v)
@@ -176,39 +120,27 @@ static __device__ __forceinline__ void block_sums(float (&v)[T], float *red)
 // carries no extra registers).
 enum { GEMV_IN_PLAIN, GEMV_IN_NORM, GEMV_IN_SWIGLU };
 
-// STAGE (T = 1 only): the block's first min(rows, stage_rows) rows are staged in shared memory
-// (see the top); the cursors below then cover the rows after them.
-template <int NT, int MINB, int U, int T, int IN, bool ACC, bool STAGE>
+template <int NT, int MINB, int U, int T, int IN, bool ACC>
 static __global__ void __launch_bounds__(NT, MINB)
     gemv_kernel(float *__restrict__ y, const uint4 *__restrict__ W, const float *__restrict__ x,
                 const float *__restrict__ bias, int n, int k, const float *__restrict__ nw,
-                float eps, int stage_rows)
+                float eps)
 {
     constexpr int NW = NT / 32;
     constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
-    static_assert(!STAGE || T == 1, "staged rows are for one position");
     extern __shared__ float4 smem4[];
     const int K8 = k >> 3;        // 16-byte chunks per row
     const int S = (K8 + 31) >> 5; // units (32 chunks) per row
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r0 = (int)((long long)blockIdx.x * n / gridDim.x);
     const int r1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
-    // staged rows [r0, rs), streamed rows [rs, r1)
-    const int P = STAGE ? min(r1 - r0, stage_rows) : 0, rs = r0 + P;
-    const long long nU = (long long)(r1 - rs) * S;
+    const long long nU = (long long)(r1 - r0) * S;
     const int ub = (int)(nU * warp / NW), ue = (int)(nU * (warp + 1) / NW);
-    const uint4 *Wb = W + (size_t)rs * K8;
+    const uint4 *Wb = W + (size_t)r0 * K8;
     float4 *xs4 = smem4;                                                 // [T][S][64] float4
     float *part = reinterpret_cast<float *>(smem4 + (size_t)T * S * 64); // [NW][2][T]
-    // STAGE: per-row sums of each column slot [P][slots], then the staged rows [P][K8]
-    const int slots = S < NW ? S : NW;
-    float *psum = part + NW * 2 * T;
-    uint4 *Ws = reinterpret_cast<uint4 *>(psum + ((P * slots + 3) & ~3));
-    __shared__ uint64_t stage_bar;
 
     pdl_launch_dependents();
-    if (STAGE && P > 0 && threadIdx.x == 0)
-        stage_copy(Ws, W + (size_t)r0 * K8, (uint32_t)P * K8 * 16, &stage_bar);
 
     // Units are visited in order from ub, so rows and unit indices advance as cursors (no
     // division in the loop): (lrp, ls) is the next unit to load, (cur, cs) the next to use.
@@ -281,40 +213,10 @@ static __global__ void __launch_bounds__(NT, MINB)
     }
     __syncthreads();
 
-    // the staged rows, while the first streamed batch is in flight: warp (g, slot) holds the
-    // x of columns slot, slot + slots, ... in registers and takes rows g, g + G, ...
-    if (STAGE && P > 0) {
-        staged_wait(&stage_bar);
-        const int G = NW / slots, g = warp / slots, slot = warp - g * slots;
-        if (g < G) {
-            float4 xa[GEMV_STAGE_COLS], xb[GEMV_STAGE_COLS];
-#pragma unroll
-            for (int j = 0; j < GEMV_STAGE_COLS; j++) {
-                const int c = slot + j * slots;
-                xa[j] = xb[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (c < S) {
-                    xa[j] = xs4[c * 64 + lane];
-                    xb[j] = xs4[c * 64 + 32 + lane];
-                }
-            }
-            for (int r = g; r < P; r += G) {
-                float a = 0.0f;
-#pragma unroll
-                for (int j = 0; j < GEMV_STAGE_COLS; j++) {
-                    const int q = (slot + j * slots) * 32 + lane;
-                    if (slot + j * slots < S && q < K8)
-                        a = dot8(Ws[(size_t)r * K8 + q], xa[j], xb[j], a);
-                }
-                a = warp_sum(a);
-                if (lane == 0) psum[r * slots + slot] = a;
-            }
-        }
-    }
-
     float acc[T];
 #pragma unroll
     for (int t = 0; t < T; t++) acc[t] = 0.0f;
-    int cur = ub / S; // row (relative to rs) being accumulated
+    int cur = ub / S; // row (relative to r0) being accumulated
 
     // reduce the row just finished across the warp; write it, or leave a partial if another
     // warp holds part of the row
@@ -327,10 +229,10 @@ static __global__ void __launch_bounds__(NT, MINB)
         }
         if (lane == 0) {
             if (row * S >= ub && (row + 1) * S <= ue) {
-                float b = bias ? bias[rs + row] : 0.0f;
+                float b = bias ? bias[r0 + row] : 0.0f;
 #pragma unroll
                 for (int t = 0; t < T; t++) {
-                    float *yp = y + (size_t)t * n + rs + row;
+                    float *yp = y + (size_t)t * n + r0 + row;
                     *yp = ACC ? *yp + (v[t] + b) : v[t] + b;
                 }
             } else {
@@ -367,15 +269,6 @@ static __global__ void __launch_bounds__(NT, MINB)
     if (ub < ue) flush(cur);
     __syncthreads();
 
-    // staged rows: the column slots' sums in slot order
-    if (STAGE)
-        for (int r = threadIdx.x; r < P; r += NT) {
-            float sum = 0.0f;
-            for (int q = 0; q < slots; q++) sum += psum[r * slots + q];
-            const float b = bias ? bias[r0 + r] : 0.0f;
-            y[r0 + r] = ACC ? y[r0 + r] + (sum + b) : sum + b;
-        }
-
     // rows cut between warps: the warp holding the row's last unit adds the partials of the
     // warps that share the row, lowest warp first
     if (lane == 0 && ub < ue && ub % S != 0 && ue >= (ub / S + 1) * S) {
@@ -388,7 +281,7 @@ static __global__ void __launch_bounds__(NT, MINB)
             lo = w;
             if (b <= fr * S) break;
         }
-        float b = bias ? bias[rs + fr] : 0.0f;
+        float b = bias ? bias[r0 + fr] : 0.0f;
 #pragma unroll
         for (int t = 0; t < T; t++) {
             float sum = 0.0f;
@@ -398,7 +291,7 @@ static __global__ void __launch_bounds__(NT, MINB)
                 int slot = (w == warp || wb / S == fr) ? 0 : 1;
                 sum += part[(w * 2 + slot) * T + t];
             }
-            float *yp = y + (size_t)t * n + rs + fr;
+            float *yp = y + (size_t)t * n + r0 + fr;
             *yp = ACC ? *yp + (sum + b) : sum + b;
         }
     }
@@ -441,7 +334,7 @@ static __global__ void gemv_generic_kernel(float *__restrict__ y, const uint16_t
 }
 
 struct dev_info {
-    int sms, smem_optin, smem_per_sm, major;
+    int sms, smem_optin, smem_per_sm;
 };
 
 static struct dev_info dev_info_get(int *dev_out)
@@ -457,8 +350,6 @@ static struct dev_info dev_info_get(int *dev_out)
         CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].sms, cudaDevAttrMultiProcessorCount, dev));
         CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].smem_per_sm,
                                           cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-        CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].major, cudaDevAttrComputeCapabilityMajor,
-                                          dev));
     }
     return cache[dev];
 }
@@ -474,26 +365,22 @@ static struct dev_info dev_info_get(int *dev_out)
 #define GEMV_U 4
 
 typedef void (*gemv_fn)(float *, const uint4 *, const float *, const float *, int, int,
-                        const float *, float, int);
+                        const float *, float);
 
 // the kernel variants of one launch shape or position count: [input form][accumulate]
 struct gemv_fns {
     gemv_fn f[3][2];
 };
 
-template <int NT, int MINB, int U, int T, bool STAGE = false> static constexpr gemv_fns fns()
+template <int NT, int MINB, int U, int T> static constexpr gemv_fns fns()
 {
-    return {{{gemv_kernel<NT, MINB, U, T, GEMV_IN_PLAIN, false, STAGE>,
-              gemv_kernel<NT, MINB, U, T, GEMV_IN_PLAIN, true, STAGE>},
-             {gemv_kernel<NT, MINB, U, T, GEMV_IN_NORM, false, STAGE>,
-              gemv_kernel<NT, MINB, U, T, GEMV_IN_NORM, true, STAGE>},
-             {gemv_kernel<NT, MINB, U, T, GEMV_IN_SWIGLU, false, STAGE>,
-              gemv_kernel<NT, MINB, U, T, GEMV_IN_SWIGLU, true, STAGE>}}};
+    return {{{gemv_kernel<NT, MINB, U, T, GEMV_IN_PLAIN, false>,
+              gemv_kernel<NT, MINB, U, T, GEMV_IN_PLAIN, true>},
+             {gemv_kernel<NT, MINB, U, T, GEMV_IN_NORM, false>,
+              gemv_kernel<NT, MINB, U, T, GEMV_IN_NORM, true>},
+             {gemv_kernel<NT, MINB, U, T, GEMV_IN_SWIGLU, false>,
+              gemv_kernel<NT, MINB, U, T, GEMV_IN_SWIGLU, true>}}};
 }
-
-// the staged kernel: 512 threads of at most 64 registers (room beside a block of the kernel
-// before it), 4 loads in flight
-static const gemv_fns staged_fns = fns<GEMV_STAGE_NT, 2, GEMV_U, 1, true>();
 
 struct gemv_shape {
     const char *name;
@@ -562,43 +449,9 @@ static void set_smem_attr(gemv_fn fn, int dev, int optin)
     if (ndone < 128) done[ndone++] = {fn, dev};
 }
 
-// Staged rows: at most this many bytes of W per block (LOCKSTEP_GEMV_STAGE=KB; 0 turns staging
-// off). The default leaves room in an SM's 228 KB for a block of attention or of the next GEMV
-// beside the staged block's x, rows and sums.
-#define GEMV_STAGE_KB 160
-static size_t g_stage_bytes = (size_t)GEMV_STAGE_KB << 10;
-static int g_stage_set;
-
-static void stage_from_env(void)
-{
-    if (g_stage_set) return;
-    g_stage_set = 1;
-    const char *e = getenv("LOCKSTEP_GEMV_STAGE");
-    char *end;
-    long kb = e ? strtol(e, &end, 10) : -1;
-    if (e && *e && !*end && kb >= 0 && kb <= 1024) g_stage_bytes = (size_t)kb << 10;
-}
-
-// rows per block to stage for an n x k matrix (0: the staged kernel does not apply), and the
-// shared memory it then takes
-static int stage_plan(const dev_info &di, int n, int k, size_t smem_max, size_t *smem)
-{
-    const int K8 = k / 8, S = (K8 + 31) / 32, NW = GEMV_STAGE_NT / 32;
-    const int slots = S < NW ? S : NW;
-    if (di.major < 9 || g_stage_bytes == 0 || (S + slots - 1) / slots > GEMV_STAGE_COLS) return 0;
-    const int grid = n < di.sms ? n : di.sms, rows = (n + grid - 1) / grid;
-    const size_t row_bytes = (size_t)K8 * 16;
-    long long P = (long long)(g_stage_bytes / row_bytes);
-    if (P > rows) P = rows;
-    if (P < 1) return 0;
-    *smem = gemv_smem(1, k, GEMV_STAGE_NT) + (((size_t)P * slots + 3) & ~(size_t)3) * 4 +
-            (size_t)P * row_bytes;
-    return *smem <= smem_max ? (int)P : 0;
-}
-
 static void gemv_launch(float *y, const uint16_t *W, const float *x, const float *bias, int T,
                         int n, int k, bool swiglu, const float *nw, float eps, int accumulate,
-                        bool staged, void *stream)
+                        void *stream)
 {
     if (T < 1 || n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv", "T, n and k must be >= 1");
     cudaStream_t s = (cudaStream_t)stream;
@@ -617,16 +470,6 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
                    T, n, k, (int)swiglu, nw, eps, acc);
         return;
     }
-    stage_from_env();
-    size_t stage_smem = 0;
-    const int P = T == 1 && staged ? stage_plan(di, n, k, smem_max, &stage_smem) : 0;
-    if (P > 0) {
-        gemv_fn fn = staged_fns.f[in][acc];
-        set_smem_attr(fn, dev, di.smem_optin);
-        pdl_launch(fn, (unsigned)(n < di.sms ? n : di.sms), (unsigned)GEMV_STAGE_NT, stage_smem, s,
-                   y, (const uint4 *)W, x, bias, n, k, nw, eps, P);
-        return;
-    }
     if (T == 1) {
         const double bytes = (double)n * k * 2;
         const gemv_shape &sh = gemv_shapes[g_shape_pick[bytes < 96e6 ? 0 : bytes <= 512e6 ? 1 : 2]];
@@ -638,7 +481,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         long long g = (long long)di.sms * per_sm;
         set_smem_attr(fn, dev, di.smem_optin);
         pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W, x,
-                   bias, n, k, nw, eps, 0);
+                   bias, n, k, nw, eps);
         return;
     }
     // positions per pass: as many as fit in shared memory, at most GEMV_MAX_T
@@ -650,43 +493,35 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         const float *xt = x + (size_t)t0 * (swiglu ? 2 : 1) * k;
         if (tc == 1) { // the tail of a split: the T = 1 path
             gemv_launch(y + (size_t)t0 * n, W, xt, bias, 1, n, k, swiglu, nw, eps, accumulate,
-                        false, stream);
+                        stream);
             continue;
         }
         gemv_fn fn = multi_fns(tc).f[in][acc];
         set_smem_attr(fn, dev, di.smem_optin);
         pdl_launch(fn, grid, 512u, gemv_smem(tc, k, 512), s, y + (size_t)t0 * n, (const uint4 *)W,
-                   xt, bias, n, k, nw, eps, 0);
+                   xt, bias, n, k, nw, eps);
     }
 }
 
 extern "C" void ls_gemv(float *y, const uint16_t *W, const float *x, const float *bias, int T,
                         int n, int k, void *stream)
 {
-    gemv_launch(y, W, x, bias, T, n, k, false, nullptr, 0.0f, 0, false, stream);
+    gemv_launch(y, W, x, bias, T, n, k, false, nullptr, 0.0f, 0, stream);
 }
 
 extern "C" void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *bias,
                                int T, int n, int k, void *stream)
 {
-    gemv_launch(y, W, gu, bias, T, n, k, true, nullptr, 0.0f, 0, false, stream);
+    gemv_launch(y, W, gu, bias, T, n, k, true, nullptr, 0.0f, 0, stream);
 }
 
 extern "C" void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, int T,
                            int n, int k, int swiglu, const float *norm_w, float eps, int accumulate,
-                           int staged, void *stream)
+                           void *stream)
 {
     if (swiglu && norm_w)
         ls_die(__FILE__, __LINE__, "ls_gemv_ex", "a SwiGLU input takes no RMSNorm");
-    gemv_launch(y, W, x, bias, T, n, k, swiglu != 0, norm_w, eps, accumulate, staged != 0, stream);
-}
-
-extern "C" int ls_gemv_set_stage_kb(int kb)
-{
-    stage_from_env();
-    const int old = (int)(g_stage_bytes >> 10);
-    if (kb >= 0 && kb <= 1024) g_stage_bytes = (size_t)kb << 10;
-    return old;
+    gemv_launch(y, W, x, bias, T, n, k, swiglu != 0, norm_w, eps, accumulate, stream);
 }
 
 extern "C" int ls_gemv_shapes(void)

@@ -36,18 +36,9 @@ void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *b
 /* The general form: SwiGLU input as ls_gemv_swiglu when swiglu is set; else with norm_w set the
  * input is rmsnorm(x) * norm_w, x[t] scaled by 1 / sqrt(mean(x[t]^2) + eps) (the RMSNorm that
  * precedes a column-parallel layer, fused); with accumulate, y += W . x (+ bias) instead of
- * y = (the residual add after a row-parallel layer when no all-reduce sits between).
- * staged (T = 1, sm_90, with PDL on to pay): each block's first rows are copied into shared
- * memory before the kernel waits for the one before it, so that their bytes move while that
- * kernel runs; for a GEMV that follows a kernel leaving DRAM idle (attention, an all-reduce).
- * The same result up to summation order; shapes it does not suit take the plain kernel. */
+ * y = (the residual add after a row-parallel layer when no all-reduce sits between). */
 void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, int T, int n, int k,
-                int swiglu, const float *norm_w, float eps, int accumulate, int staged,
-                void *stream);
-
-/* Bytes of W per block that a staged GEMV copies ahead, in KB (default 160, LOCKSTEP_GEMV_STAGE;
- * 0: none); returns the previous setting. For tests and experiments. */
-int ls_gemv_set_stage_kb(int kb);
+                int swiglu, const float *norm_w, float eps, int accumulate, void *stream);
 
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above

@@ -258,37 +258,11 @@ static void gemm(float *out, const float *in, const void *W, const float *bias, 
     ls_gemm_bf16(cu.gemm, out, cu.act16, W, bias, T, k, n, stream_get());
 }
 
-/* Which decode GEMVs stage their first rows in shared memory before the PDL wait (kernels/gemv.h):
- * those that follow a kernel leaving DRAM idle. In the engine's layer those are the plain
- * matmuls (at TP > 1: QKV and gate+up after an all-reduce, o after attention, the LM head after
- * the last all-reduce) and the residual form without SwiGLU (o at TP = 1); the fused-norm ones
- * follow a GEMV at TP = 1. LOCKSTEP_GEMV_STAGED=all stages every decode GEMV, =none none (for
- * measurements). */
-enum { STAGED_AFTER_IDLE, STAGED_ALL, STAGED_NONE };
-
-static int staged_policy(void)
-{
-    static int policy = -1;
-    if (policy < 0) {
-        const char *e = getenv("LOCKSTEP_GEMV_STAGED");
-        policy = e && !strcmp(e, "all")     ? STAGED_ALL
-                 : e && !strcmp(e, "after") ? STAGED_AFTER_IDLE
-                                            : STAGED_NONE;
-    }
-    return policy;
-}
-
-static int staged(int after_idle)
-{
-    int p = staged_policy();
-    return p == STAGED_ALL || (p == STAGED_AFTER_IDLE && after_idle);
-}
-
 static void cu_matmul(float *out, const float *in, const void *W, const float *bias, int T, int k,
                       int n)
 {
     if (T <= GEMV_MAX_T)
-        ls_gemv_ex(out, W, in, bias, T, n, k, 0, NULL, 0.0f, 0, staged(1), stream_get());
+        ls_gemv(out, W, in, bias, T, n, k, stream_get());
     else
         gemm(out, in, W, bias, T, k, n);
 }
@@ -312,7 +286,7 @@ static void cu_matmul_rmsnorm(float *out, const float *x, const float *nw, float
                               const float *bias, int T, int k, int n)
 {
     if (T <= GEMV_MAX_T) {
-        ls_gemv_ex(out, W, x, bias, T, n, k, 0, nw, eps, 0, staged(0), stream_get());
+        ls_gemv_ex(out, W, x, bias, T, n, k, 0, nw, eps, 0, stream_get());
         return;
     }
     grow((void **)&cu.tmp, &cu.tmp_cap, (size_t)T * k * sizeof(float));
@@ -324,7 +298,7 @@ static void cu_matmul_residual(float *x, const float *in, const void *W, int T, 
                                int swiglu)
 {
     if (T <= GEMV_MAX_T) {
-        ls_gemv_ex(x, W, in, NULL, T, n, k, swiglu, NULL, 0.0f, 1, staged(!swiglu), stream_get());
+        ls_gemv_ex(x, W, in, NULL, T, n, k, swiglu, NULL, 0.0f, 1, stream_get());
         return;
     }
     grow((void **)&cu.tmp, &cu.tmp_cap, (size_t)T * n * sizeof(float));

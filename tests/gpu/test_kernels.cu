@@ -218,17 +218,12 @@ static __global__ void spin_then_copy(float *dst, const float *src, size_t n, lo
 // ~1e-6); one dropped 16-byte chunk in one row at k = 4096 moves that row by ~4e-2 of its size.
 #define TOL_GEMV 1e-4
 
-// stage_kb >= 0: the staged kernel (ls_gemv_ex with staged set) with that many KB of rows per
-// block copied ahead; shapes it does not suit take the plain kernel
 static void test_gemv(const char *label, int n, int k, int T, bool bias, bool swiglu,
-                      int w_offset = 0, bool pdl = false, int stage_kb = -1)
+                      int w_offset = 0, bool pdl = false)
 {
-    char name[160], staged[32] = "";
-    if (stage_kb >= 0) snprintf(staged, sizeof staged, " staged %d KB", stage_kb);
-    snprintf(name, sizeof name, "gemv%s %s n=%d k=%d T=%d%s%s%s%s", swiglu ? "_swiglu" : "", label,
-             n, k, T, bias ? " bias" : "", w_offset ? " misaligned-W" : "", pdl ? " pdl" : "",
-             staged);
-    const int saved_kb = stage_kb >= 0 ? ls_gemv_set_stage_kb(stage_kb) : -1;
+    char name[160];
+    snprintf(name, sizeof name, "gemv%s %s n=%d k=%d T=%d%s%s%s", swiglu ? "_swiglu" : "", label, n,
+             k, T, bias ? " bias" : "", w_offset ? " misaligned-W" : "", pdl ? " pdl" : "");
     const size_t nk = (size_t)n * k;
     const int kin = swiglu ? 2 * k : k;
     std::vector<uint16_t> Wb;
@@ -249,10 +244,7 @@ static void test_gemv(const char *label, int n, int k, int T, bool bias, bool sw
     db.up(b);
     dy.poison();
     auto run = [&] {
-        if (stage_kb >= 0)
-            ls_gemv_ex(dy.p, dW.p + w_offset, dx.p, bias ? db.p : nullptr, T, n, k, swiglu,
-                       nullptr, 0.0f, 0, 1, nullptr);
-        else if (swiglu)
+        if (swiglu)
             ls_gemv_swiglu(dy.p, dW.p + w_offset, dx.p, bias ? db.p : nullptr, T, n, k, nullptr);
         else
             ls_gemv(dy.p, dW.p + w_offset, dx.p, bias ? db.p : nullptr, T, n, k, nullptr);
@@ -282,21 +274,17 @@ static void test_gemv(const char *label, int n, int k, int T, bool bias, bool sw
     std::vector<float> y2 = dy.down();
     bool same = memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0;
     report(same, "%s: bitwise reproducible", name);
-    if (stage_kb >= 0) ls_gemv_set_stage_kb(saved_kb);
 }
 
 // the fused forms of ls_gemv_ex: RMSNorm of the input (mode 1), y += (mode 2), SwiGLU input
 // with y += (mode 3); y starts as a random residual for the accumulating modes
-static void test_gemv_fused(const char *label, int n, int k, int T, int mode, int shape = -1,
-                            int stage_kb = -1)
+static void test_gemv_fused(const char *label, int n, int k, int T, int mode, int shape = -1)
 {
     static const char *modes[] = {"", "norm-in", "residual", "swiglu residual"};
-    char name[160], staged[32] = "";
+    char name[160];
     const char *sh = shape >= 0 ? ls_gemv_set_shapes(shape, shape, shape) : nullptr;
-    if (stage_kb >= 0) snprintf(staged, sizeof staged, " staged %d KB", stage_kb);
-    snprintf(name, sizeof name, "gemv %s %s n=%d k=%d T=%d%s%s%s", modes[mode], label, n, k, T,
-             sh ? " shape " : "", sh ? sh : "", staged);
-    const int saved_kb = stage_kb >= 0 ? ls_gemv_set_stage_kb(stage_kb) : -1;
+    snprintf(name, sizeof name, "gemv %s %s n=%d k=%d T=%d%s%s", modes[mode], label, n, k, T,
+             sh ? " shape " : "", sh ? sh : "");
     const bool swiglu = mode == 3, acc = mode >= 2;
     const int kin = swiglu ? 2 * k : k;
     const float eps = 1e-5f;
@@ -329,7 +317,7 @@ static void test_gemv_fused(const char *label, int n, int k, int T, int mode, in
         else
             dy.poison();
         ls_gemv_ex(dy.p, dW.p, dx.p, nullptr, T, n, k, swiglu, mode == 1 ? dnw.p : nullptr, eps,
-                   acc, stage_kb >= 0, nullptr);
+                   acc, nullptr);
         CHECK_CUDA(cudaGetLastError());
         return dy.down();
     };
@@ -339,7 +327,6 @@ static void test_gemv_fused(const char *label, int n, int k, int T, int mode, in
     report(memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0, "%s: bitwise reproducible",
            name);
     if (shape >= 0) ls_gemv_set_shapes(1, 0, 4);
-    if (stage_kb >= 0) ls_gemv_set_stage_kb(saved_kb);
 }
 
 static void tests_gemv(void)
@@ -383,27 +370,6 @@ static void tests_gemv(void)
     test_gemv("batch", 600, 576, 11, false, false);
     test_gemv("pdl", 3072, 576, 1, false, false, 0, true);
     test_gemv("pdl", 576, 1536, 2, false, true, 0, true);
-    // staged rows: some of a block's rows (8B o: 20 of 31), all of them (TP=2 o), one row, two
-    // column slots per warp (k = 8192; odd k with a partial last unit), slots < warps (k = 576),
-    // blocks of one row (n < SMs), every input form, bias, PDL with x arriving late, and shapes
-    // that fall back to the plain kernel (a row larger than the budget; k = 14336)
-    test_gemv("staged", 4096, 4096, 1, false, false, 0, false, 160);
-    test_gemv("staged", 4096, 2048, 1, true, false, 0, false, 160);
-    test_gemv("staged one row", 2000, 4096, 1, true, false, 0, false, 8);
-    test_gemv("staged", 3000, 8192, 1, false, false, 0, false, 64);
-    test_gemv("staged odd", 4099, 4104, 1, true, false, 0, false, 160);
-    test_gemv("staged smollm2 qkv", 960, 576, 1, true, false, 0, false, 160);
-    test_gemv("staged", 7, 8, 1, true, false, 0, false, 160);
-    test_gemv("staged", 1, 4096, 1, true, false, 0, false, 160);
-    test_gemv("staged pdl", 4096, 4096, 1, true, false, 0, true, 160);
-    test_gemv("staged pdl", 3072, 576, 1, false, false, 0, true, 96);
-    test_gemv("staged fallback", 4096, 4096, 1, false, false, 0, false, 4);
-    test_gemv("staged fallback", 600, 14336, 1, false, true, 0, false, 160);
-    test_gemv("staged batch", 960, 576, 3, true, false, 0, false, 160);
-    for (int mode = 1; mode <= 3; mode++) {
-        test_gemv_fused("staged", 4096, mode == 3 ? 2048 : 4096, 1, mode, -1, 160);
-        test_gemv_fused("staged odd", 4099, 4104, 1, mode, -1, 200);
-    }
     if (!g_quick) {
         test_gemv("smollm2 lm-head", 49152, 576, 1, false, false);
         test_gemv("smollm2 tp2 lm-head", 24576, 576, 1, false, false);
