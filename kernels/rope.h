@@ -30,20 +30,6 @@ void ls_rope_kv(float *q, float *k, const float *v, int q_stride, int kv_stride,
                 int hd, int max_ctx, int interleaved, const float *q_norm, const float *k_norm,
                 float eps, void *stream);
 
-/* The same, and while it runs the bulk copy engine pulls the matrices the step reads next
- * (l2_next[0], l2_bytes[0]: the attention output projection; [1]: the gate+up projection after
- * it) into L2, so that the DRAM, idle during the small RoPE and attention kernels, fetches part
- * of the next GEMVs' weights. A hint: results are those of ls_rope_kv. Two thirds of the L2 at
- * most: all of the first matrix when it fits, else an even share of it (one 64 KB stripe in
- * every ceil(bytes / budget)); the second an even share of what is left. NULL or unaligned
- * entries are skipped; l2_next NULL: none. Measured on the H200 this made the 8B decode step
- * twice as slow, not faster (docs/BENCHMARKS.md); the backend leaves it off by default. */
-void ls_rope_kv_prefetch(float *q, float *k, const float *v, int q_stride, int kv_stride,
-                         uint16_t *kcache, uint16_t *vcache, const int *pos, const float *inv_freq,
-                         int T, int hq, int hkv, int hd, int max_ctx, int interleaved,
-                         const float *q_norm, const float *k_norm, float eps,
-                         const void *const l2_next[2], const size_t l2_bytes[2], void *stream);
-
 #ifdef __cplusplus
 }
 #endif

@@ -61,18 +61,21 @@ struct ls_backend {
     void (*matmul_residual)(float *x, const float *in, const void *W, int T, int k, int n,
                             int swiglu);
     /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
-     * positions pos[t], k and v stored in the caches at pos[t]; next[2] (bytes[2]): the
-     * matrices the step reads next, which the backend may start pulling into a cache (a hint;
-     * entries may be NULL) */
+     * positions pos[t], k and v stored in the caches at pos[t] */
     void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos,
                     const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
-                    int interleaved, const float *q_norm, const float *k_norm, float eps,
-                    const void *const next[2], const size_t bytes[2]);
+                    int interleaved, const float *q_norm, const float *k_norm, float eps);
     /* causal attention of the T positions pos[0] .. pos[0] + T - 1 (pos0 is pos[0] as known to
      * the host; a decode step of a graph reads pos instead); q at qkv + t * stride; out
      * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */
     void (*attention)(float *out, const float *qkv, int stride, const void *kc, const void *vc,
                       const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx);
+    /* rope_kv then attention for one position (T = 1) in one step where the backend can (NULL:
+     * not offered); qkv is left as it was. Returns 0 when it did the work, -1 when this shape
+     * is not served (the caller then makes the two calls). */
+    int (*rope_attention)(float *out, const float *qkv, void *kc, void *vc, const int *pos,
+                          const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
+                          int interleaved, const float *q_norm, const float *k_norm, float eps);
     void (*add)(float *x, const float *y, size_t n);
     /* the row-parallel matmul's partial sums summed over ranks by comm (in place), added to
      * the residual stream x, and normed = rmsnorm(x) * w: the tensor-parallel all-reduce with

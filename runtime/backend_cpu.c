@@ -109,10 +109,9 @@ static void cpu_matmul_residual(float *x, const float *in, const void *W, int T,
 
 static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
                         const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
-                        int interleaved, const float *q_norm, const float *k_norm, float eps,
-                        const void *const next[2], const size_t bytes[2])
+                        int interleaved, const float *q_norm, const float *k_norm, float eps)
 {
-    (void)max_ctx, (void)next, (void)bytes;
+    (void)max_ctx;
     for (int t = 0; t < T; t++) {
         float *q = qkv + (size_t)t * stride, *k = q + (size_t)hq * hd, *v = k + (size_t)hkv * hd;
         if (q_norm) ref_rmsnorm(q, q, q_norm, hq, hd, eps);

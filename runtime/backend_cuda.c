@@ -311,33 +311,17 @@ static void cu_matmul_residual(float *x, const float *in, const void *W, int T, 
 
 static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
                        const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
-                       int interleaved, const float *q_norm, const float *k_norm, float eps,
-                       const void *const next[2], const size_t bytes[2])
+                       int interleaved, const float *q_norm, const float *k_norm, float eps)
 {
-    /* LOCKSTEP_L2_PREFETCH: 0 (default) none, 1 the next matrix, 2 the next two. Off: measured
-     * on the H200 (docs/BENCHMARKS.md, 2026-11-29 call 8) it doubled the 8B step (4.52 ->
-     * 9.53 ms/token at TP=1, 8.5 ms with the o projection alone) instead of saving the
-     * ~0.15 ms expected; kept as a switch until the cause is known. */
-    static int prefetch = -1;
-    if (prefetch < 0) {
-        const char *e = getenv("LOCKSTEP_L2_PREFETCH");
-        prefetch = e && (e[0] == '1' || e[0] == '2') && !e[1] ? e[0] - '0' : 0;
-    }
-    const void *nx[2] = {NULL, NULL};
-    size_t nb[2] = {0, 0};
-    for (int r = 0; r < prefetch && T == 1 && next; r++) {
-        nx[r] = next[r];
-        nb[r] = bytes[r];
-    }
     float *q = qkv, *k = qkv + (size_t)hq * hd, *v = qkv + (size_t)(hq + hkv) * hd;
-    ls_rope_kv_prefetch(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx,
-                        interleaved, q_norm, k_norm, eps, nx, nb, stream_get());
+    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx,
+               interleaved, q_norm, k_norm, eps, stream_get());
 }
 
-static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
-                         const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx)
+/* the decode attention's workspace for nsplit chunks, grown (and its counters zeroed) outside
+ * graph captures */
+static void attn_workspace(int hq, int hd, int nsplit)
 {
-    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     size_t ws = ls_attention_decode_workspace(hq, hd, nsplit);
     if (ws > cu.attn_ws_cap) {
         /* never inside a capture: a prefill (eager) always comes first and sizes it */
@@ -351,6 +335,13 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
          * leaves them at zero */
         CHECK_CUDA(cudaMemsetAsync(cu.attn_ws, 0, ws, stream_get()));
     }
+}
+
+static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
+                         const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx)
+{
+    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    attn_workspace(hq, hd, nsplit);
     /* LOCKSTEP_ATTN_PREFILL=0 sends prefills through the decode kernel, one position at a time */
     const char *ap = getenv("LOCKSTEP_ATTN_PREFILL");
     int prefill_ok = (hd == 64 || hd == 128 || hd == 256) && !(ap && !strcmp(ap, "0"));
@@ -363,6 +354,25 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
                             hq, hkv, hd, max_ctx, nsplit, t, cu.attn_ws, stream_get());
+}
+
+/* RoPE and the K/V store folded into the decode attention kernel (one launch fewer per layer);
+ * LOCKSTEP_ATT_ROPE=0 keeps them apart (for measurements) */
+static int cu_rope_attention(float *out, const float *qkv, void *kc, void *vc, const int *pos,
+                             const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
+                             int interleaved, const float *q_norm, const float *k_norm, float eps)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LOCKSTEP_ATT_ROPE");
+        on = !(e && !strcmp(e, "0"));
+    }
+    if (!on || hd % 16) return -1;
+    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    attn_workspace(hq, hd, nsplit);
+    ls_attention_decode_rope(out, qkv, kc, vc, pos, inv_freq, interleaved, q_norm, k_norm, eps, hq,
+                             hkv, hd, max_ctx, nsplit, cu.attn_ws, stream_get());
+    return 0;
 }
 
 static void cu_add(float *x, const float *y, size_t n)
@@ -452,6 +462,7 @@ const struct ls_backend ls_backend_cuda = {
     .matmul_residual = cu_matmul_residual,
     .rope_kv = cu_rope_kv,
     .attention = cu_attention,
+    .rope_attention = cu_rope_attention,
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,
     .argmax = cu_argmax,

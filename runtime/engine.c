@@ -184,10 +184,6 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     const int qd = hq * hd, stride = (hq + 2 * hkv) * hd,
               rope_il = c->rope_style == LS_ROPE_INTERLEAVED;
     const float eps = c->norm_eps;
-    /* the matrices read right after the small kernels of attention: o, then gate+up */
-    const void *next[2] = {L->wo, L->w_gu};
-    const size_t next_bytes[2] = {(size_t)D * qd * be->weight_bytes,
-                                  (size_t)2 * F * D * be->weight_bytes};
 
     const int fused = fused_tp1(e);
 
@@ -195,10 +191,15 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
         be->matmul_rmsnorm(e->qkv, e->x, L->attn_norm, eps, L->wqkv, L->bqkv, T, D, stride);
     else
         be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
-    be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
-                e->max_ctx, rope_il, L->q_norm, L->k_norm, eps, next, next_bytes);
-    be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
-                  e->max_ctx);
+    /* a decode step: RoPE folded into attention where the backend offers it */
+    if (T != 1 || !be->rope_attention ||
+        be->rope_attention(e->att, e->qkv, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, hq, hkv,
+                           hd, e->max_ctx, rope_il, L->q_norm, L->k_norm, eps) != 0) {
+        be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
+                    e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
+        be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
+                      e->max_ctx);
+    }
     if (fused) {
         be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);
         be->matmul_rmsnorm(e->gu, e->x, L->ffn_norm, eps, L->w_gu, NULL, T, D, 2 * F);

@@ -3,7 +3,7 @@
 #   device run: bash tests/gpu/run.sh   (carry .debs: the -dev packages the machine lacks,
 #   fetched here with ../shared/device/fetch-debs.sh .debs)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
-# smollm2 (after carry1), peer, bench, longctx, shapes, prefetch, ab, bench70, scaling (#6),
+# smollm2 (after carry1), peer, bench, longctx, shapes, ab, bench70, scaling (#6),
 # allreduce, lab. Each stage's log is
 # $OUT/<stage>.log; a short table of results is printed last.
 set -uo pipefail
@@ -208,31 +208,6 @@ stage_shapes() {
         LOCKSTEP_GEMV=$v mpi -x LOCKSTEP_GEMV -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 \
             --gen 256 --json "$OUT/shapes-$v.json" 2>&1 | grep -E "^ *decode  "
     done
-}
-
-# decode with and without the L2 prefetch of the next matrices during the attention kernels
-# (LOCKSTEP_L2_PREFETCH=0 none (the default), 1 the o projection, 2 o and gate+up), TP=1 and TP=2
-stage_prefetch() {
-    local v n
-    n=$(ngpus)
-    for v in 2 0 1; do
-        echo -n "TP=1 LOCKSTEP_L2_PREFETCH=$v: "
-        LOCKSTEP_L2_PREFETCH=$v mpi -x LOCKSTEP_L2_PREFETCH -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b \
-            --prompt-len 128 --gen 256 --json "$OUT/pf-tp1-$v.json" 2>&1 | grep -E "^ *(decode  |achieved|model load)" | tr -s ' ' | tr '\n' ' '
-        echo
-    done
-    [ "$n" -ge 2 ] || return 0
-    for v in 2 0; do
-        echo -n "TP=2 custom LOCKSTEP_L2_PREFETCH=$v: "
-        LOCKSTEP_L2_PREFETCH=$v mpi -x LOCKSTEP_L2_PREFETCH -np 2 build-gpu/lockstep bench --gpu --allreduce custom \
-            --dummy llama-3.1-8b --prompt-len 128 --gen 256 --json "$OUT/pf-tp2-$v.json" 2>&1 |
-            grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
-        echo
-    done
-    echo -n "TP=2 nccl: "
-    mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
-        --json "$OUT/pf-tp2-nccl.json" 2>&1 | grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
-    echo
 }
 
 # decode at a long context (a 4096-token prompt): attention reads 0.5 MB of KV cache per layer
