@@ -29,7 +29,6 @@
 #include "pdl.cuh"
 #include "runtime/check.h"
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -80,68 +79,14 @@ static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int 
     return ((size_t)hq * nsplit * (hd + 2) + 3) & ~(size_t)3; // in floats
 }
 
-// RoPE folded in (ls_attention_decode_rope): q, k and v are the QKV GEMV's raw output; the
-// kernel normalises and rotates q and the new position's k itself and stores k and v in the cache
-struct rope_in {
-    const float *inv_freq, *q_norm, *k_norm; // inv_freq NULL: no RoPE here (q is final)
-    uint16_t *kc, *vc;                       // the caches, written at the new position
-    int k_off, v_off;                        // k and v of KV head 0, in floats from q
-    int interleaved;
-    float eps;
-};
-
-static __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi)
-{
-    __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&b);
-}
-
-// the 8 elements e[] a lane holds of one head (dimensions c*8 .. c*8+7, lanes c of one position
-// group of LG lanes): times 1 / rms(head) * nw when nw is set, then rotated by the angles cs, sn
-// of their pairs. Every lane of the warp calls it (shuffles); lanes past hd hold zeros.
-template <int LG>
-static __device__ __forceinline__ void norm_rotate(float (&e)[8], const float *nw, float eps, int hd,
-                                                   int c, bool on, int interleaved,
-                                                   const float (&cs)[8], const float (&sn)[8])
-{
-    if (nw) {
-        float ss = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) ss = fmaf(e[j], e[j], ss);
-#pragma unroll
-        for (int off = LG / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-        const float scale = 1.0f / sqrtf(ss / (float)hd + eps);
-#pragma unroll
-        for (int j = 0; j < 8; j++) e[j] = on ? (e[j] * scale) * nw[c * 8 + j] : 0.0f;
-    }
-    if (interleaved) { // pairs (2i, 2i + 1) inside the lane
-#pragma unroll
-        for (int j = 0; j < 8; j += 2) {
-            const float x0 = e[j], x1 = e[j + 1];
-            e[j] = x0 * cs[j] - x1 * sn[j];
-            e[j + 1] = x1 * cs[j] + x0 * sn[j];
-        }
-        return;
-    }
-    // pairs (i, i + hd/2): the partner is hd/16 lanes away in the same position group
-    const int hh = hd / 16, lane = threadIdx.x & 31;
-    const bool low = c < hh;
-    const int src = !on ? lane : low ? lane + hh : lane - hh;
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        const float other = __shfl_sync(0xffffffffu, e[j], src);
-        e[j] = low ? e[j] * cs[j] - other * sn[j] : e[j] * cs[j] + other * sn[j];
-    }
-}
-
 // LG lanes per position; GM q heads held per block (1, 2, 4 or 8); U positions per lane per
-// loop iteration (see pick_decode_g); ROPE: RoPE and the cache store folded in (rope_in)
-template <int LG, int GM, int U, bool ROPE>
+// loop iteration (see pick_decode_g)
+template <int LG, int GM, int U>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_decode_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                        const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
                        const int *__restrict__ pos, int hq, int hd, int group, int max_ctx,
-                       int nsplit, int min_chunk, int fresh, float qscale, const rope_in ri)
+                       int nsplit, int min_chunk, int fresh, float qscale)
 {
     constexpr int PG = 32 / LG;                   // positions per warp step
     constexpr int STEP = U * ATT_WARPS * PG;      // positions per block per loop iteration
@@ -158,8 +103,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     const int nsub = (group + GM - 1) / GM;
     const int kvh = blockIdx.y / nsub, h0 = kvh * group + (blockIdx.y % nsub) * GM;
     const int gb = min(GM, kvh * group + group - h0); // q heads of this block
-    const int pos0 = pos[0];
-    int n = pos0 + 1;
+    int n = pos[0] + 1;
     n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
     const int C = chunk_len(n, nsplit, min_chunk);
     const int p_begin = blockIdx.x * C, p_end = min(n, p_begin + C);
@@ -167,19 +111,10 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     const bool lane_on = c * 8 < hd;
     const uint16_t *K = kcache + (size_t)kvh * max_ctx * hd + c * 8;
     const uint16_t *V = vcache + (size_t)kvh * max_ctx * hd + c * 8;
-    // ROPE: the new position's K/V come from this kernel (when pos0 is inside the cache: else,
-    // as the RoPE kernel, nothing is stored and the cache row is read as it is)
-    const bool fold_new = ROPE && pos0 >= 0 && pos0 < max_ctx;
-    const bool has_new = fold_new && p_begin <= pos0 && pos0 < p_end;
 
-    uint4 kr[U], vr[U], knew = make_uint4(0, 0, 0, 0), vnew = knew;
+    uint4 kr[U], vr[U];
     int p[U];
     auto fetch = [&](int u, int at) { // slot u gets the K and V rows of position `at`
-        if (ROPE && has_new && at == pos0) {
-            kr[u] = knew;
-            vr[u] = vnew;
-            return;
-        }
         kr[u] = ld_stream(K + (size_t)at * hd);
         vr[u] = ld_stream(V + (size_t)at * hd);
     };
@@ -194,24 +129,13 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     };
     const int base0 = p_begin + warp * PG;
     if (base0 < p_end) load(base0, true);
-    // ROPE: the angles of the lane's 8 dimensions, while those loads are in flight (pos and
-    // inv_freq are final before the wait)
-    float cs[8], sn[8];
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        cs[j] = 1.0f, sn[j] = 0.0f;
-        if (ROPE && lane_on && p_begin < n) {
-            const int d = c * 8 + j, half = hd / 2;
-            const int i = ri.interleaved ? d >> 1 : d < half ? d : d - half;
-            sincosf((float)pos0 * ri.inv_freq[i], &sn[j], &cs[j]);
-        }
-    }
     pdl_wait();
     // past the context: neither counted nor merged
     if (p_begin >= n) return;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) fetch(u, p[u]);
 
-    // q of the block's heads (ROPE: raw, rotated below), loaded first so that its latency
-    // overlaps the new K/V row's
     float qv[GM][8], m[GM], l[GM], o[GM][8];
 #pragma unroll
     for (int g = 0; g < GM; g++) {
@@ -221,51 +145,9 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
             a = q4[0];
             b = q4[1];
         }
-        qv[g][0] = a.x, qv[g][1] = a.y, qv[g][2] = a.z, qv[g][3] = a.w;
-        qv[g][4] = b.x, qv[g][5] = b.y, qv[g][6] = b.z, qv[g][7] = b.w;
-    }
-    if (ROPE && has_new && warp == ((pos0 - p_begin) / PG) % ATT_WARPS) {
-        // the warp whose positions include the new one makes its K (normed, rotated) and V
-        // rows, rounded to bf16 as the cache holds them (fetch takes them from knew, vnew); one
-        // block per KV head stores them
-        {
-            float e[8], f[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) e[j] = f[j] = 0.0f;
-            if (lane_on) {
-                const float4 *k4 =
-                    reinterpret_cast<const float4 *>(q + ri.k_off + (size_t)kvh * hd + c * 8);
-                const float4 *v4 =
-                    reinterpret_cast<const float4 *>(q + ri.v_off + (size_t)kvh * hd + c * 8);
-                const float4 a = k4[0], b = k4[1], va = v4[0], vb = v4[1];
-                e[0] = a.x, e[1] = a.y, e[2] = a.z, e[3] = a.w;
-                e[4] = b.x, e[5] = b.y, e[6] = b.z, e[7] = b.w;
-                f[0] = va.x, f[1] = va.y, f[2] = va.z, f[3] = va.w;
-                f[4] = vb.x, f[5] = vb.y, f[6] = vb.z, f[7] = vb.w;
-            }
-            norm_rotate<LG>(e, ri.k_norm, ri.eps, hd, c, lane_on, ri.interleaved, cs, sn);
-            const uint4 kw = make_uint4(pack_bf16x2(e[0], e[1]), pack_bf16x2(e[2], e[3]),
-                                        pack_bf16x2(e[4], e[5]), pack_bf16x2(e[6], e[7]));
-            const uint4 vw = make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
-                                        pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
-            knew = kw;
-            vnew = vw;
-            if (sub == 0 && lane_on && blockIdx.y % nsub == 0) {
-                const size_t at = ((size_t)kvh * max_ctx + pos0) * hd + c * 8;
-                *reinterpret_cast<uint4 *>(ri.kc + at) = kw;
-                *reinterpret_cast<uint4 *>(ri.vc + at) = vw;
-            }
-        }
-    }
-#pragma unroll
-    for (int u = 0; u < U; u++)
-        if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) fetch(u, p[u]);
-
-#pragma unroll
-    for (int g = 0; g < GM; g++) {
-        if (ROPE) norm_rotate<LG>(qv[g], ri.q_norm, ri.eps, hd, c, lane_on, ri.interleaved, cs, sn);
-#pragma unroll
-        for (int j = 0; j < 8; j++) qv[g][j] *= qscale;
+        qv[g][0] = a.x * qscale, qv[g][1] = a.y * qscale, qv[g][2] = a.z * qscale;
+        qv[g][3] = a.w * qscale, qv[g][4] = b.x * qscale, qv[g][5] = b.y * qscale;
+        qv[g][6] = b.z * qscale, qv[g][7] = b.w * qscale;
 #pragma unroll
         for (int j = 0; j < 8; j++) o[g][j] = 0.0f;
         m[g] = -INFINITY;
@@ -635,7 +517,7 @@ extern "C" size_t ls_attention_decode_workspace(int hq, int hd, int nsplit)
 }
 
 typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, const uint16_t *,
-                          const int *, int, int, int, int, int, int, int, float, const rope_in);
+                          const int *, int, int, int, int, int, int, int, float);
 
 // U = 8 positions per lane per iteration (one iteration per 64-position chunk at hd 128, but
 // ~240 registers: 2 blocks per SM) for caches of up to ATT_WIDE_CTX positions, U = 2 (~130
@@ -643,47 +525,18 @@ typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, con
 // of the longer chunks better (measured: at context 1024, 11.0 vs 13.7 us; at 4096, 23.6 vs
 // 21.7 us; at 32768, 81 vs 63 us)
 #define ATT_WIDE_CTX 2048
-template <int LG, bool ROPE> static decode_fn pick_decode_g(int gm, bool wide)
+template <int LG> static decode_fn pick_decode_g(int gm, bool wide)
 {
     switch (gm) {
     case 1:
-        return wide ? attn_decode_kernel<LG, 1, 8, ROPE> : attn_decode_kernel<LG, 1, 2, ROPE>;
+        return wide ? attn_decode_kernel<LG, 1, 8> : attn_decode_kernel<LG, 1, 2>;
     case 2:
-        return wide ? attn_decode_kernel<LG, 2, 8, ROPE> : attn_decode_kernel<LG, 2, 2, ROPE>;
+        return wide ? attn_decode_kernel<LG, 2, 8> : attn_decode_kernel<LG, 2, 2>;
     case 4:
-        return wide ? attn_decode_kernel<LG, 4, 8, ROPE> : attn_decode_kernel<LG, 4, 2, ROPE>;
+        return wide ? attn_decode_kernel<LG, 4, 8> : attn_decode_kernel<LG, 4, 2>;
     default:
-        return wide ? attn_decode_kernel<LG, 8, 4, ROPE> : attn_decode_kernel<LG, 8, 2, ROPE>;
+        return wide ? attn_decode_kernel<LG, 8, 4> : attn_decode_kernel<LG, 8, 2>;
     }
-}
-
-static void decode_launch(float *out, const float *q, const uint16_t *kcache,
-                          const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
-                          int max_ctx, int nsplit, int fresh, float *workspace, const rope_in &ri,
-                          void *stream, const char *what)
-{
-    if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
-        nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) ||
-        ((uintptr_t)q & 15) || fresh < 0)
-        ls_die(__FILE__, __LINE__, what,
-               "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
-               "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
-    const int group = hq / hkv;
-    const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
-    const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
-    const bool wide = max_ctx <= ATT_WIDE_CTX, rope = ri.inv_freq != nullptr;
-    decode_fn fn = lg == 8    ? (rope ? pick_decode_g<8, true>(gm, wide)
-                                      : pick_decode_g<8, false>(gm, wide))
-                   : lg == 16 ? (rope ? pick_decode_g<16, true>(gm, wide)
-                                      : pick_decode_g<16, false>(gm, wide))
-                              : (rope ? pick_decode_g<32, true>(gm, wide)
-                                      : pick_decode_g<32, false>(gm, wide));
-    cudaStream_t s = (cudaStream_t)stream;
-    dim3 grid((unsigned)nsplit, (unsigned)(hkv * ((group + gm - 1) / gm)));
-    float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
-    pdl_launch(fn, grid, ATT_WARPS * 32, 0, s, out, workspace, q, kcache, vcache, pos, hq, hd,
-               group, max_ctx, nsplit, min_chunk(), fresh, qscale, ri);
-    CHECK_CUDA(cudaGetLastError());
 }
 
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
@@ -691,24 +544,25 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                                     int max_ctx, int nsplit, int fresh, float *workspace,
                                     void *stream)
 {
-    const rope_in none = {};
-    decode_launch(out, q, kcache, vcache, pos, hq, hkv, hd, max_ctx, nsplit, fresh, workspace,
-                  none, stream, "ls_attention_decode");
-}
-
-extern "C" void ls_attention_decode_rope(float *out, const float *qkv, uint16_t *kcache,
-                                         uint16_t *vcache, const int *pos, const float *inv_freq,
-                                         int interleaved, const float *q_norm, const float *k_norm,
-                                         float eps, int hq, int hkv, int hd, int max_ctx,
-                                         int nsplit, float *workspace, void *stream)
-{
-    if (hd % 16 || !inv_freq)
-        ls_die(__FILE__, __LINE__, "ls_attention_decode_rope",
-               "expected hd % 16 == 0 and the inverse frequencies");
-    const rope_in ri = {inv_freq, q_norm,      k_norm,      kcache, vcache,
-                        hq * hd,  (hq + hkv) * hd, interleaved, eps};
-    decode_launch(out, qkv, kcache, vcache, pos, hq, hkv, hd, max_ctx, nsplit, 0, workspace, ri,
-                  stream, "ls_attention_decode_rope");
+    if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
+        nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) ||
+        ((uintptr_t)q & 15) || fresh < 0)
+        ls_die(__FILE__, __LINE__, "ls_attention_decode",
+               "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
+               "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
+    const int group = hq / hkv;
+    const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
+    const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
+    const bool wide = max_ctx <= ATT_WIDE_CTX;
+    decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
+                   : lg == 16 ? pick_decode_g<16>(gm, wide)
+                              : pick_decode_g<32>(gm, wide);
+    cudaStream_t s = (cudaStream_t)stream;
+    dim3 grid((unsigned)nsplit, (unsigned)(hkv * ((group + gm - 1) / gm)));
+    float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
+    pdl_launch(fn, grid, ATT_WARPS * 32, 0, s, out, workspace, q, kcache, vcache, pos, hq, hd,
+               group, max_ctx, nsplit, min_chunk(), fresh, qscale);
+    CHECK_CUDA(cudaGetLastError());
 }
 
 template <int HD>

@@ -42,20 +42,6 @@ void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, con
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, float *workspace, void *stream);
 
-/* The decode step's RoPE folded into its attention (one kernel instead of ls_rope_kv then
- * ls_attention_decode): qkv is the QKV GEMV's output for one position (q heads, then hkv k
- * heads, then hkv v heads, hd floats each, 16-byte aligned), unchanged by the call. The kernel
- * applies q_norm / k_norm (per-head RMSNorm, NULL: none) and the rotation of ls_rope_kv at
- * position pos[0] to q and to the new k, stores the new k and v as bf16 in the caches at pos[0]
- * (nothing when pos[0] is outside [0, max_ctx), as ls_rope_kv), and attends over positions
- * 0 .. pos[0] with the new position's K/V taken from the kernel itself. Results equal the two
- * calls' up to the rounding of the norms. Needs hd % 16 == 0 besides ls_attention_decode's
- * conditions (checked). */
-void ls_attention_decode_rope(float *out, const float *qkv, uint16_t *kcache, uint16_t *vcache,
-                              const int *pos, const float *inv_freq, int interleaved,
-                              const float *q_norm, const float *k_norm, float eps, int hq, int hkv,
-                              int hd, int max_ctx, int nsplit, float *workspace, void *stream);
-
 /* out[t][h][:] for t < T, h < hq: causal attention of position pos0 + t over cache positions
  * 0 .. pos0 + t. q: row t at q + t*q_stride (the fused QKV buffer works as is), head h at
  * + h*hd. Needs hd in {64, 128, 256}, hq % hkv == 0, pos0 + T <= max_ctx (checked). */

@@ -70,12 +70,6 @@ struct ls_backend {
      * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */
     void (*attention)(float *out, const float *qkv, int stride, const void *kc, const void *vc,
                       const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx);
-    /* rope_kv then attention for one position (T = 1) in one step where the backend can (NULL:
-     * not offered); qkv is left as it was. Returns 0 when it did the work, -1 when this shape
-     * is not served (the caller then makes the two calls). */
-    int (*rope_attention)(float *out, const float *qkv, void *kc, void *vc, const int *pos,
-                          const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
-                          int interleaved, const float *q_norm, const float *k_norm, float eps);
     void (*add)(float *x, const float *y, size_t n);
     /* the row-parallel matmul's partial sums summed over ranks by comm (in place), added to
      * the residual stream x, and normed = rmsnorm(x) * w: the tensor-parallel all-reduce with

@@ -318,10 +318,10 @@ static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *po
                interleaved, q_norm, k_norm, eps, stream_get());
 }
 
-/* the decode attention's workspace for nsplit chunks, grown (and its counters zeroed) outside
- * graph captures */
-static void attn_workspace(int hq, int hd, int nsplit)
+static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
+                         const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx)
 {
+    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     size_t ws = ls_attention_decode_workspace(hq, hd, nsplit);
     if (ws > cu.attn_ws_cap) {
         /* never inside a capture: a prefill (eager) always comes first and sizes it */
@@ -335,13 +335,6 @@ static void attn_workspace(int hq, int hd, int nsplit)
          * leaves them at zero */
         CHECK_CUDA(cudaMemsetAsync(cu.attn_ws, 0, ws, stream_get()));
     }
-}
-
-static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
-                         const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx)
-{
-    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    attn_workspace(hq, hd, nsplit);
     /* LOCKSTEP_ATTN_PREFILL=0 sends prefills through the decode kernel, one position at a time */
     const char *ap = getenv("LOCKSTEP_ATTN_PREFILL");
     int prefill_ok = (hd == 64 || hd == 128 || hd == 256) && !(ap && !strcmp(ap, "0"));
@@ -354,25 +347,6 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
                             hq, hkv, hd, max_ctx, nsplit, t, cu.attn_ws, stream_get());
-}
-
-/* RoPE and the K/V store folded into the decode attention kernel (one launch fewer per layer);
- * LOCKSTEP_ATT_ROPE=0 keeps them apart (for measurements) */
-static int cu_rope_attention(float *out, const float *qkv, void *kc, void *vc, const int *pos,
-                             const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
-                             int interleaved, const float *q_norm, const float *k_norm, float eps)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("LOCKSTEP_ATT_ROPE");
-        on = !(e && !strcmp(e, "0"));
-    }
-    if (!on || hd % 16) return -1;
-    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    attn_workspace(hq, hd, nsplit);
-    ls_attention_decode_rope(out, qkv, kc, vc, pos, inv_freq, interleaved, q_norm, k_norm, eps, hq,
-                             hkv, hd, max_ctx, nsplit, cu.attn_ws, stream_get());
-    return 0;
 }
 
 static void cu_add(float *x, const float *y, size_t n)
@@ -462,7 +436,6 @@ const struct ls_backend ls_backend_cuda = {
     .matmul_residual = cu_matmul_residual,
     .rope_kv = cu_rope_kv,
     .attention = cu_attention,
-    .rope_attention = cu_rope_attention,
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,
     .argmax = cu_argmax,

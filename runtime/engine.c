@@ -191,15 +191,10 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
         be->matmul_rmsnorm(e->qkv, e->x, L->attn_norm, eps, L->wqkv, L->bqkv, T, D, stride);
     else
         be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
-    /* a decode step: RoPE folded into attention where the backend offers it */
-    if (T != 1 || !be->rope_attention ||
-        be->rope_attention(e->att, e->qkv, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, hq, hkv,
-                           hd, e->max_ctx, rope_il, L->q_norm, L->k_norm, eps) != 0) {
-        be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
-                    e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
-        be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
-                      e->max_ctx);
-    }
+    be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
+                e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
+    be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
+                  e->max_ctx);
     if (fused) {
         be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);
         be->matmul_rmsnorm(e->gu, e->x, L->ffn_norm, eps, L->w_gu, NULL, T, D, 2 * F);

@@ -810,125 +810,6 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
 }
 
-// decode attention with RoPE folded in (ls_attention_decode_rope) on the QKV GEMV's raw output
-// of the position n - 1: against the CPU (norm, RoPE, bf16 store, attention) and against the
-// two-kernel path on the GPU (ls_rope_kv, then ls_attention_decode). The cache row of n - 1 is
-// poisoned before the call (the kernel must take it from itself and store it); every other row
-// must stay as it was and qkv unchanged. pdl: qkv arrives late from a kernel before (poisoned
-// until then).
-static void test_decode_rope(int hq, int hkv, int hd, int n, int max_ctx, int interleaved,
-                             bool qk_norm, bool pdl = false)
-{
-    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    char name[160];
-    snprintf(name, sizeof name, "attention_decode_rope hq=%d hkv=%d hd=%d ctx=%d %s%s%s nsplit=%d",
-             hq, hkv, hd, n, interleaved ? "interleaved" : "neox", qk_norm ? " qk-norm" : "",
-             pdl ? " pdl" : "", nsplit);
-    const int stride = (hq + 2 * hkv) * hd, p = n - 1;
-    const float eps = 1e-6f;
-    std::vector<float> inv(hd / 2);
-    ref_rope_inv_freq(inv.data(), hd, 500000.0f, LS_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192);
-    std::vector<uint16_t> kc, vc;
-    std::vector<float> kr, vr;
-    make_cache(hkv, hd, max_ctx, n, kc, vc, kr, vr);
-    std::vector<float> qkv = randv(stride, 2.0f), qn = randv(hd, 2.0f), kn = randv(hd, 2.0f);
-    // the reference: q and the new k normed and rotated, k and v of position p rounded to bf16
-    std::vector<float> q(qkv.begin(), qkv.begin() + (size_t)hq * hd),
-        k(qkv.begin() + (size_t)hq * hd, qkv.begin() + (size_t)(hq + hkv) * hd);
-    if (qk_norm) {
-        ref_rmsnorm(q.data(), q.data(), qn.data(), hq, hd, eps);
-        ref_rmsnorm(k.data(), k.data(), kn.data(), hkv, hd, eps);
-    }
-    ref_rope(q.data(), &p, 1, hq, hd, inv.data(), interleaved);
-    ref_rope(k.data(), &p, 1, hkv, hd, inv.data(), interleaved);
-    std::vector<uint16_t> kexp(kc), vexp(vc);
-    for (int h = 0; h < hkv; h++)
-        for (int d = 0; d < hd; d++) {
-            const size_t c = ((size_t)h * max_ctx + p) * hd + d, r = ((size_t)p * hkv + h) * hd + d;
-            kexp[c] = f2bf(k[(size_t)h * hd + d]);
-            vexp[c] = f2bf(qkv[(size_t)(hq + hkv + h) * hd + d]);
-            kr[r] = bf2f(kexp[c]);
-            vr[r] = bf2f(vexp[c]);
-            kc[c] = vc[c] = 0x7f00; // ~1.7e38 until the kernel stores the row
-        }
-    std::vector<float> ref((size_t)hq * hd);
-    std::vector<int> kv_of(hq);
-    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
-    ref_attention(ref.data(), q.data(), hq * hd, kr.data(), vr.data(), p, 1, hq, hkv, hd,
-                  kv_of.data());
-
-    dev<uint16_t> dkc(kc.size()), dvc(vc.size());
-    dev<float> dqkv(stride), dsrc(stride), dinv(inv.size()), dqn(hd), dkn(hd), dout(ref.size());
-    dev<float> dws(ls_attention_decode_workspace(hq, hd, nsplit) / sizeof(float) + 1);
-    dev<int> dpos(1);
-    dkc.up(kc);
-    dvc.up(vc);
-    dinv.up(inv);
-    dqn.up(qn);
-    dkn.up(kn);
-    dpos.up(&p);
-    dout.poison();
-    CHECK_CUDA(cudaMemset(dws.p, 0, dws.n * sizeof(float)));
-    auto fused = [&] {
-        ls_attention_decode_rope(dout.p, dqkv.p, dkc.p, dvc.p, dpos.p, dinv.p, interleaved,
-                                 qk_norm ? dqn.p : nullptr, qk_norm ? dkn.p : nullptr, eps, hq, hkv,
-                                 hd, max_ctx, nsplit, nsplit > 1 ? dws.p : nullptr, nullptr);
-    };
-    if (pdl) {
-        dsrc.up(qkv);
-        dqkv.poison();
-        CHECK_CUDA(cudaDeviceSynchronize());
-        ls_kernels_set_pdl(1);
-        spin_then_copy<<<64, 256>>>(dqkv.p, dsrc.p, dqkv.n, 40000);
-        CHECK_CUDA(cudaGetLastError());
-        fused();
-        ls_kernels_set_pdl(0);
-    } else {
-        dqkv.up(qkv);
-        fused();
-    }
-    CHECK_CUDA(cudaGetLastError());
-    std::vector<float> out = dout.down();
-    std::string base(name);
-    check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
-    // the stored row within one bf16 rounding of the reference's (k sits on a midpoint rarely),
-    // every other row untouched, qkv unchanged
-    std::vector<uint16_t> gk = dkc.down(), gv = dvc.down();
-    std::vector<float> rowg, rowr;
-    bool others = true;
-    for (size_t i = 0; i < gk.size(); i++) {
-        const size_t row = i / hd % max_ctx;
-        if ((int)row == p) {
-            rowg.push_back(bf2f(gk[i]));
-            rowr.push_back(bf2f(kexp[i]));
-            rowg.push_back(bf2f(gv[i]));
-            rowr.push_back(bf2f(vexp[i]));
-        } else if (gk[i] != kc[i] || gv[i] != vc[i]) {
-            others = false;
-        }
-    }
-    check((base + " stored row").c_str(), compare(rowg.data(), rowr.data(), rowg.size()), 1e-2,
-          1e-2);
-    report(others, "%s: no other cache row written", name);
-    std::vector<float> after = dqkv.down();
-    report(!memcmp(after.data(), qkv.data(), qkv.size() * sizeof(float)), "%s: qkv unchanged",
-           name);
-    // the two-kernel path on the same input
-    dev<uint16_t> dkc2(kc.size()), dvc2(vc.size());
-    dev<float> dout2(ref.size());
-    dkc2.up(kc);
-    dvc2.up(vc);
-    dout2.poison();
-    ls_rope_kv(dqkv.p, dqkv.p + hq * hd, dqkv.p + (hq + hkv) * hd, stride, stride, dkc2.p, dvc2.p,
-               dpos.p, dinv.p, 1, hq, hkv, hd, max_ctx, interleaved, qk_norm ? dqn.p : nullptr,
-               qk_norm ? dkn.p : nullptr, eps, nullptr);
-    ls_attention_decode(dout2.p, dqkv.p, dkc2.p, dvc2.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        nsplit > 1 ? dws.p : nullptr, nullptr);
-    std::vector<float> out2 = dout2.down();
-    check((base + " vs rope_kv + attention").c_str(), compare(out.data(), out2.data(), out.size()),
-          1e-5, 1e-5);
-}
-
 static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
 {
     char name[128];
@@ -982,23 +863,7 @@ static void tests_attention(void)
     // a prefill through the decode kernel: the t-th position reads t rows of this forward
     test_decode_pdl(32, 8, 128, 200, mc, 7);
     test_decode_pdl(9, 3, 64, 70, mc, 69);
-    // RoPE folded in: hd 64 (SmolLM2), 128 (Llama, Qwen3 with q/k norm), 96 (12 of 16 lanes,
-    // partners 6 lanes apart), 256; interleaved pairs; the new row first, inside and last in its
-    // chunk; the last cache row; qkv arriving late under PDL
-    for (int n : {1, 64, 65, 300}) test_decode_rope(32, 8, 128, n, mc, 0, false);
-    test_decode_rope(32, 8, 128, 200, mc, 0, true);
-    test_decode_rope(16, 8, 128, 129, mc, 1, true);
-    test_decode_rope(9, 3, 64, 777, mc, 0, false);
-    test_decode_rope(9, 3, 64, 70, mc, 1, false);
-    test_decode_rope(5, 5, 96, 333, mc, 0, true);
-    test_decode_rope(4, 4, 256, 200, mc, 0, true);
-    test_decode_rope(40, 5, 128, 1000, mc, 0, false); // 8 q heads per block
-    test_decode_rope(32, 8, 128, mc, mc, 0, false);   // the last row of the cache
-    test_decode_rope(32, 8, 128, 100, mc, 0, true, true);
-    test_decode_rope(9, 3, 64, 65, mc, 0, false, true);
     if (!g_quick) { // caches of up to 2048 positions: the kernel's other (wide-iteration) form
-        test_decode_rope(32, 8, 128, 300, 2048, 0, false);
-        test_decode_rope(32, 8, 128, 2048, 2048, 1, true, true);
         for (int n : {1, 65, 1000, 2048}) test_decode(32, 8, 128, n, 2048, 0);
         test_decode(9, 3, 64, 777, 2048, 0);
         test_decode(40, 5, 128, 1500, 2048, 0); // 8 q heads per block
@@ -1321,15 +1186,10 @@ static void bench_decode_small(int ctx)
         rope();
         att();
     });
-    // RoPE folded into attention (qkv stays raw: every launch does the same work)
-    float fu = time_batch(60, 20, [&](int) {
-        ls_attention_decode_rope(out.p, qkv.p, kc.p, vc.p, pos.p, inv.p, 0, nullptr, nullptr, 1e-5f,
-                                 hq, hkv, hd, max_ctx, nsplit, ws.p, nullptr);
-    });
     ls_kernels_set_pdl(0);
     printf("llama8b decode layer, context %d, back to back with PDL: rope_kv %.2f us, attention "
-           "%.2f us (nsplit %d), both %.2f us, folded into one %.2f us\n",
-           ctx, r * 1e3, a * 1e3, nsplit, ra * 1e3, fu * 1e3);
+           "%.2f us (nsplit %d), both %.2f us\n",
+           ctx, r * 1e3, a * 1e3, nsplit, ra * 1e3);
 }
 
 static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
