@@ -191,6 +191,15 @@ static void nccl_barrier(struct ls_comm *c)
     CHECK_MPI(MPI_Barrier(n->mpi));
 }
 
+/* ncclCommGetAsyncError may be called from any thread (the step watchdog's) */
+static const char *nccl_async_error(struct ls_comm *c)
+{
+    struct nccl_comm *n = c->impl;
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError(n->comm, &r) != ncclSuccess) return "ncclCommGetAsyncError failed";
+    return r == ncclSuccess || r == ncclInProgress ? NULL : ncclGetErrorString(r);
+}
+
 static void nccl_destroy(struct ls_comm *c)
 {
     struct nccl_comm *n = c->impl;
@@ -223,6 +232,7 @@ struct ls_comm *ls_comm_nccl_create(MPI_Comm world, int dev)
     c->allgather = nccl_allgather;
     c->barrier = nccl_barrier;
     c->destroy = nccl_destroy;
+    c->async_error = nccl_async_error;
     c->impl = n;
     return c;
 }

@@ -27,6 +27,9 @@ struct ls_comm {
                       enum ls_dtype t, void *stream);
     void (*barrier)(struct ls_comm *c);
     void (*destroy)(struct ls_comm *c);
+    /* NULL, or: a description of an error the communicator found on its own (NCCL's
+     * asynchronous error), NULL while none; safe to call from another thread */
+    const char *(*async_error)(struct ls_comm *c);
     void *impl;
 };
 

@@ -38,9 +38,11 @@ struct custom {
     void *ctl;                   /* struct ls_ar_ctl, device */
     struct ls_ar_err *err;       /* host-mapped */
     int opened[LS_AR_MAX_RANKS]; /* st.buf[q] came from cudaIpcOpenMemHandle */
+    char async_why[320];         /* custom_async_error's message (the watchdog's thread) */
 };
 
 static void custom_destroy(struct ls_comm *c);
+static const char *custom_async_error(struct ls_comm *c);
 
 static int is_custom(struct ls_comm *c)
 {
@@ -413,6 +415,7 @@ struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
     c->allgather = custom_allgather;
     c->barrier = custom_barrier;
     c->destroy = custom_destroy;
+    c->async_error = custom_async_error;
     c->impl = m;
     m->fallback = fallback;
 
@@ -496,6 +499,16 @@ int ls_comm_custom_check(struct ls_comm *c, char *err, size_t errlen)
              e->phase == 2 ? "LL lines" : e->phase ? "second exchange" : "first exchange",
              (double)e->waited_ns * 1e-9, e->peer);
     return 1;
+}
+
+/* for the step watchdog's thread: a bounded wait that gave up (it names the peer that never
+ * arrived), else NCCL's asynchronous error */
+static const char *custom_async_error(struct ls_comm *c)
+{
+    struct custom *m = c->impl;
+    if (ls_comm_custom_check(c, m->async_why, sizeof m->async_why)) return m->async_why;
+    struct ls_comm *f = m->fallback;
+    return f && f->async_error ? f->async_error(f) : NULL;
 }
 
 const struct ls_ar_state *ls_comm_custom_state(struct ls_comm *c)

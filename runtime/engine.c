@@ -4,6 +4,7 @@
  * is the eager prefill and the captured decode step. */
 #include "config.h"
 #include "engine.h"
+#include "watchdog.h"
 #include "check.h"
 
 #include <stdio.h>
@@ -307,6 +308,8 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
         be->to_device(e->ids, &in, sizeof(int));
     }
     if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
+    /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
+    ls_watchdog_arm("decode step at position", e->pos);
     if (be->graph_begin) {
         if (e->graph && !same_choice(&e->graph_sp, sp)) {
             be->graph_free(e->graph);
@@ -323,6 +326,7 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
         decode_step(e, sp);
     }
     be->to_host(out, e->ids, sizeof(int));
+    ls_watchdog_disarm();
     e->last_out = *out;
     e->pos += 1;
     return 0;

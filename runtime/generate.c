@@ -21,21 +21,27 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* LOCKSTEP_FAULT_DRILL=R:S makes rank R die (exit without MPI_Finalize) before decode step S:
- * the test that a rank lost mid-decode ends the whole job instead of leaving the others waiting
- * in the next all-reduce */
+/* LOCKSTEP_FAULT_DRILL=R:S makes rank R die (exit without MPI_Finalize) before decode step S,
+ * R:S:hang makes it stop there for good (alive, never reaching the next all-reduce): the tests
+ * that a rank lost or stuck mid-decode ends the whole job instead of leaving the others waiting
+ * in the next all-reduce (the launcher sees the dead rank; the step watchdog the stuck one) */
 static void fault_drill(int step)
 {
-    static int rank = -2, at = -1;
+    static int rank = -2, at = -1, hang;
     if (rank == -2) {
         const char *d = getenv("LOCKSTEP_FAULT_DRILL");
+        char mode[8] = "";
         rank = -1;
-        if (d && sscanf(d, "%d:%d", &rank, &at) != 2) rank = -1;
+        int k = d ? sscanf(d, "%d:%d:%7s", &rank, &at, mode) : 0;
+        if (k < 2 || (k == 3 && strcmp(mode, "hang"))) rank = -1;
+        hang = k == 3;
     }
     if (rank >= 0 && rank == ls_self_rank() && step == at) {
-        fprintf(stderr, "lockstep: rank %d@%s: fault drill: dying before decode step %d\n", rank,
-                ls_self_host(), step);
+        fprintf(stderr, "lockstep: rank %d@%s: fault drill: %s before decode step %d\n", rank,
+                ls_self_host(), hang ? "hanging" : "dying", step);
         fflush(stderr);
+        if (hang)
+            for (;;) pause();
         _exit(9);
     }
 }

@@ -10,6 +10,7 @@ liblockstep_a_SOURCES += \
 	runtime/model_config.h runtime/model.c runtime/model.h \
 	runtime/backend.h runtime/backend_cpu.c \
 	runtime/engine.c runtime/engine.h \
+	runtime/watchdog.c runtime/watchdog.h \
 	runtime/sampler.c runtime/sampler.h \
 	runtime/generate.c runtime/generate.h \
 	runtime/run_common.c runtime/run_common.h \

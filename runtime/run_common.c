@@ -6,6 +6,7 @@
 #include "check.h"
 #include "log.h"
 #include "comm_custom.h"
+#include "watchdog.h"
 
 #include <math.h>
 #include <omp.h>
@@ -94,6 +95,12 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
     return ls_sampling_validate(s, err, errlen) ? -1 : 0;
 }
 
+static const char *comm_probe(void *arg)
+{
+    struct ls_comm *c = arg;
+    return c->async_error(c);
+}
+
 void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_common_opts *o,
                   const char *model_path, int max_ctx, int max_batch)
 {
@@ -121,6 +128,13 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
         j->be = &ls_backend_cpu;
         j->comm = ls_comm_mpi_create(MPI_COMM_WORLD);
     }
+    /* the step watchdog: its timeout checked now, on every rank; the communicator's own error
+     * reports polled while a step runs */
+    char werr[256];
+    int wd_ok = ls_watchdog_timeout(werr, sizeof werr) >= 0;
+    if (!wd_ok) ls_error("%s", werr);
+    if (!ls_agree(wd_ok)) ls_abort_quiet(&j->ctx);
+    if (j->comm->async_error) ls_watchdog_set_probe(comm_probe, j->comm);
     /* LOCKSTEP_PREFILL_CHUNK: positions per prefill forward (activation memory, and a way to
      * run a prefill through the decode kernels when checking them) */
     const char *chunk = getenv("LOCKSTEP_PREFILL_CHUNK");

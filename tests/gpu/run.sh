@@ -4,14 +4,14 @@
 #   fetched here with ../shared/device/fetch-debs.sh .debs)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
 # smollm2 (after carry1), peer, bench, longctx, shapes, ab, bench70, scaling (#6),
-# allreduce, lab. Each stage's log is
+# allreduce, hang, lab. Each stage's log is
 # $OUT/<stage>.log; a short table of results is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
 mkdir -p "$OUT"
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top"
-stages=${STAGES:-build info launcher kernels e2e allreduce bench peer}
+stages=${STAGES:-build info launcher kernels e2e allreduce hang bench peer}
 declare -A result
 
 # The machine has Open MPI's runtime but no headers, and no hwloc/CUnit/jansson/PCRE2 headers:
@@ -290,6 +290,28 @@ PY
         mpi -np "$tp" build-gpu/lockstep bench --gpu --allreduce-sweep --json "$OUT/sweep-$tp.json"
     done
     column -t "$OUT/scaling.tsv" 2>/dev/null || cat "$OUT/scaling.tsv"
+}
+
+# a rank that hangs mid-decode under each all-reduce path: the other rank's step watchdog (3 s)
+# ends it, naming the step (NCCL), or the custom all-reduce's 2 s bounded wait names the rank
+# that never arrived; the job must end non-zero within 30 s
+stage_hang() {
+    local ar rc start took ok=0
+    for ar in nccl custom; do
+        start=$(date +%s)
+        LOCKSTEP_STEP_TIMEOUT=3 LOCKSTEP_FAULT_DRILL=1:3:hang LOCKSTEP_AR_TIMEOUT_MS=2000 timeout 60 \
+            mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x LOCKSTEP_STEP_TIMEOUT \
+            -x LOCKSTEP_FAULT_DRILL -x LOCKSTEP_AR_TIMEOUT_MS -np 2 \
+            build-gpu/lockstep generate --gpu --allreduce $ar --dummy smollm2-135m --prompt-ids 1,2,3 \
+            -n 32 --ignore-eos --quiet >"$OUT/hang_$ar.log" 2>&1
+        rc=$?
+        took=$(($(date +%s) - start))
+        grep -E "fault drill|no progress|never arrived|reports" "$OUT/hang_$ar.log"
+        echo "hang drill $ar: rc=$rc, ${took}s"
+        [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 30 ] &&
+            grep -qE "rank 0@.*(decode step at position 6: no progress|rank 1 never arrived)" "$OUT/hang_$ar.log" || ok=1
+    done
+    return $ok
 }
 
 # the custom all-reduce: correctness against NCCL (eager and in graphs replayed thousands of
