@@ -112,6 +112,116 @@ template <typename F> static float time_ms(int reps, int batch, F f)
     return ms[reps / 2] / batch;
 }
 
+// Read patterns without the GEMV's arithmetic: does the order in which warps walk the bytes
+// matter to DRAM? 1024 threads per SM, 4 loads of 16 bytes per lane in flight, the first batch
+// before the PDL wait, as the GEMV. MODE 0: each warp one contiguous range of 512-byte units
+// (the GEMV's split); 1: a sweep, unit u read by warp u mod G (all warps inside one window of
+// G units at a time); 2: a sweep by blocks, each block reading NW x 4 contiguous units per
+// step (each warp 4 of them).
+template <int MODE>
+static __global__ void __launch_bounds__(1024, 1)
+    read_pattern_kernel(const uint4 *__restrict__ W, long long units, unsigned *sink)
+{
+    constexpr int U = 4, NW = 32;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const long long G = (long long)gridDim.x * NW, g = (long long)blockIdx.x * NW + warp;
+    pdl_launch_dependents();
+    uint4 acc = make_uint4(0, 0, 0, 0);
+    auto eat = [&](uint4 v) {
+        acc.x ^= v.x;
+        acc.y ^= v.y;
+        acc.z ^= v.z;
+        acc.w ^= v.w;
+    };
+    bool waited = false;
+    if (MODE == 0) {
+        const long long b = units * g / G, e = units * (g + 1) / G;
+        for (long long u = b; u < e; u += U) {
+            uint4 v[U];
+#pragma unroll
+            for (int i = 0; i < U; i++)
+                v[i] = u + i < e ? ld_weights(W + (u + i) * 32 + lane) : make_uint4(0, 0, 0, 0);
+            if (!waited) {
+                pdl_wait();
+                waited = true;
+            }
+#pragma unroll
+            for (int i = 0; i < U; i++) eat(v[i]);
+        }
+    } else if (MODE == 1) {
+        for (long long u = g; u < units; u += U * G) {
+            uint4 v[U];
+#pragma unroll
+            for (int i = 0; i < U; i++)
+                v[i] = u + i * G < units ? ld_weights(W + (u + i * G) * 32 + lane)
+                                         : make_uint4(0, 0, 0, 0);
+            if (!waited) {
+                pdl_wait();
+                waited = true;
+            }
+#pragma unroll
+            for (int i = 0; i < U; i++) eat(v[i]);
+        }
+    } else {
+        const long long step = (long long)gridDim.x * NW * U;
+        for (long long base = (long long)blockIdx.x * NW * U + warp * U; base < units; base += step) {
+            uint4 v[U];
+#pragma unroll
+            for (int i = 0; i < U; i++)
+                v[i] = base + i < units ? ld_weights(W + (base + i) * 32 + lane)
+                                        : make_uint4(0, 0, 0, 0);
+            if (!waited) {
+                pdl_wait();
+                waited = true;
+            }
+#pragma unroll
+            for (int i = 0; i < U; i++) eat(v[i]);
+        }
+    }
+    if (!waited) pdl_wait();
+    if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x9e3779b9u && acc.x == 0x7f4a7c15u) *sink = acc.y;
+}
+
+static void read_patterns(void)
+{
+    const size_t sizes[] = {(size_t)28672 * 4096 * 2, (size_t)4096 * 14336 * 2,
+                            (size_t)6144 * 4096 * 2, (size_t)4096 * 4096 * 2};
+    const char *names[] = {"gate+up 235 MB", "down 117 MB", "qkv 50 MB", "o 34 MB"};
+    unsigned *sink;
+    CHECK_CUDA(cudaMalloc(&sink, 4));
+    printf("\nread patterns, back to back with PDL (%% of the 4 GiB streaming read):\n");
+    for (int si = 0; si < 4; si++) {
+        const size_t bytes = sizes[si];
+        const int copies = (int)std::max<size_t>(2, (((size_t)512 << 20) + bytes - 1) / bytes);
+        uint16_t *W;
+        CHECK_CUDA(cudaMalloc(&W, bytes * copies));
+        fill_bf16<<<2048, 256>>>(W, bytes / 2 * copies, 3);
+        const long long units = (long long)(bytes / 512);
+        auto run = [&](int mode) {
+            void (*k)(const uint4 *, long long, unsigned *) =
+                mode == 0 ? read_pattern_kernel<0> : mode == 1 ? read_pattern_kernel<1>
+                                                               : read_pattern_kernel<2>;
+            return time_ms(40, 20, [&](int i) {
+                ls_pdl_on = 1;
+                pdl_launch(k, (unsigned)g_sms, 1024u, (size_t)0, (cudaStream_t)0,
+                           (const uint4 *)(W + (size_t)(i % copies) * bytes / 2), units, sink);
+                ls_pdl_on = 0;
+            });
+        };
+        float a = run(0), b = run(1), c = run(2);
+        float r = time_ms(40, 20, [&](int i) {
+            ls_stream_read(W + (size_t)(i % copies) * bytes / 2, bytes, sink, nullptr);
+        });
+        auto gbs = [&](float ms) { return bytes / (ms * 1e-3) / 1e9; };
+        printf("  %-16s contiguous per warp %7.2f us %5.0f GB/s | sweep %7.2f us %5.0f GB/s | "
+               "block sweep %7.2f us %5.0f GB/s | ls_stream_read %7.2f us %5.0f GB/s\n",
+               names[si], a * 1e3, gbs(a), b * 1e3, gbs(b), c * 1e3, gbs(c), r * 1e3, gbs(r));
+        fflush(stdout);
+        CHECK_CUDA(cudaFree(W));
+    }
+    CHECK_CUDA(cudaFree(sink));
+}
+
 // stands in for RoPE + attention between the QKV and o GEMVs: a few blocks that wait for the
 // GEMV before them, then hold the GPU for `ns` nanoseconds without touching DRAM (launched as
 // attention is at 8B TP=1: 48 blocks of 128 threads with 16 KB of shared memory)
@@ -186,6 +296,8 @@ int main(void)
         if (v.fn) set_smem_attr(v.fn, dev, g_smem_optin);
     double roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
     printf("streaming read 4 GiB: %.0f GB/s\n", roof);
+    read_patterns();
+    if (getenv("LAB_READ_ONLY")) return 0; // the read patterns alone
     // every kernel with the driver's shared-memory carveout, then all with the largest (measured:
     // 143 vs 130 us per layer; blocks of kernels whose carveouts differ cannot share an SM)
     for (int co : {-1, 100}) {
