@@ -36,7 +36,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define GEMV_MAX_T 8
 // static shared memory of the fast kernel at most: the norm's block sums, 32 warps x 8 positions
@@ -121,13 +120,11 @@ static __device__ __forceinline__ void block_sums(float (&v)[T], float *red)
 // carries no extra registers).
 enum { GEMV_IN_PLAIN, GEMV_IN_NORM, GEMV_IN_SWIGLU };
 
-// early2: the second batch of weight loads is issued before the wait too (both batches stream
-// while x is staged), instead of after the staging
 template <int NT, int MINB, int U, int T, int IN, bool ACC>
 static __global__ void __launch_bounds__(NT, MINB)
     gemv_kernel(float *__restrict__ y, const uint4 *__restrict__ W, const float *__restrict__ x,
                 const float *__restrict__ bias, int n, int k, const float *__restrict__ nw,
-                float eps, int early2)
+                float eps)
 {
     constexpr int NW = NT / 32;
     constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
@@ -163,11 +160,8 @@ static __global__ void __launch_bounds__(NT, MINB)
         }
     };
 
-    // weights depend on no earlier kernel: the first batch (early2: the first two) in flight
-    // during the wait and while x is staged
-    uint4 wv[U], next[U];
-    load_batch(wv, ub);
-    if (early2) load_batch(next, ub + U);
+    uint4 next[U];
+    load_batch(next, ub); // weights depend on no earlier kernel: in flight during the wait
     pdl_wait();
 
     // stage x (permuted, see top) and wait for the whole block
@@ -251,13 +245,10 @@ static __global__ void __launch_bounds__(NT, MINB)
 
     int cs = ub - cur * S;
     for (int u0 = ub; u0 < ue; u0 += U) {
-        if (u0 != ub) {
+        uint4 wv[U];
 #pragma unroll
-            for (int i = 0; i < U; i++) wv[i] = next[i];
-            if (u0 + U < ue) load_batch(next, u0 + U);
-        } else if (!early2 && u0 + U < ue) {
-            load_batch(next, u0 + U);
-        }
+        for (int i = 0; i < U; i++) wv[i] = next[i];
+        if (u0 + U < ue) load_batch(next, u0 + U);
 #pragma unroll
         for (int i = 0; i < U; i++) {
             if (u0 + i >= ue) break;
@@ -374,7 +365,7 @@ static struct dev_info dev_info_get(int *dev_out)
 #define GEMV_U 4
 
 typedef void (*gemv_fn)(float *, const uint4 *, const float *, const float *, int, int,
-                        const float *, float, int);
+                        const float *, float);
 
 // the kernel variants of one launch shape or position count: [input form][accumulate]
 struct gemv_fns {
@@ -409,15 +400,11 @@ static const gemv_shape gemv_shapes[] = {
 
 static int g_shape_pick[3] = {1, 0, 4}; // small, medium, large
 static int g_shapes_set;
-// the second batch before the PDL wait (gemv_kernel's early2); LOCKSTEP_GEMV_EARLY=0: after x
-static int g_early2 = 1;
 
 static void shapes_from_env(void)
 {
     if (g_shapes_set) return;
     g_shapes_set = 1;
-    const char *early = getenv("LOCKSTEP_GEMV_EARLY");
-    if (early && !strcmp(early, "0")) g_early2 = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
@@ -494,7 +481,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         long long g = (long long)di.sms * per_sm;
         set_smem_attr(fn, dev, di.smem_optin);
         pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W, x,
-                   bias, n, k, nw, eps, g_early2);
+                   bias, n, k, nw, eps);
         return;
     }
     // positions per pass: as many as fit in shared memory, at most GEMV_MAX_T
@@ -512,7 +499,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         gemv_fn fn = multi_fns(tc).f[in][acc];
         set_smem_attr(fn, dev, di.smem_optin);
         pdl_launch(fn, grid, 512u, gemv_smem(tc, k, 512), s, y + (size_t)t0 * n, (const uint4 *)W,
-                   xt, bias, n, k, nw, eps, g_early2);
+                   xt, bias, n, k, nw, eps);
     }
 }
 

@@ -48,7 +48,7 @@ static __global__ void __launch_bounds__(256)
 struct variant {
     const char *name;
     void (*fn)(float *, const uint4 *, const float *, const float *, int, int, const float *,
-               float, int);
+               float);
     int nt, minb;
 };
 
@@ -76,8 +76,7 @@ static void run_variant(const variant &v, float *y, const uint16_t *W, const flo
     ls_pdl_on = pdl;
     unsigned grid = (unsigned)std::min(n, g_sms * v.minb);
     pdl_launch(v.fn, grid, (unsigned)v.nt, gemv_smem(1, k, v.nt), (cudaStream_t)0, y,
-               (const uint4 *)W, x, (const float *)nullptr, n, k, (const float *)nullptr, 0.0f,
-               g_early2);
+               (const uint4 *)W, x, (const float *)nullptr, n, k, (const float *)nullptr, 0.0f);
     ls_pdl_on = saved;
 }
 
