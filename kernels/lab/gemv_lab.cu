@@ -133,50 +133,31 @@ static __global__ void __launch_bounds__(1024, 1)
         acc.z ^= v.z;
         acc.w ^= v.w;
     };
+    // one batch: units u0, u0 + du, ... (those below end), the PDL wait after the first batch
     bool waited = false;
+    auto batch = [&](long long u0, long long du, long long end) {
+        uint4 v[U];
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const long long u = u0 + i * du;
+            v[i] = u < end ? ld_weights(W + u * 32 + lane) : make_uint4(0, 0, 0, 0);
+        }
+        if (!waited) {
+            pdl_wait();
+            waited = true;
+        }
+#pragma unroll
+        for (int i = 0; i < U; i++) eat(v[i]);
+    };
     if (MODE == 0) {
         const long long b = units * g / G, e = units * (g + 1) / G;
-        for (long long u = b; u < e; u += U) {
-            uint4 v[U];
-#pragma unroll
-            for (int i = 0; i < U; i++)
-                v[i] = u + i < e ? ld_weights(W + (u + i) * 32 + lane) : make_uint4(0, 0, 0, 0);
-            if (!waited) {
-                pdl_wait();
-                waited = true;
-            }
-#pragma unroll
-            for (int i = 0; i < U; i++) eat(v[i]);
-        }
+        for (long long u = b; u < e; u += U) batch(u, 1, e);
     } else if (MODE == 1) {
-        for (long long u = g; u < units; u += U * G) {
-            uint4 v[U];
-#pragma unroll
-            for (int i = 0; i < U; i++)
-                v[i] = u + i * G < units ? ld_weights(W + (u + i * G) * 32 + lane)
-                                         : make_uint4(0, 0, 0, 0);
-            if (!waited) {
-                pdl_wait();
-                waited = true;
-            }
-#pragma unroll
-            for (int i = 0; i < U; i++) eat(v[i]);
-        }
+        for (long long u = g; u < units; u += U * G) batch(u, G, units);
     } else {
         const long long step = (long long)gridDim.x * NW * U;
-        for (long long base = (long long)blockIdx.x * NW * U + warp * U; base < units; base += step) {
-            uint4 v[U];
-#pragma unroll
-            for (int i = 0; i < U; i++)
-                v[i] = base + i < units ? ld_weights(W + (base + i) * 32 + lane)
-                                        : make_uint4(0, 0, 0, 0);
-            if (!waited) {
-                pdl_wait();
-                waited = true;
-            }
-#pragma unroll
-            for (int i = 0; i < U; i++) eat(v[i]);
-        }
+        for (long long u = (long long)blockIdx.x * NW * U + warp * U; u < units; u += step)
+            batch(u, 1, units);
     }
     if (!waited) pdl_wait();
     if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x9e3779b9u && acc.x == 0x7f4a7c15u) *sink = acc.y;
