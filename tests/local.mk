@@ -10,6 +10,13 @@ tests_unit_test_bootstrap_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 tests_unit_test_bootstrap_LDADD = $(CUNIT_LIBS) $(MPI_LIBS) $(HWLOC_LIBS) $(CUDA_LIBS) -lm
 TESTS += tests/unit/test_bootstrap
 
+check_PROGRAMS += tests/unit/test_watchdog
+tests_unit_test_watchdog_SOURCES = tests/unit/test_watchdog.c tests/unit/cunit_tap.c \
+	tests/unit/cunit_tap.h runtime/watchdog.c runtime/log.c
+tests_unit_test_watchdog_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+tests_unit_test_watchdog_LDADD = $(CUNIT_LIBS) -lpthread
+TESTS += tests/unit/test_watchdog
+
 check_PROGRAMS += tests/unit/test_sampler
 tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c tests/unit/cunit_tap.c runtime/sampler.c
 tests_unit_test_sampler_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
