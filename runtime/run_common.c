@@ -158,6 +158,7 @@ void rc_job_end(struct rc_job *j)
 {
     ls_engine_free(j->engine);
     ls_model_free(j->model);
+    ls_watchdog_set_probe(NULL, NULL); /* the communicator goes next */
     j->comm->destroy(j->comm);
     if (j->fallback) j->fallback->destroy(j->fallback);
     ls_shutdown(&j->ctx);
