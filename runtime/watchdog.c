@@ -1,4 +1,4 @@
-/* See watchdog.h. The thread wakes every 100 ms; when a section is armed it runs the probe and
+/* See watchdog.h. The thread sleeps 100 ms at a time; when a section is armed it runs the probe and
  * compares the section's age with the timeout. Arm and disarm only set fields under a mutex (no
  * signal, no system call but the clock read), so a decode step costs two uncontended lock and
  * unlock pairs. The thread ends the process with _exit: it must not call MPI (the main thread
@@ -20,7 +20,6 @@
 
 static struct {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int started;
     double timeout; /* < 0: not read yet */
     int armed;
@@ -29,8 +28,7 @@ static struct {
     struct timespec since;
     ls_watchdog_probe probe;
     void *probe_arg;
-} wd = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, -1.0, 0, NULL, 0, {0, 0}, NULL,
-        NULL};
+} wd = {PTHREAD_MUTEX_INITIALIZER, 0, -1.0, 0, NULL, 0, {0, 0}, NULL, NULL};
 
 static double elapsed_s(const struct timespec *a, const struct timespec *b)
 {
@@ -66,18 +64,14 @@ static void die_now(const char *why)
 static void *watch(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&wd.mu);
+    const struct timespec poll = {0, POLL_MS * 1000000L};
     for (;;) {
-        struct timespec now, until;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        until = now;
-        until.tv_nsec += POLL_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
+        nanosleep(&poll, NULL);
+        pthread_mutex_lock(&wd.mu);
+        if (!wd.armed) {
+            pthread_mutex_unlock(&wd.mu);
+            continue;
         }
-        pthread_cond_timedwait(&wd.cv, &wd.mu, &until);
-        if (!wd.armed) continue;
         if (wd.probe) {
             const char *e = wd.probe(wd.probe_arg);
             if (e) {
@@ -87,6 +81,7 @@ static void *watch(void *arg)
                 die_now(why);
             }
         }
+        struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         double age = elapsed_s(&wd.since, &now);
         if (age > wd.timeout) {
@@ -95,6 +90,7 @@ static void *watch(void *arg)
                      "rank hangs or was lost, or this rank's device hangs", age, wd.timeout);
             die_now(why);
         }
+        pthread_mutex_unlock(&wd.mu);
     }
     return NULL;
 }
@@ -116,13 +112,6 @@ void ls_watchdog_arm(const char *what, long n)
         return;
     }
     if (!wd.started) {
-        /* the pthread clock of the condition variable: monotonic */
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_destroy(&wd.cv);
-        pthread_cond_init(&wd.cv, &ca);
-        pthread_condattr_destroy(&ca);
         pthread_t t;
         pthread_attr_t a;
         pthread_attr_init(&a);
