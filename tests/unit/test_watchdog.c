@@ -56,9 +56,16 @@ static const char *probe_fails(void *arg)
     return (const char *)arg;
 }
 
-/* runs what(mode) in a child with LOCKSTEP_STEP_TIMEOUT=timeout; returns its exit status (-1:
- * killed or not exited), its stderr in out, and the seconds it took */
-static int child(const char *timeout, int mode, char *out, size_t outlen, double *took)
+enum child_mode {
+    STUCK,       /* stuck in an armed section */
+    PROBE_FAILS, /* a probe that reports an error */
+    IN_TIME,     /* many short sections, disarmed in time, with a quiet probe */
+};
+
+/* runs mode in a child with LOCKSTEP_STEP_TIMEOUT=timeout; returns its exit status (-1: killed
+ * or not exited), its stderr in out, and the seconds it took */
+static int child(const char *timeout, enum child_mode mode, char *out, size_t outlen,
+                 double *took)
 {
     int fd[2];
     if (pipe(fd) != 0) return -1;
@@ -70,16 +77,16 @@ static int child(const char *timeout, int mode, char *out, size_t outlen, double
         close(fd[0]);
         setenv("LOCKSTEP_STEP_TIMEOUT", timeout, 1);
         switch (mode) {
-        case 0: /* stuck in an armed section */
+        case STUCK:
             ls_watchdog_arm("decode step at position", 41);
             sleep(5);
             break;
-        case 1: /* a probe that reports an error */
+        case PROBE_FAILS:
             ls_watchdog_set_probe(probe_fails, "peer 3 is gone");
             ls_watchdog_arm("decode step at position", 7);
             sleep(5);
             break;
-        default: /* many short sections, disarmed in time, with a quiet probe */
+        case IN_TIME:
             ls_watchdog_set_probe(probe_ok, NULL);
             for (int i = 0; i < 20; i++) {
                 ls_watchdog_arm("decode step at position", i);
@@ -104,26 +111,28 @@ static int child(const char *timeout, int mode, char *out, size_t outlen, double
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void test_stuck_section_ends_the_process(void)
+/* the child ends with status 3 within 2 s, its line holding both strings */
+static void expect_ended(const char *timeout, enum child_mode mode, const char *want1,
+                         const char *want2)
 {
     char out[1024];
     double took;
-    int st = child("0.3", 0, out, sizeof out, &took);
-    CU_ASSERT_EQUAL(st, 3);
+    CU_ASSERT_EQUAL(child(timeout, mode, out, sizeof out, &took), 3);
     CU_ASSERT(took < 2.0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "decode step at position 41: no progress in 0."));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "(LOCKSTEP_STEP_TIMEOUT=0.3)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want1));
+    CU_ASSERT_PTR_NOT_NULL(strstr(out, want2));
+}
+
+static void test_stuck_section_ends_the_process(void)
+{
+    expect_ended("0.3", STUCK, "decode step at position 41: no progress in 0.",
+                 "(LOCKSTEP_STEP_TIMEOUT=0.3)");
 }
 
 static void test_probe_error_ends_the_process(void)
 {
-    char out[1024];
-    double took;
-    int st = child("60", 1, out, sizeof out, &took);
-    CU_ASSERT_EQUAL(st, 3);
-    CU_ASSERT(took < 2.0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "decode step at position 7: the communicator reports"));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "peer 3 is gone"));
+    expect_ended("60", PROBE_FAILS, "decode step at position 7: the communicator reports",
+                  "peer 3 is gone");
 }
 
 static void test_sections_in_time_finish(void)
@@ -131,10 +140,10 @@ static void test_sections_in_time_finish(void)
     char out[1024];
     double took;
     /* 20 sections of 20 ms under a 0.3 s timeout, 30 ms apart: 1 s in all, never stale */
-    CU_ASSERT_EQUAL(child("0.3", 2, out, sizeof out, &took), 0);
+    CU_ASSERT_EQUAL(child("0.3", IN_TIME, out, sizeof out, &took), 0);
     CU_ASSERT_STRING_EQUAL(out, "");
     /* timeout 0: off, even for a section that stays armed */
-    CU_ASSERT_EQUAL(child("0", 0, out, sizeof out, &took), 0);
+    CU_ASSERT_EQUAL(child("0", STUCK, out, sizeof out, &took), 0);
     CU_ASSERT(took >= 4.5);
 }
 
