@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GEMV_MAX_T 8
 // static shared memory of the fast kernel at most: the norm's block sums, 32 warps x 8 positions
@@ -297,6 +298,136 @@ static __global__ void __launch_bounds__(NT, MINB)
     }
 }
 
+// Column-resident x (T = 1; LOCKSTEP_GEMV_XREG=0 turns it off). The read-only lab kernel of
+// the GEMV's shape reads QKV's bytes at 92% of the roofline where the GEMV above reaches 75%: its
+// loss is its own work after the PDL wait (x staged through shared memory by the whole block,
+// a barrier, the SwiGLU of all 2k inputs in every block). Here a warp keeps the x of a fixed set
+// of 32-chunk columns in registers, loaded straight from global memory after the wait (SwiGLU
+// and the norm's weights applied on the way), and walks the block's rows through those columns:
+// warp (g, slot) takes columns slot, slot + slots, ... (CM at most) of rows g, g + G, ... The
+// block still reads whole rows in order (G rows per step), which the lab measured as fast as one
+// contiguous range per warp. Each (row, warp) sum goes to shared memory; after one barrier the
+// row's slots are added in slot order (fixed, so results are reproducible). NORM: the block
+// first reduces the sum of squares (one barrier). U row-batches of CM loads each in flight.
+template <int NT, int U, int CM, int IN, bool ACC>
+static __global__ void __launch_bounds__(NT, 1)
+    gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W, const float *__restrict__ x,
+                     const float *__restrict__ bias, int n, int k, const float *__restrict__ nw,
+                     float eps)
+{
+    constexpr int NW = NT / 32;
+    constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
+    extern __shared__ float psum[]; // [rows][slots]
+    __shared__ float red[NW];
+    const int K8 = k >> 3, S = (K8 + 31) >> 5;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = (int)((long long)blockIdx.x * n / gridDim.x);
+    const int r1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
+    const int rows = r1 - r0;
+    const int slots = S < NW ? S : NW, G = NW / slots, g = warp / slots, slot = warp - g * slots;
+    const bool active = g < G;
+    // this lane's chunk of column j, or -1 past the row's end
+    int q[CM];
+#pragma unroll
+    for (int j = 0; j < CM; j++) {
+        const int c = slot + j * slots;
+        q[j] = active && c < S && c * 32 + lane < K8 ? c * 32 + lane : -1;
+    }
+    const uint4 *Wb = W + (size_t)r0 * K8;
+
+    pdl_launch_dependents();
+    // rows g, g + G, ...: batch b holds rows g + (b*U + i)*G
+    auto load = [&](uint4 (&wv)[U][CM], int first) {
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const int r = g + (first + i) * G;
+#pragma unroll
+            for (int j = 0; j < CM; j++)
+                wv[i][j] = active && r < rows && q[j] >= 0 ? ld_weights(Wb + (size_t)r * K8 + q[j])
+                                                           : make_uint4(0, 0, 0, 0);
+        }
+    };
+    uint4 next[U][CM];
+    load(next, 0); // weights depend on no earlier kernel: in flight during the wait
+    pdl_wait();
+
+    float scale = 1.0f;
+    if (NORM) {
+        const float4 *x4 = reinterpret_cast<const float4 *>(x);
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < (k >> 2); i += NT) {
+            const float4 v = x4[i];
+            ss = fmaf(v.x, v.x, ss);
+            ss = fmaf(v.y, v.y, ss);
+            ss = fmaf(v.z, v.z, ss);
+            ss = fmaf(v.w, v.w, ss);
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        float t = 0.0f;
+        for (int i = 0; i < NW; i++) t += red[i];
+        scale = 1.0f / sqrtf(t / (float)k + eps);
+    }
+    // the x of this lane's chunks: 8 consecutive inputs each
+    float4 xa[CM], xb[CM];
+#pragma unroll
+    for (int j = 0; j < CM; j++) {
+        xa[j] = xb[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (q[j] < 0) continue;
+        const float4 *x4 = reinterpret_cast<const float4 *>(x);
+        if (SWIGLU) {
+            const float4 g0 = x4[2 * q[j]], g1 = x4[2 * q[j] + 1];
+            const float4 u0 = x4[(k >> 2) + 2 * q[j]], u1 = x4[(k >> 2) + 2 * q[j] + 1];
+            xa[j] = make_float4(silu_mul(g0.x, u0.x), silu_mul(g0.y, u0.y), silu_mul(g0.z, u0.z),
+                                silu_mul(g0.w, u0.w));
+            xb[j] = make_float4(silu_mul(g1.x, u1.x), silu_mul(g1.y, u1.y), silu_mul(g1.z, u1.z),
+                                silu_mul(g1.w, u1.w));
+        } else {
+            xa[j] = x4[2 * q[j]];
+            xb[j] = x4[2 * q[j] + 1];
+            if (NORM) {
+                const float4 *w4 = reinterpret_cast<const float4 *>(nw);
+                const float4 wa = w4[2 * q[j]], wb = w4[2 * q[j] + 1];
+                xa[j] = make_float4((xa[j].x * scale) * wa.x, (xa[j].y * scale) * wa.y,
+                                    (xa[j].z * scale) * wa.z, (xa[j].w * scale) * wa.w);
+                xb[j] = make_float4((xb[j].x * scale) * wb.x, (xb[j].y * scale) * wb.y,
+                                    (xb[j].z * scale) * wb.z, (xb[j].w * scale) * wb.w);
+            }
+        }
+    }
+
+    if (active) {
+        const int my_rows = g < rows ? (rows - g + G - 1) / G : 0;
+        for (int b = 0; b * U < my_rows; b++) {
+            uint4 wv[U][CM];
+#pragma unroll
+            for (int i = 0; i < U; i++)
+#pragma unroll
+                for (int j = 0; j < CM; j++) wv[i][j] = next[i][j];
+            if ((b + 1) * U < my_rows) load(next, (b + 1) * U);
+#pragma unroll
+            for (int i = 0; i < U; i++) {
+                const int rl = b * U + i; // the warp's rl-th row
+                if (rl >= my_rows) break;
+                float a = 0.0f;
+#pragma unroll
+                for (int j = 0; j < CM; j++) a = dot8(wv[i][j], xa[j], xb[j], a);
+                a = warp_sum(a);
+                if (lane == 0) psum[(g + rl * G) * slots + slot] = a;
+            }
+        }
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < rows; r += NT) {
+        float sum = 0.0f;
+        for (int c = 0; c < slots; c++) sum += psum[r * slots + c];
+        const float b = bias ? bias[r0 + r] : 0.0f;
+        float *yp = y + r0 + r;
+        *yp = ACC ? *yp + (sum + b) : sum + b;
+    }
+}
+
 // Generic path: any k, any alignment. One warp per row, 2-byte loads.
 static __global__ void gemv_generic_kernel(float *__restrict__ y, const uint16_t *__restrict__ W,
                                            const float *__restrict__ x,
@@ -401,10 +532,15 @@ static const gemv_shape gemv_shapes[] = {
 static int g_shape_pick[3] = {1, 0, 4}; // small, medium, large
 static int g_shapes_set;
 
+// the column-resident kernel for T = 1 where it applies; LOCKSTEP_GEMV_XREG=0: never
+static int g_xreg = 1;
+
 static void shapes_from_env(void)
 {
     if (g_shapes_set) return;
     g_shapes_set = 1;
+    const char *xr = getenv("LOCKSTEP_GEMV_XREG");
+    if (xr && !strcmp(xr, "0")) g_xreg = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
@@ -449,6 +585,49 @@ static void set_smem_attr(gemv_fn fn, int dev, int optin)
     if (ndone < 128) done[ndone++] = {fn, dev};
 }
 
+// the column-resident kernel: 512 threads (up to 128 registers: U x CM loads and CM columns of
+// x per lane), 1 block per SM, 8 loads per lane in flight (U = 8 / CM row batches of CM
+// columns); CM columns per warp: 1, 2 or 4
+#define GEMV_XREG_NT 512
+#define GEMV_XREG_U  8
+
+template <int CM> struct xreg_fns {
+    gemv_fn f[3][2];
+};
+
+template <int CM> static const xreg_fns<CM> &xreg_table()
+{
+    static const xreg_fns<CM> t = {
+        {{gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_PLAIN, false>,
+          gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_PLAIN, true>},
+         {gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_NORM, false>,
+          gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_NORM, true>},
+         {gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_SWIGLU, false>,
+          gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_SWIGLU, true>}}};
+    return t;
+}
+
+// launches the column-resident kernel when the shape suits it (k up to 4 columns per warp, the
+// per-row sums in shared memory); false: the caller takes another path
+static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
+                        int k, int in, int acc, const float *nw, float eps, const dev_info &di,
+                        int dev, size_t smem_max, cudaStream_t s)
+{
+    const int NW = GEMV_XREG_NT / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
+    const int cm = (S + slots - 1) / slots;
+    if (cm > 4) return false;
+    const int grid = n < di.sms ? n : di.sms, rows = (n + grid - 1) / grid;
+    const size_t smem = (size_t)rows * slots * sizeof(float);
+    if (smem > smem_max) return false;
+    gemv_fn fn = cm == 1 ? xreg_table<1>().f[in][acc]
+                 : cm == 2 ? xreg_table<2>().f[in][acc]
+                           : xreg_table<4>().f[in][acc];
+    set_smem_attr(fn, dev, di.smem_optin);
+    pdl_launch(fn, (unsigned)grid, (unsigned)GEMV_XREG_NT, smem, s, y, (const uint4 *)W, x, bias, n,
+               k, nw, eps);
+    return true;
+}
+
 static void gemv_launch(float *y, const uint16_t *W, const float *x, const float *bias, int T,
                         int n, int k, bool swiglu, const float *nw, float eps, int accumulate,
                         void *stream)
@@ -470,6 +649,8 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
                    T, n, k, (int)swiglu, nw, eps, acc);
         return;
     }
+    if (T == 1 && g_xreg && xreg_launch(y, W, x, bias, n, k, in, acc, nw, eps, di, dev, smem_max, s))
+        return;
     if (T == 1) {
         const double bytes = (double)n * k * 2;
         const gemv_shape &sh = gemv_shapes[g_shape_pick[bytes < 96e6 ? 0 : bytes <= 512e6 ? 1 : 2]];
@@ -539,6 +720,14 @@ extern "C" const char *ls_gemv_set_shapes(int small, int medium, int large)
     g_shape_pick[2] = large;
     g_shapes_set = 1;
     return gemv_shapes[small].name;
+}
+
+extern "C" int ls_gemv_set_xreg(int on)
+{
+    shapes_from_env();
+    const int old = g_xreg;
+    g_xreg = on != 0;
+    return old;
 }
 
 extern "C" void ls_kernels_set_pdl(int on)

@@ -47,6 +47,11 @@ void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, 
 int ls_gemv_shapes(void);
 const char *ls_gemv_set_shapes(int small, int medium, int large);
 
+/* The column-resident-x kernel for one position (default on where the shape suits it; off:
+ * LOCKSTEP_GEMV_XREG=0, or this call with 0 — the launch shapes above then apply); returns the
+ * previous setting. */
+int ls_gemv_set_xreg(int on);
+
 /* Programmatic dependent launch for every kernel family of this project (default off; see
  * pdl.cuh): when on, a kernel may start while the previous one in the stream is finishing. A
  * GEMV issues its first weight loads (which depend on nothing) before it waits

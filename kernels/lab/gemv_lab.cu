@@ -57,9 +57,10 @@ struct variant {
     {                                                                                              \
 #NT "/" #MINB "/" #U, gemv_kernel < NT, MINB, U, 1, GEMV_IN_PLAIN, false>, NT, MINB        \
     }
+// "xreg": the column-resident kernel, through gemv_launch (nt 0 marks it)
 static const variant variants[] = {
     {"row/warp", nullptr, 256, 0}, V(1024, 1, 4), V(512, 2, 4), V(256, 4, 4), V(512, 1, 8),
-    V(256, 2, 8),
+    V(256, 2, 8), {"xreg", nullptr, 0, 1},
 };
 
 static int g_sms, g_smem_optin;
@@ -67,12 +68,18 @@ static int g_sms, g_smem_optin;
 static void run_variant(const variant &v, float *y, const uint16_t *W, const float *x, int n, int k,
                         bool pdl)
 {
+    int saved = ls_pdl_on;
+    if (!v.fn && v.nt == 0) {
+        ls_pdl_on = pdl;
+        gemv_launch(y, W, x, nullptr, 1, n, k, false, nullptr, 0.0f, 0, nullptr);
+        ls_pdl_on = saved;
+        return;
+    }
     if (!v.fn) {
         row_per_warp_kernel<<<(n + 7) / 8, 256>>>(y, (const uint4 *)W, x, n, k);
         CHECK_CUDA(cudaGetLastError());
         return;
     }
-    int saved = ls_pdl_on;
     ls_pdl_on = pdl;
     unsigned grid = (unsigned)std::min(n, g_sms * v.minb);
     pdl_launch(v.fn, grid, (unsigned)v.nt, gemv_smem(1, k, v.nt), (cudaStream_t)0, y,
@@ -238,7 +245,7 @@ static void layer_sequence(void)
     printf("\none 8B layer at TP=1 (QKV, %s idle, o, gate+up, down), PDL, us per layer:\n",
            "14 us");
     for (const variant &v : variants) {
-        if (!v.fn) continue;
+        if (!v.fn && v.nt != 0) continue; // not the row-per-warp kernel here
         float ms = time_ms(20, L, [&](int i) {
             const uint16_t *w = W + (size_t)(i % L) * per_layer;
             for (int j = 0; j < 4; j++) {

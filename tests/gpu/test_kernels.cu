@@ -283,6 +283,8 @@ static void test_gemv_fused(const char *label, int n, int k, int T, int mode, in
     static const char *modes[] = {"", "norm-in", "residual", "swiglu residual"};
     char name[160];
     const char *sh = shape >= 0 ? ls_gemv_set_shapes(shape, shape, shape) : nullptr;
+    // a launch shape is the staged-x kernel's: the column-resident one off meanwhile
+    const int xreg = shape >= 0 ? ls_gemv_set_xreg(0) : -1;
     snprintf(name, sizeof name, "gemv %s %s n=%d k=%d T=%d%s%s", modes[mode], label, n, k, T,
              sh ? " shape " : "", sh ? sh : "");
     const bool swiglu = mode == 3, acc = mode >= 2;
@@ -326,7 +328,10 @@ static void test_gemv_fused(const char *label, int n, int k, int T, int mode, in
     std::vector<float> y2 = run();
     report(memcmp(y.data(), y2.data(), y.size() * sizeof(float)) == 0, "%s: bitwise reproducible",
            name);
-    if (shape >= 0) ls_gemv_set_shapes(1, 0, 4);
+    if (shape >= 0) {
+        ls_gemv_set_shapes(1, 0, 4);
+        ls_gemv_set_xreg(xreg);
+    }
 }
 
 static void tests_gemv(void)
@@ -370,6 +375,22 @@ static void tests_gemv(void)
     test_gemv("batch", 600, 576, 11, false, false);
     test_gemv("pdl", 3072, 576, 1, false, false, 0, true);
     test_gemv("pdl", 576, 1536, 2, false, true, 0, true);
+    // the column-resident kernel with 2 and 4 columns per warp (k = 7168, 8192, 14336), with
+    // fewer columns than warps (k = 2048: 4 row groups), and every input form
+    test_gemv("xreg cm4", 600, 14336, 1, true, true);
+    test_gemv("xreg cm2", 1000, 8192, 1, true, false);
+    test_gemv("xreg g4", 700, 2048, 1, false, false);
+    test_gemv_fused("xreg cm2", 3000, 7168, 1, 1);
+    test_gemv_fused("xreg cm2", 3000, 7168, 1, 2);
+    test_gemv_fused("xreg cm4", 1000, 7168, 1, 3);
+    // the staged-x kernel where the column-resident one would take the call
+    {
+        const int xreg = ls_gemv_set_xreg(0);
+        test_gemv("staged-x", 4099, 4104, 1, true, false);
+        test_gemv("staged-x smollm2 down", 576, 1536, 1, false, true);
+        test_gemv("staged-x pdl", 3072, 576, 1, false, false, 0, true);
+        ls_gemv_set_xreg(xreg);
+    }
     if (!g_quick) {
         test_gemv("smollm2 lm-head", 49152, 576, 1, false, false);
         test_gemv("smollm2 tp2 lm-head", 24576, 576, 1, false, false);
