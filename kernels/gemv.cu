@@ -532,7 +532,8 @@ static const gemv_shape gemv_shapes[] = {
 static int g_shape_pick[3] = {1, 0, 4}; // small, medium, large
 static int g_shapes_set;
 
-// the column-resident kernel for T = 1 where it applies; LOCKSTEP_GEMV_XREG=0: never
+// the column-resident kernel for T = 1 where it applies: 1 (512 threads), 2 (1024 threads);
+// LOCKSTEP_GEMV_XREG=0: never
 static int g_xreg = 1;
 
 static void shapes_from_env(void)
@@ -540,7 +541,7 @@ static void shapes_from_env(void)
     if (g_shapes_set) return;
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
-    if (xr && !strcmp(xr, "0")) g_xreg = 0;
+    if (xr && (!strcmp(xr, "0") || !strcmp(xr, "2"))) g_xreg = xr[0] - '0';
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
@@ -585,46 +586,46 @@ static void set_smem_attr(gemv_fn fn, int dev, int optin)
     if (ndone < 128) done[ndone++] = {fn, dev};
 }
 
-// the column-resident kernel: 512 threads (up to 128 registers: U x CM loads and CM columns of
-// x per lane), 1 block per SM, 8 loads per lane in flight (U = 8 / CM row batches of CM
-// columns); CM columns per warp: 1, 2 or 4
-#define GEMV_XREG_NT 512
-#define GEMV_XREG_U  8
-
-template <int CM> struct xreg_fns {
+// the column-resident kernel's launch shapes: NT threads, one block per SM, L loads per lane in
+// flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
+// with 8 loads (up to 128 registers; the default, LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4
+// (64 registers, CM <= 2; LOCKSTEP_GEMV_XREG=2)
+template <int NT, int L, int CM> struct xreg_fns {
     gemv_fn f[3][2];
 };
 
-template <int CM> static const xreg_fns<CM> &xreg_table()
+template <int NT, int L, int CM> static const xreg_fns<NT, L, CM> &xreg_table()
 {
-    static const xreg_fns<CM> t = {
-        {{gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_PLAIN, false>,
-          gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_PLAIN, true>},
-         {gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_NORM, false>,
-          gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_NORM, true>},
-         {gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_SWIGLU, false>,
-          gemv_xreg_kernel<GEMV_XREG_NT, GEMV_XREG_U / CM, CM, GEMV_IN_SWIGLU, true>}}};
+    static const xreg_fns<NT, L, CM> t = {{{gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_PLAIN, false>,
+                                            gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_PLAIN, true>},
+                                           {gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_NORM, false>,
+                                            gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_NORM, true>},
+                                           {gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_SWIGLU, false>,
+                                            gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_SWIGLU, true>}}};
     return t;
 }
 
-// launches the column-resident kernel when the shape suits it (k up to 4 columns per warp, the
-// per-row sums in shared memory); false: the caller takes another path
+// launches the column-resident kernel when the shape suits it (columns per warp within the
+// shape's limit, the per-row sums in shared memory); false: the caller takes another path
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const dev_info &di,
                         int dev, size_t smem_max, cudaStream_t s)
 {
-    const int NW = GEMV_XREG_NT / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
+    const int nt = g_xreg == 2 ? 1024 : 512;
+    const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
-    if (cm > 4) return false;
+    if (cm > (nt == 1024 ? 2 : 4)) return false;
     const int grid = n < di.sms ? n : di.sms, rows = (n + grid - 1) / grid;
     const size_t smem = (size_t)rows * slots * sizeof(float);
     if (smem > smem_max) return false;
-    gemv_fn fn = cm == 1 ? xreg_table<1>().f[in][acc]
-                 : cm == 2 ? xreg_table<2>().f[in][acc]
-                           : xreg_table<4>().f[in][acc];
+    gemv_fn fn = nt == 1024 ? (cm == 1 ? xreg_table<1024, 4, 1>().f[in][acc]
+                                       : xreg_table<1024, 4, 2>().f[in][acc])
+                 : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
+                 : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
+                            : xreg_table<512, 8, 4>().f[in][acc];
     set_smem_attr(fn, dev, di.smem_optin);
-    pdl_launch(fn, (unsigned)grid, (unsigned)GEMV_XREG_NT, smem, s, y, (const uint4 *)W, x, bias, n,
-               k, nw, eps);
+    pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
+               eps);
     return true;
 }
 
@@ -726,7 +727,7 @@ extern "C" int ls_gemv_set_xreg(int on)
 {
     shapes_from_env();
     const int old = g_xreg;
-    g_xreg = on != 0;
+    g_xreg = on < 0 ? 0 : on > 2 ? 2 : on;
     return old;
 }
 

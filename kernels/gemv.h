@@ -47,9 +47,9 @@ void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, 
 int ls_gemv_shapes(void);
 const char *ls_gemv_set_shapes(int small, int medium, int large);
 
-/* The column-resident-x kernel for one position (default on where the shape suits it; off:
- * LOCKSTEP_GEMV_XREG=0, or this call with 0 — the launch shapes above then apply); returns the
- * previous setting. */
+/* The column-resident-x kernel for one position: 1 (default) its 512-thread shape, 2 its
+ * 1024-thread shape, where the shape suits it; 0 (or LOCKSTEP_GEMV_XREG=0): never, the launch
+ * shapes above then apply. Returns the previous setting. */
 int ls_gemv_set_xreg(int on);
 
 /* Programmatic dependent launch for every kernel family of this project (default off; see

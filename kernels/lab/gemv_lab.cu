@@ -57,10 +57,11 @@ struct variant {
     {                                                                                              \
 #NT "/" #MINB "/" #U, gemv_kernel < NT, MINB, U, 1, GEMV_IN_PLAIN, false>, NT, MINB        \
     }
-// "xreg": the column-resident kernel, through gemv_launch (nt 0 marks it)
+// "xreg512", "xreg1024": the column-resident kernel's two shapes, through gemv_launch (nt 0
+// marks them, minb is the shape's g_xreg)
 static const variant variants[] = {
     {"row/warp", nullptr, 256, 0}, V(1024, 1, 4), V(512, 2, 4), V(256, 4, 4), V(512, 1, 8),
-    V(256, 2, 8), {"xreg", nullptr, 0, 1},
+    V(256, 2, 8), {"xreg512", nullptr, 0, 1}, {"xreg1024", nullptr, 0, 2},
 };
 
 static int g_sms, g_smem_optin;
@@ -70,9 +71,11 @@ static void run_variant(const variant &v, float *y, const uint16_t *W, const flo
 {
     int saved = ls_pdl_on;
     if (!v.fn && v.nt == 0) {
+        const int xreg = ls_gemv_set_xreg(v.minb);
         ls_pdl_on = pdl;
         gemv_launch(y, W, x, nullptr, 1, n, k, false, nullptr, 0.0f, 0, nullptr);
         ls_pdl_on = saved;
+        ls_gemv_set_xreg(xreg);
         return;
     }
     if (!v.fn) {

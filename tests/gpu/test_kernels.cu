@@ -383,6 +383,17 @@ static void tests_gemv(void)
     test_gemv_fused("xreg cm2", 3000, 7168, 1, 1);
     test_gemv_fused("xreg cm2", 3000, 7168, 1, 2);
     test_gemv_fused("xreg cm4", 1000, 7168, 1, 3);
+    // the column-resident kernel's 1024-thread shape
+    {
+        const int xreg = ls_gemv_set_xreg(2);
+        test_gemv("xreg1024", 4099, 4104, 1, true, false);
+        test_gemv("xreg1024 g4", 700, 2048, 1, false, false);
+        test_gemv("xreg1024 cm2 swiglu", 600, 7168, 1, true, true);
+        test_gemv_fused("xreg1024", 3000, 4096, 1, 1);
+        test_gemv_fused("xreg1024", 3000, 4096, 1, 2);
+        test_gemv("xreg1024 cm4 falls back", 600, 14336, 1, false, true);
+        ls_gemv_set_xreg(xreg);
+    }
     // the staged-x kernel where the column-resident one would take the call
     {
         const int xreg = ls_gemv_set_xreg(0);
