@@ -375,14 +375,18 @@ static void tests_gemv(void)
     test_gemv("batch", 600, 576, 11, false, false);
     test_gemv("pdl", 3072, 576, 1, false, false, 0, true);
     test_gemv("pdl", 576, 1536, 2, false, true, 0, true);
-    // the column-resident kernel with 2 and 4 columns per warp (k = 7168, 8192, 14336), with
+    // the column-resident kernel's 512-thread shape with 2 and 4 columns per warp (k = 7168, 8192, 14336), with
     // fewer columns than warps (k = 2048: 4 row groups), and every input form
-    test_gemv("xreg cm4", 600, 14336, 1, true, true);
-    test_gemv("xreg cm2", 1000, 8192, 1, true, false);
-    test_gemv("xreg g4", 700, 2048, 1, false, false);
-    test_gemv_fused("xreg cm2", 3000, 7168, 1, 1);
-    test_gemv_fused("xreg cm2", 3000, 7168, 1, 2);
-    test_gemv_fused("xreg cm4", 1000, 7168, 1, 3);
+    {
+        const int xreg = ls_gemv_set_xreg(1);
+        test_gemv("xreg cm4", 600, 14336, 1, true, true);
+        test_gemv("xreg cm2", 1000, 8192, 1, true, false);
+        test_gemv("xreg g4", 700, 2048, 1, false, false);
+        test_gemv_fused("xreg cm2", 3000, 7168, 1, 1);
+        test_gemv_fused("xreg cm2", 3000, 7168, 1, 2);
+        test_gemv_fused("xreg cm4", 1000, 7168, 1, 3);
+        ls_gemv_set_xreg(xreg);
+    }
     // the column-resident kernel's 1024-thread shape
     {
         const int xreg = ls_gemv_set_xreg(2);
