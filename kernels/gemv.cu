@@ -62,6 +62,31 @@ static __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+// The sums over the warp of U per-lane values (U = 1, 2, 4, 8) at once: each exchange halves
+// the values a lane holds (the lane keeps one half, its partner the other), so U rows take
+// U - 1 + 5 - log2(U) shuffles instead of 5U. Lane l ends with the total of row l / (32 / U)
+// (every lane of that group of 32 / U holds it). A fixed order: reproducible.
+template <int U> static __device__ __forceinline__ float warp_sum_rows(const float (&a)[U], int lane)
+{
+    static_assert(U == 1 || U == 2 || U == 4 || U == 8, "U rows: 1, 2, 4 or 8");
+    float v[U];
+#pragma unroll
+    for (int i = 0; i < U; i++) v[i] = a[i];
+    int off = 16;
+#pragma unroll
+    for (int h = U; h > 1; h >>= 1, off >>= 1) {
+        const bool up = lane & off;
+#pragma unroll
+        for (int p = 0; p < h / 2; p++) {
+            const float keep = up ? v[p + h / 2] : v[p], send = up ? v[p] : v[p + h / 2];
+            v[p] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+        }
+    }
+#pragma unroll
+    for (; off > 0; off >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], off);
+    return v[0];
+}
+
 static __device__ __forceinline__ float bf16_lo(uint32_t w)
 {
     return __uint_as_float(w << 16);
@@ -309,7 +334,7 @@ static __global__ void __launch_bounds__(NT, MINB)
 // contiguous range per warp. Each (row, warp) sum goes to shared memory; after one barrier the
 // row's slots are added in slot order (fixed, so results are reproducible). NORM: the block
 // first reduces the sum of squares (one barrier). U row-batches of CM loads each in flight.
-template <int NT, int U, int CM, int IN, bool ACC>
+template <int NT, int U, int CM, int IN, bool ACC, bool TR>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W, const float *__restrict__ x,
                      const float *__restrict__ bias, int n, int k, const float *__restrict__ nw,
@@ -350,6 +375,15 @@ static __global__ void __launch_bounds__(NT, 1)
     uint4 next[U][CM];
     load(next, 0); // weights depend on no earlier kernel: in flight during the wait
     pdl_wait();
+    const int my_rows = active && g < rows ? (rows - g + G - 1) / G : 0;
+    uint4 cur[U][CM]; // TR: batch b while b + 1 is in flight
+    if (TR) {
+#pragma unroll
+        for (int i = 0; i < U; i++)
+#pragma unroll
+            for (int j = 0; j < CM; j++) cur[i][j] = next[i][j];
+        if (U < my_rows) load(next, U);
+    }
 
     float scale = 1.0f;
     if (NORM) {
@@ -397,8 +431,27 @@ static __global__ void __launch_bounds__(NT, 1)
         }
     }
 
-    if (active) {
-        const int my_rows = g < rows ? (rows - g + G - 1) / G : 0;
+    if (TR) {
+        // two batches in flight: batch b + 2's loads go out as soon as batch b's products are
+        // taken, before its sums cross the warp (U rows reduced together)
+        for (int b = 0; b * U < my_rows; b++) {
+            float a[U];
+#pragma unroll
+            for (int i = 0; i < U; i++) {
+                a[i] = 0.0f;
+#pragma unroll
+                for (int j = 0; j < CM; j++) a[i] = dot8(cur[i][j], xa[j], xb[j], a[i]);
+            }
+#pragma unroll
+            for (int i = 0; i < U; i++)
+#pragma unroll
+                for (int j = 0; j < CM; j++) cur[i][j] = next[i][j];
+            if ((b + 2) * U < my_rows) load(next, (b + 2) * U);
+            const float t = warp_sum_rows<U>(a, lane);
+            const int rl = b * U + lane / (32 / U);
+            if ((lane & (32 / U - 1)) == 0 && rl < my_rows) psum[(g + rl * G) * slots + slot] = t;
+        }
+    } else if (active) {
         for (int b = 0; b * U < my_rows; b++) {
             uint4 wv[U][CM];
 #pragma unroll
@@ -544,7 +597,7 @@ static void shapes_from_env(void)
     if (g_shapes_set) return;
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
-    if (xr && (!strcmp(xr, "0") || !strcmp(xr, "1") || !strcmp(xr, "2"))) g_xreg = xr[0] - '0';
+    if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
     const char *xm = getenv("LOCKSTEP_GEMV_XREG_MIN_MB");
     if (xm && atof(xm) > 0) g_xreg_min = atof(xm) * 1e6;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -595,18 +648,20 @@ static void set_smem_attr(gemv_fn fn, int dev, int optin)
 // flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
 // with 8 loads (up to 128 registers; the default, LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4
 // (64 registers, CM <= 2; LOCKSTEP_GEMV_XREG=2)
-template <int NT, int L, int CM> struct xreg_fns {
+template <int NT, int L, int CM, bool TR> struct xreg_fns {
     gemv_fn f[3][2];
 };
 
-template <int NT, int L, int CM> static const xreg_fns<NT, L, CM> &xreg_table()
+template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
 {
-    static const xreg_fns<NT, L, CM> t = {{{gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_PLAIN, false>,
-                                            gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_PLAIN, true>},
-                                           {gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_NORM, false>,
-                                            gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_NORM, true>},
-                                           {gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_SWIGLU, false>,
-                                            gemv_xreg_kernel<NT, L / CM, CM, GEMV_IN_SWIGLU, true>}}};
+    constexpr int U = L / CM;
+    static const xreg_fns<NT, L, CM, TR> t = {
+        {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR>},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR>},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR>}}};
     return t;
 }
 
@@ -616,14 +671,16 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
                         int k, int in, int acc, const float *nw, float eps, const dev_info &di,
                         int dev, size_t smem_max, cudaStream_t s)
 {
-    const int nt = g_xreg == 2 ? 1024 : 512;
+    const int nt = g_xreg >= 2 ? 1024 : 512;
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
     const int grid = n < di.sms ? n : di.sms, rows = (n + grid - 1) / grid;
     const size_t smem = (size_t)rows * slots * sizeof(float);
     if (smem > smem_max) return false;
-    gemv_fn fn = nt == 1024 ? (cm == 1 ? xreg_table<1024, 4, 1>().f[in][acc]
+    // the two-batch form for one column per warp only (with two it spills)
+    gemv_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
+                                                      : xreg_table<1024, 4, 1>().f[in][acc])
                                        : xreg_table<1024, 4, 2>().f[in][acc])
                  : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
                  : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
@@ -733,7 +790,7 @@ extern "C" int ls_gemv_set_xreg(int on)
 {
     shapes_from_env();
     const int old = g_xreg;
-    g_xreg = on < 0 ? 0 : on > 2 ? 2 : on;
+    g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
     return old;
 }
 

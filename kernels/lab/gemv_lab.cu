@@ -57,11 +57,12 @@ struct variant {
     {                                                                                              \
 #NT "/" #MINB "/" #U, gemv_kernel < NT, MINB, U, 1, GEMV_IN_PLAIN, false>, NT, MINB        \
     }
-// "xreg512", "xreg1024": the column-resident kernel's two shapes, through gemv_launch (nt 0
-// marks them, minb is the shape's g_xreg)
+// "xreg512", "xreg1024", "xreg1024tr": the column-resident kernel's shapes, through
+// gemv_launch (nt 0 marks them, minb is the shape's g_xreg)
 static const variant variants[] = {
     {"row/warp", nullptr, 256, 0}, V(1024, 1, 4), V(512, 2, 4), V(256, 4, 4), V(512, 1, 8),
     V(256, 2, 8), {"xreg512", nullptr, 0, 1}, {"xreg1024", nullptr, 0, 2},
+    {"xreg1024tr", nullptr, 0, 3},
 };
 
 static int g_sms, g_smem_optin;

@@ -387,15 +387,24 @@ static void tests_gemv(void)
         test_gemv_fused("xreg cm4", 1000, 7168, 1, 3);
         ls_gemv_set_xreg(xreg);
     }
-    // the column-resident kernel's 1024-thread shape
-    {
-        const int xreg = ls_gemv_set_xreg(2);
-        test_gemv("xreg1024", 4099, 4104, 1, true, false);
-        test_gemv("xreg1024 g4", 700, 2048, 1, false, false);
-        test_gemv("xreg1024 cm2 swiglu", 600, 7168, 1, true, true);
-        test_gemv_fused("xreg1024", 3000, 4096, 1, 1);
-        test_gemv_fused("xreg1024", 3000, 4096, 1, 2);
-        test_gemv("xreg1024 cm4 falls back", 600, 14336, 1, false, true);
+    // the column-resident kernel's 1024-thread shape, and its form with two batches in flight
+    // and the rows' sums reduced together (3)
+    for (int form = 2; form <= 3; form++) {
+        const int xreg = ls_gemv_set_xreg(form);
+        const char *f = form == 2 ? "xreg1024" : "xreg1024tr";
+        char name[64];
+        auto nm = [&](const char *what) {
+            snprintf(name, sizeof name, "%s%s", f, what);
+            return name;
+        };
+        test_gemv(nm(""), 4099, 4104, 1, true, false);
+        test_gemv(nm(" g4"), 700, 2048, 1, false, false);
+        test_gemv(nm(" one batch"), 135, 4096, 1, false, false);
+        test_gemv(nm(" cm2 swiglu"), 600, 7168, 1, true, true);
+        test_gemv_fused(nm(""), 3000, 4096, 1, 1);
+        test_gemv_fused(nm(""), 3000, 4096, 1, 2);
+        test_gemv_fused(nm(" cm2"), 1000, 7168, 1, 3);
+        test_gemv(nm(" cm4 falls back"), 600, 14336, 1, false, true);
         ls_gemv_set_xreg(xreg);
     }
     // the staged-x kernel where the column-resident one would take the call
