@@ -51,6 +51,33 @@ static __device__ __forceinline__ bool kept(uint32_t key, int id, cut c)
     return key > c.key || (key == c.key && id <= c.id);
 }
 
+// kept() with the id read only on a key tie (the ids are a second array: most passes need none)
+static __device__ __forceinline__ bool kept_at(uint32_t key, const int *cid, int i, cut c)
+{
+    return key > c.key || (key == c.key && cid[i] <= c.id);
+}
+
+// Calls f(l, i) for each candidate i of cl[0, nc) this thread owns (i = tid + j * SP_THREADS),
+// in increasing i, with SP_BATCH loads in flight: a pass over 128K candidates on one SM is
+// otherwise one L2 round trip per candidate and thread (~40 us a pass).
+#define SP_BATCH 8
+template <typename F> static __device__ __forceinline__ void each_candidate(const float *cl, int nc, F f)
+{
+    for (int base = threadIdx.x; base < nc; base += SP_BATCH * SP_THREADS) {
+        float lv[SP_BATCH];
+#pragma unroll
+        for (int j = 0; j < SP_BATCH; j++) {
+            const int i = base + j * SP_THREADS;
+            lv[j] = i < nc ? cl[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < SP_BATCH; j++) {
+            const int i = base + j * SP_THREADS;
+            if (i < nc) f(lv[j], i);
+        }
+    }
+}
+
 // (value, index) pairs: the larger value wins, the lower index on ties
 static __device__ __forceinline__ void argmax_merge(float &bv, int &bi, float v, int i)
 {
@@ -141,7 +168,7 @@ struct sel_smem {
     uint64_t tot[256];
     uint64_t scan[32];
     uint64_t above;
-    int bucket, id;
+    int bucket, id, ties;
 };
 
 // The kept token at which the running weight (1 per token, or w) along the order first reaches
@@ -158,18 +185,17 @@ static __device__ cut select(const float *cl, const int *cid, int nc, samp sp, b
         __syncwarp();
         int cb = -1;
         unsigned long long cw = 0;
-        for (int i = tid; i < nc; i += SP_THREADS) {
-            float l = cl[i];
-            uint32_t key = order_key(l);
-            if (!kept(key, cid[i], c) || (key & pmask) != prefix) continue;
-            int b = (key >> shift) & 255;
+        each_candidate(cl, nc, [&](float l, int i) {
+            const uint32_t key = order_key(l);
+            if ((key & pmask) != prefix || !kept_at(key, cid, i, c)) return;
+            const int b = (key >> shift) & 255;
             if (b != cb) {
                 if (cb >= 0) atomicAdd(&h[cb], cw);
                 cb = b;
                 cw = 0;
             }
             cw += by_weight ? sp.w(l) : 1;
-        }
+        });
         if (cb >= 0) atomicAdd(&h[cb], cw);
         __syncthreads();
         if (tid < 256) {
@@ -206,9 +232,41 @@ static __device__ cut select(const float *cl, const int *cid, int nc, samp sp, b
         pmask |= 255u << shift;
         above = sm->above;
     }
-    // tokens with key == prefix, in id order
-    if (tid == 0) sm->id = -1;
+    // the kept tokens with key == prefix, in id order: usually one or a few, gathered into
+    // shared memory (the histograms' space) in one pass, put in id order by rank and scanned;
+    // more than SP_THREADS (many equal logits): a scan of the whole list in tiles
+    if (tid == 0) sm->id = -1, sm->ties = 0;
     __syncthreads();
+    int *gid = reinterpret_cast<int *>(hist), *oid = gid + SP_THREADS;
+    uint64_t *gw = reinterpret_cast<uint64_t *>(hist) + SP_THREADS, *ow = gw + SP_THREADS;
+    each_candidate(cl, nc, [&](float l, int i) {
+        if (order_key(l) != prefix || !kept_at(prefix, cid, i, c)) return;
+        const int slot = atomicAdd(&sm->ties, 1);
+        if (slot < SP_THREADS) {
+            gid[slot] = cid[i];
+            gw[slot] = by_weight ? sp.w(l) : 1;
+        }
+    });
+    __syncthreads();
+    const int ties = sm->ties;
+    if (ties <= SP_THREADS) {
+        if (tid < ties) {
+            const int me = gid[tid];
+            int r = 0;
+            for (int j = 0; j < ties; j++) r += gid[j] < me || (gid[j] == me && j < tid);
+            oid[r] = me;
+            ow[r] = gw[tid];
+        }
+        __syncthreads();
+        const uint64_t w = tid < ties ? ow[tid] : 0;
+        uint64_t tile;
+        const uint64_t incl = above + block_scan(w, &tile, sm->scan);
+        if (w > 0 && incl >= target && incl - w < target) sm->id = oid[tid];
+        __syncthreads();
+        cut r = {prefix, sm->id};
+        __syncthreads();
+        return r;
+    }
     uint64_t run = above;
     for (int base = 0; base < nc; base += SP_THREADS) {
         int i = base + tid;
@@ -229,6 +287,17 @@ static __device__ cut select(const float *cl, const int *cid, int nc, samp sp, b
     return r;
 }
 
+// the kept candidates' total weight (every thread gets it)
+static __device__ uint64_t kept_weight(const float *cl, const int *cid, int nc, samp sp, cut c,
+                                       uint64_t *scan)
+{
+    uint64_t s = 0;
+    each_candidate(cl, nc, [&](float l, int i) {
+        if (kept_at(order_key(l), cid, i, c)) s += sp.w(l);
+    });
+    return block_sum(s, scan);
+}
+
 // ids: the token id of each logit (the top-k prefilter's survivors), or null for 0..n-1
 static __global__ void __launch_bounds__(SP_THREADS)
     sample_kernel(int *out, const float *__restrict__ logits, const int *__restrict__ ids, int n,
@@ -245,6 +314,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
 
     float bv = -INFINITY;
     int bi = INT_MAX;
+#pragma unroll 8
     for (int i = tid; i < n; i += SP_THREADS) argmax_merge(bv, bi, logits[i], i);
     block_argmax(bv, bi, redv, redi);
     const samp sp = {bv, temp};
@@ -252,19 +322,19 @@ static __global__ void __launch_bounds__(SP_THREADS)
     // compact the tokens of weight > 0, in id order (cl/cid are written and read by this block
     // only: plain loads, ordered by __syncthreads)
     int nc = 0;
-    for (int base = 0; base < n; base += 4 * SP_THREADS) {
-        const int i0 = base + tid * 4;
-        float lv[4];
+    for (int base = 0; base < n; base += SP_BATCH * SP_THREADS) {
+        const int i0 = base + tid * SP_BATCH;
+        float lv[SP_BATCH];
         int cnt = 0;
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < SP_BATCH; j++) {
             lv[j] = i0 + j < n ? logits[i0 + j] : -INFINITY;
             cnt += sp.w(lv[j]) > 0;
         }
         uint64_t total;
         int o = nc + (int)(block_scan((uint64_t)cnt, &total, sm.scan) - cnt);
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < SP_BATCH; j++)
             if (sp.w(lv[j]) > 0) {
                 cl[o] = lv[j];
                 cid[o] = ids ? ids[i0 + j] : i0 + j;
@@ -277,10 +347,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
     cut c = {0u, INT_MAX}; // everything
     if (top_k > 0 && top_k < nc) c = select(cl, cid, nc, sp, false, (uint64_t)top_k, c, hist, &sm);
     if (top_p < 1.0f) {
-        uint64_t s = 0;
-        for (int i = tid; i < nc; i += SP_THREADS)
-            if (kept(order_key(cl[i]), cid[i], c)) s += sp.w(cl[i]);
-        uint64_t kept_w = block_sum(s, sm.scan);
+        const uint64_t kept_w = kept_weight(cl, cid, nc, sp, c, sm.scan);
         uint64_t target = (uint64_t)ceil((double)top_p * (double)kept_w);
         target = target < 1 ? 1 : target > kept_w ? kept_w : target;
         c = select(cl, cid, nc, sp, true, target, c, hist, &sm);
@@ -289,17 +356,14 @@ static __global__ void __launch_bounds__(SP_THREADS)
         // smallest kept key whose probability is >= min_p of the top one's (the top token
         // always qualifies); as a maximum of the complement, to share block_max_u32
         uint32_t k = 0;
-        for (int i = tid; i < nc; i += SP_THREADS) {
-            uint32_t key = order_key(cl[i]);
-            if (kept(key, cid[i], c) && sp.e(cl[i]) >= min_p) k = max(k, ~key);
-        }
+        each_candidate(cl, nc, [&](float l, int i) {
+            const uint32_t key = order_key(l);
+            if (kept_at(key, cid, i, c) && sp.e(l) >= min_p) k = max(k, ~key);
+        });
         uint32_t kmin = ~block_max_u32(k, sm.scan);
         if (kmin > c.key) c = {kmin, INT_MAX};
     }
-    uint64_t s = 0;
-    for (int i = tid; i < nc; i += SP_THREADS)
-        if (kept(order_key(cl[i]), cid[i], c)) s += sp.w(cl[i]);
-    uint64_t kept_w = block_sum(s, sm.scan);
+    const uint64_t kept_w = kept_weight(cl, cid, nc, sp, c, sm.scan);
     uint64_t r = (uint64_t)(*u * (double)kept_w);
     if (r >= kept_w) r = kept_w - 1;
     c = select(cl, cid, nc, sp, true, r + 1, c, hist, &sm);
