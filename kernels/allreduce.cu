@@ -186,6 +186,22 @@ static __device__ void record_timeout(const ls_ar_state &st, int peer, int phase
     __threadfence_system();
 }
 
+/* The bounded spin's check, made every 1024 polls: false once a sibling block gave up (the
+ * abort flag) or the wait since t0 has passed timeout_ns (recorded here). */
+static __device__ __forceinline__ bool spin_on(const ls_ar_state &st,
+                                               volatile unsigned *abort_flag,
+                                               unsigned long long t0, int peer, int phase,
+                                               epoch_t e)
+{
+    if (*abort_flag) return false;
+    const unsigned long long waited = global_ns() - t0;
+    if (waited > st.timeout_ns) {
+        record_timeout(st, peer, phase, e, waited);
+        return false;
+    }
+    return true;
+}
+
 /* Spin until *f >= e. Checks the clock and the abort flag every 1024 polls, so a
  * dead peer costs timeout_ns, and a block whose sibling already gave up leaves soon after. */
 static __device__ bool wait_flag(const ls_ar_state &st, const epoch_t *f, epoch_t e, int peer,
@@ -196,14 +212,7 @@ static __device__ bool wait_flag(const ls_ar_state &st, const epoch_t *f, epoch_
     volatile unsigned *abort_flag = &ctl_of(st)->abort;
     for (unsigned n = 1;; n++) {
         if (ld_acquire_sys(f) >= e) return true;
-        if ((n & 1023) == 0) {
-            if (*abort_flag) return false;
-            const unsigned long long waited = global_ns() - t0;
-            if (waited > st.timeout_ns) {
-                record_timeout(st, peer, phase, e, waited);
-                return false;
-            }
-        }
+        if ((n & 1023) == 0 && !spin_on(st, abort_flag, t0, peer, phase, e)) return false;
     }
 }
 
@@ -303,13 +312,8 @@ static __device__ bool ll_pull(const ls_ar_state &st, const char *src, uint32_t 
     volatile unsigned *abort_flag = &ctl_of(st)->abort;
     for (unsigned n = 1; a.y != f || a.w != f || b.y != f || b.w != f; n++) {
         if ((n & 1023) == 0) {
-            if (t0 == 0) t0 = global_ns();
-            if (*abort_flag) return false;
-            const unsigned long long waited = global_ns() - t0;
-            if (waited > st.timeout_ns) {
-                record_timeout(st, peer, 2, e, waited);
-                return false;
-            }
+            if (t0 == 0) t0 = global_ns(); /* the clock starts at the first check */
+            if (!spin_on(st, abort_flag, t0, peer, 2, e)) return false;
         }
         if (a.y != f || a.w != f) a = ll_load(src);
         if (b.y != f || b.w != f) b = ll_load(src + 16);
@@ -740,6 +744,30 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     }
 }
 
+/* The fused kernels' start: a thread's first unit of its block's first row (all of them at
+ * batch 1) loads while thread 0 fetches the epoch into *e. PAD (the LL kernel): the units cover
+ * the row, the last one zero-padded; else whole units only (the tail goes by element). The unit
+ * is returned and the epoch written: the other way round, nvcc 13.0 compiles fused_kernel's
+ * vector push loop with an extra branch and register moves. */
+template <typename E, bool VEC, bool PAD>
+static __device__ __forceinline__ Unit<E> fused_begin(const ls_ar_state &st, const E *partial,
+                                                      int dim, epoch_t *s_e, int *s_fail,
+                                                      epoch_t *e)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    constexpr int V = Elt<E>::V;
+    Unit<E> pre;
+    if (PAD) {
+        if (threadIdx.x < ((size_t)dim + V - 1) / V)
+            pre = load_unit_padded<E, VEC>(partial + (size_t)blockIdx.x * dim, threadIdx.x, dim);
+    } else if (threadIdx.x < (size_t)dim / V) {
+        pre = load_unit<E, VEC>(partial + (size_t)blockIdx.x * dim, threadIdx.x);
+    }
+    *e = begin(st, s_e, s_fail);
+    return pre;
+}
+
 /* Block b owns rows b, b + G, ...: it pushes those rows of partial to every peer, exchanges
  * flags with block b of every peer, then reduces and normalises the same rows. */
 template <typename E, bool VEC>
@@ -747,17 +775,13 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     fused_kernel(const __grid_constant__ ls_ar_state st, const E *partial, const E *x, E *out,
                  E *normed, const E *w, int rows, int dim, float eps)
 {
-    pdl_launch_dependents();
-    pdl_wait();
-    constexpr int V = Elt<E>::V;
     __shared__ epoch_t s_e;
     __shared__ int s_fail;
     __shared__ float sh[33];
+    epoch_t e;
+    const Unit<E> pre = fused_begin<E, VEC, false>(st, partial, dim, &s_e, &s_fail, &e);
+    constexpr int V = Elt<E>::V;
     const size_t nv = (size_t)dim / V;
-    /* a thread's first unit (all of them at batch 1) loads while thread 0 fetches the epoch */
-    Unit<E> pre;
-    if (threadIdx.x < nv) pre = load_unit<E, VEC>(partial + (size_t)blockIdx.x * dim, threadIdx.x);
-    const epoch_t e = begin(st, &s_e, &s_fail);
     if (!s_fail) {
         const size_t slot = ls_ar_slot((size_t)rows * dim * sizeof(E));
         const size_t area = LS_AR_DATA_OFF + (size_t)(e & 1) * st.data_bytes;
@@ -808,17 +832,13 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     fused_ll_kernel(const __grid_constant__ ls_ar_state st, const E *partial, const E *x, E *out,
                     E *normed, const E *w, int rows, int dim, float eps)
 {
-    pdl_launch_dependents();
-    pdl_wait();
-    constexpr int V = Elt<E>::V;
     __shared__ epoch_t s_e;
     __shared__ int s_fail;
     __shared__ float sh[33];
+    epoch_t e;
+    const Unit<E> pre = fused_begin<E, VEC, true>(st, partial, dim, &s_e, &s_fail, &e);
+    constexpr int V = Elt<E>::V;
     const size_t nu = ((size_t)dim + V - 1) / V;
-    Unit<E> pre;
-    if (threadIdx.x < nu)
-        pre = load_unit_padded<E, VEC>(partial + (size_t)blockIdx.x * dim, threadIdx.x, dim);
-    const epoch_t e = begin(st, &s_e, &s_fail);
     if (!s_fail) {
         const uint32_t f = ll_flag(e);
         const size_t lslot = ls_ar_ll_slot((size_t)rows * nu);

@@ -160,6 +160,13 @@ static uint16_t to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* src[0, n) to bf16 at dst, on every core */
+static void to_bf16_n(uint16_t *dst, const float *src, size_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) dst[i] = to_bf16(src[i]);
+}
+
 static void *cu_upload_matrix(float *host, size_t rows, size_t cols)
 {
     size_t n = rows * cols;
@@ -176,8 +183,7 @@ static void *cu_upload_matrix(float *host, size_t rows, size_t cols)
             CHECK_CUDA(cudaFree(d));
             return NULL;
         }
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) h16[i] = to_bf16(host[i]);
+        to_bf16_n(h16, host, n);
         CHECK_CUDA(cudaMemcpy(d, h16, n * sizeof *h16, cudaMemcpyHostToDevice));
         free(h16);
         free(host);
@@ -189,9 +195,7 @@ static void *cu_upload_matrix(float *host, size_t rows, size_t cols)
         up.cur ^= 1;
         CHECK_CUDA(cudaEventSynchronize(up.free_ev[b])); /* its previous DMA is done */
         uint16_t *h16 = up.buf[b];
-        const float *src = host + off;
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < m; i++) h16[i] = to_bf16(src[i]);
+        to_bf16_n(h16, host + off, m);
         CHECK_CUDA(cudaMemcpyAsync((uint16_t *)d + off, h16, m * sizeof *h16,
                                    cudaMemcpyHostToDevice, up.s));
         CHECK_CUDA(cudaEventRecord(up.free_ev[b], up.s));

@@ -496,6 +496,29 @@ static void run_sums(uint64_t seed)
 
 /* ---- fused residual + RMSNorm ---- */
 
+/* one shape of run_fused: where every call writes, and the first call's result the later ones
+ * must equal bitwise */
+struct fused_case {
+    int rows, dim;
+    size_t bytes;
+    const void *d_out, *d_norm;
+    const void *h_out, *h_norm; /* the routed call's out and normed */
+    void *h_out2, *h_norm2;     /* a later call's */
+};
+
+/* waits for the call `what`, copies its out and normed back, and fails v with "ROWSxDIM:
+ * differs" unless both are bitwise the first call's */
+static void fused_same(const struct fused_case *c, const char *what, struct verdict *v,
+                       const char *differs)
+{
+    sync_or_die(what);
+    to_host(c->h_out2, c->d_out, c->bytes);
+    to_host(c->h_norm2, c->d_norm, c->bytes);
+    v->cases++;
+    if (memcmp(c->h_out, c->h_out2, c->bytes) || memcmp(c->h_norm, c->h_norm2, c->bytes))
+        verdict_fail(v, "%dx%d: %s", c->rows, c->dim, differs);
+}
+
 static void run_fused(uint64_t seed)
 {
     static const int shapes[][2] = {{1, 4096}, {1, 8192}, {1, 4095}, {3, 17},   {2, 1},
@@ -582,6 +605,8 @@ static void run_fused(uint64_t seed)
                 verdict_fail(&v_ranks, "%dx%d: out or normed differs from rank 0's", rows, dim);
 
             if (g_st) {
+                const struct fused_case fc = {rows,  dim,    bytes,  d_out,  d_norm,
+                                              h_out, h_norm, h_out2, h_norm2};
                 /* unfused: custom all-reduce (routed: two-shot for 64x4096 f32) then the norm alone
                  */
                 to_dev(d_a, h_p, bytes);
@@ -590,36 +615,23 @@ static void run_fused(uint64_t seed)
                 poison(d_norm, bytes);
                 ls_residual_rmsnorm(d_a, d_x, d_out, d_norm, d_w, rows, dim, eps,
                                     (enum ls_ar_dtype)t, g_stream);
-                sync_or_die("ls_residual_rmsnorm");
-                to_host(h_out2, d_out, bytes);
-                to_host(h_norm2, d_norm, bytes);
-                v_same.cases++;
-                if (memcmp(h_out, h_out2, bytes) || memcmp(h_norm, h_norm2, bytes))
-                    verdict_fail(&v_same, "%dx%d: fused and unfused results differ", rows, dim);
+                fused_same(&fc, "ls_residual_rmsnorm", &v_same, "fused and unfused results differ");
                 /* in place: out == x (the residual stream updated where it lies) */
                 to_dev(d_p, h_p, bytes); /* the routed call may have summed it in place */
                 to_dev(d_out, h_x, bytes);
                 poison(d_norm, bytes);
                 ls_allreduce_residual_rmsnorm(g_st, d_p, d_out, d_out, d_norm, d_w, rows, dim, eps,
                                               (enum ls_ar_dtype)t, g_stream);
-                sync_or_die("ls_allreduce_residual_rmsnorm in place");
-                to_host(h_out2, d_out, bytes);
-                to_host(h_norm2, d_norm, bytes);
-                v_inplace.cases++;
-                if (memcmp(h_out, h_out2, bytes) || memcmp(h_norm, h_norm2, bytes))
-                    verdict_fail(&v_inplace, "%dx%d: in-place result differs", rows, dim);
+                fused_same(&fc, "ls_allreduce_residual_rmsnorm in place", &v_inplace,
+                           "in-place result differs");
                 /* the flag protocol (no LL) gives the same bits */
                 to_dev(d_p, h_p, bytes);
                 poison(d_out, bytes);
                 poison(d_norm, bytes);
                 ls_allreduce_residual_rmsnorm(&g_st_flag, d_p, d_x, d_out, d_norm, d_w, rows, dim,
                                               eps, (enum ls_ar_dtype)t, g_stream);
-                sync_or_die("ls_allreduce_residual_rmsnorm, flag protocol");
-                to_host(h_out2, d_out, bytes);
-                to_host(h_norm2, d_norm, bytes);
-                v_flag.cases++;
-                if (memcmp(h_out, h_out2, bytes) || memcmp(h_norm, h_norm2, bytes))
-                    verdict_fail(&v_flag, "%dx%d: LL and flag protocols differ", rows, dim);
+                fused_same(&fc, "ls_allreduce_residual_rmsnorm, flag protocol", &v_flag,
+                           "LL and flag protocols differ");
             }
             cudaFree(d_p);
             cudaFree(d_x);

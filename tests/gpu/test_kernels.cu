@@ -724,6 +724,21 @@ static void make_cache(int hkv, int hd, int max_ctx, int n, std::vector<uint16_t
             }
 }
 
+// one decode step's inputs: the cache of n positions (make_cache), q of the last one, and the
+// reference attention output for it
+static void make_decode(int hq, int hkv, int hd, int n, int max_ctx, std::vector<uint16_t> &kc,
+                        std::vector<uint16_t> &vc, std::vector<float> &q, std::vector<float> &ref)
+{
+    std::vector<float> kr, vr;
+    make_cache(hkv, hd, max_ctx, n, kc, vc, kr, vr);
+    q = randv((size_t)hq * hd, 2.0f);
+    ref.assign(q.size(), 0.0f);
+    std::vector<int> kv_of(hq);
+    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
+    ref_attention(ref.data(), q.data(), hq * hd, kr.data(), vr.data(), n - 1, 1, hq, hkv, hd,
+                  kv_of.data());
+}
+
 static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
 {
     if (nsplit == 0) nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
@@ -731,13 +746,8 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     snprintf(name, sizeof name, "attention_decode hq=%d hkv=%d hd=%d ctx=%d nsplit=%d", hq, hkv, hd,
              n, nsplit);
     std::vector<uint16_t> kc, vc;
-    std::vector<float> kr, vr;
-    make_cache(hkv, hd, max_ctx, n, kc, vc, kr, vr);
-    std::vector<float> q = randv((size_t)hq * hd, 2.0f), ref(q.size());
-    std::vector<int> kv_of(hq);
-    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
-    ref_attention(ref.data(), q.data(), hq * hd, kr.data(), vr.data(), n - 1, 1, hq, hkv, hd,
-                  kv_of.data());
+    std::vector<float> q, ref;
+    make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, ref);
     dev<uint16_t> dkc(kc.size()), dvc(vc.size());
     dev<float> dq(q.size()), dout(q.size());
     size_t wsb = ls_attention_decode_workspace(hq, hd, nsplit);
@@ -815,13 +825,8 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
     snprintf(name, sizeof name, "attention_decode pdl hq=%d hkv=%d hd=%d ctx=%d fresh=%d nsplit=%d",
              hq, hkv, hd, n, fresh, nsplit);
     std::vector<uint16_t> kc, vc;
-    std::vector<float> kr, vr;
-    make_cache(hkv, hd, max_ctx, n, kc, vc, kr, vr);
-    std::vector<float> q = randv((size_t)hq * hd, 2.0f), ref(q.size());
-    std::vector<int> kv_of(hq);
-    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
-    ref_attention(ref.data(), q.data(), hq * hd, kr.data(), vr.data(), n - 1, 1, hq, hkv, hd,
-                  kv_of.data());
+    std::vector<float> q, ref;
+    make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, ref);
     std::vector<uint16_t> kbad = kc, vbad = vc;
     for (int h = 0; h < hkv; h++)
         for (int r = n - 1 - fresh; r < n; r++)
