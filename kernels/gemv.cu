@@ -585,12 +585,11 @@ static const gemv_shape gemv_shapes[] = {
 static int g_shape_pick[3] = {1, 0, 4}; // small, medium, large
 static int g_shapes_set;
 
-// the column-resident kernel for T = 1 where it applies: 2 (1024 threads; the default: 4.401 ->
-// 4.283 ms per 8B token at TP=1 against the 512-thread shape, 4.432 without it), 1 (512
-// threads), 0 (LOCKSTEP_GEMV_XREG=0): never. Matrices under g_xreg_min bytes take the launch
-// shapes instead (LOCKSTEP_GEMV_XREG_MIN_MB; default 0: every matrix).
-static int g_xreg = 2;
-static double g_xreg_min;
+// the column-resident kernel for T = 1 where it applies: 3 (the default: 1024 threads, two row
+// batches in flight and the rows' sums reduced together where a warp has one column; 8B decode
+// 4.252 ms at TP=1, 2.856 at TP=2), 2 (1024 threads, one batch: 4.283 / 2.852), 1 (512
+// threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
+static int g_xreg = 3;
 
 static void shapes_from_env(void)
 {
@@ -598,8 +597,6 @@ static void shapes_from_env(void)
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
     if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
-    const char *xm = getenv("LOCKSTEP_GEMV_XREG_MIN_MB");
-    if (xm && atof(xm) > 0) g_xreg_min = atof(xm) * 1e6;
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
@@ -712,8 +709,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
                    T, n, k, (int)swiglu, nw, eps, acc);
         return;
     }
-    if (T == 1 && g_xreg && (double)n * k * 2 >= g_xreg_min &&
-        xreg_launch(y, W, x, bias, n, k, in, acc, nw, eps, di, dev, smem_max, s))
+    if (T == 1 && g_xreg && xreg_launch(y, W, x, bias, n, k, in, acc, nw, eps, di, dev, smem_max, s))
         return;
     if (T == 1) {
         const double bytes = (double)n * k * 2;

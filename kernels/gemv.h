@@ -47,8 +47,8 @@ void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, 
 int ls_gemv_shapes(void);
 const char *ls_gemv_set_shapes(int small, int medium, int large);
 
-/* The column-resident-x kernel for one position: 2 (default) its 1024-thread shape, 1 its
- * 512-thread shape, where the shape suits it; 0 (or LOCKSTEP_GEMV_XREG=0): never, the launch
+/* The column-resident-x kernel for one position: 3 (default) its 1024-thread shape with two
+ * row batches in flight, 2 the same with one, 1 its 512-thread shape, where the shape suits it; 0 (or LOCKSTEP_GEMV_XREG=0): never, the launch
  * shapes above then apply. Returns the previous setting. */
 int ls_gemv_set_xreg(int on);
 

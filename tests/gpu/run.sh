@@ -248,9 +248,10 @@ stage_ab() {
 }
 
 # Llama-3.1-70B shape at TP=2 (141 GB of weights: no room on one H200), both all-reduce paths
+# (BENCH70_AR=custom: one; each run ~1.5 min)
 stage_bench70() {
     local ar
-    for ar in custom nccl; do
+    for ar in ${BENCH70_AR:-custom nccl}; do
         mpi -np 2 build-gpu/lockstep bench --gpu --allreduce $ar --dummy llama-3.1-70b --prompt-len 128 --gen 128 \
             --json "$OUT/bench-70b-tp2-$ar.json" || return 1
     done
