@@ -10,8 +10,8 @@
 // an unsigned integer of the same order) is greater, or equal with an id no greater. Finding
 // "the token at which the running weight along the order first reaches a target" is a radix
 // select over the 32-bit keys: four passes of an 8-bit histogram of weights (per-warp histograms
-// in shared memory, the lanes of a warp with equal digits summed first, since logits crowd into
-// few buckets), then the tokens whose key equals the selected one, in id order.
+// in shared memory, each thread adding runs of equal digits at once, since logits crowd into
+// few buckets), then a scan, in id order, of the tokens whose key equals the selected one.
 //   top-k: target k, weight 1.   top-p: target ceil(top_p * kept weight), weight w.
 //   min-p: the smallest key with exp((l - m)/temp) >= min_p.   draw: target floor(u * kept) + 1.
 // Sums are of integers, hence exact in any order: the result is deterministic.
@@ -183,30 +183,20 @@ static __device__ cut select(const float *cl, const int *cid, int nc, samp sp, b
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = lane; b < 256; b += 32) h[b] = 0;
         __syncwarp();
-        // the warp adds each step's weights per bucket first (lanes of equal digit matched, the
-        // weight's two 16-bit halves summed over them): one 64-bit shared atomic per distinct
-        // digit, never 32 lanes on one address (the 64-bit add is a compare-and-swap loop)
-        for (int w0 = tid & ~31; w0 < nc; w0 += SP_BATCH * SP_THREADS) {
-            float lv[SP_BATCH];
-#pragma unroll
-            for (int j = 0; j < SP_BATCH; j++) {
-                const int i = w0 + lane + j * SP_THREADS;
-                lv[j] = i < nc ? cl[i] : 0.0f;
+        int cb = -1;
+        unsigned long long cw = 0;
+        each_candidate(cl, nc, [&](float l, int i) {
+            const uint32_t key = order_key(l);
+            if ((key & pmask) != prefix || !kept_at(key, cid, i, c)) return;
+            const int b = (key >> shift) & 255;
+            if (b != cb) {
+                if (cb >= 0) atomicAdd(&h[cb], cw);
+                cb = b;
+                cw = 0;
             }
-#pragma unroll
-            for (int j = 0; j < SP_BATCH; j++) {
-                const int i = w0 + lane + j * SP_THREADS;
-                const uint32_t key = order_key(lv[j]);
-                const bool in = i < nc && (key & pmask) == prefix && kept_at(key, cid, i, c);
-                const int b = in ? (int)((key >> shift) & 255) : -1;
-                const uint64_t wt = in ? (by_weight ? sp.w(lv[j]) : 1) : 0;
-                const unsigned peers = __match_any_sync(FULL, b);
-                const uint32_t hi = __reduce_add_sync(peers, (uint32_t)(wt >> 16));
-                const uint32_t lo = __reduce_add_sync(peers, (uint32_t)(wt & 0xffffu));
-                if (in && lane == __ffs(peers) - 1)
-                    atomicAdd(&h[b], ((unsigned long long)hi << 16) + lo);
-            }
-        }
+            cw += by_weight ? sp.w(l) : 1;
+        });
+        if (cb >= 0) atomicAdd(&h[cb], cw);
         __syncthreads();
         if (tid < 256) {
             uint64_t s = 0;
