@@ -11,7 +11,7 @@
 // "the token at which the running weight along the order first reaches a target" is a radix
 // select over the 32-bit keys: four passes of an 8-bit histogram of weights (per-warp histograms
 // in shared memory, each thread adding runs of equal digits at once, since logits crowd into
-// few buckets), then a scan, in id order, of the tokens whose key equals the selected one.
+// few buckets), then the tokens whose key equals the selected one, in id order.
 //   top-k: target k, weight 1.   top-p: target ceil(top_p * kept weight), weight w.
 //   min-p: the smallest key with exp((l - m)/temp) >= min_p.   draw: target floor(u * kept) + 1.
 // Sums are of integers, hence exact in any order: the result is deterministic.
@@ -177,30 +177,38 @@ static __device__ cut select(const float *cl, const int *cid, int nc, samp sp, b
                              uint64_t target, cut c, unsigned long long *hist, sel_smem *sm)
 {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    unsigned long long *h = hist + warp * 256;
+    // a warp's histogram: the weights' high parts (w >> 16) and low parts (w & 0xffff) in two
+    // 32-bit words per digit, so that the shared atomics are native adds (the 64-bit add is a
+    // compare-and-swap loop, serialised when a warp's lanes share a digit, as flat logits do);
+    // each word sums at most n / 32 halves below 2^16 (n <= 2^20: no overflow)
+    unsigned *hh = reinterpret_cast<unsigned *>(hist) + warp * 512, *hl = hh + 256;
     uint32_t prefix = 0, pmask = 0;
     uint64_t above = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int b = lane; b < 256; b += 32) h[b] = 0;
+        for (int b = lane; b < 512; b += 32) hh[b] = 0;
         __syncwarp();
         int cb = -1;
-        unsigned long long cw = 0;
+        unsigned ch = 0, cl16 = 0;
         each_candidate(cl, nc, [&](float l, int i) {
             const uint32_t key = order_key(l);
             if ((key & pmask) != prefix || !kept_at(key, cid, i, c)) return;
             const int b = (key >> shift) & 255;
             if (b != cb) {
-                if (cb >= 0) atomicAdd(&h[cb], cw);
+                if (cb >= 0) atomicAdd(&hh[cb], ch), atomicAdd(&hl[cb], cl16);
                 cb = b;
-                cw = 0;
+                ch = cl16 = 0;
             }
-            cw += by_weight ? sp.w(l) : 1;
+            const uint64_t w = by_weight ? sp.w(l) : 1;
+            ch += (unsigned)(w >> 16);
+            cl16 += (unsigned)(w & 0xffffu);
         });
-        if (cb >= 0) atomicAdd(&h[cb], cw);
+        if (cb >= 0) atomicAdd(&hh[cb], ch), atomicAdd(&hl[cb], cl16);
         __syncthreads();
         if (tid < 256) {
+            const unsigned *h32 = reinterpret_cast<const unsigned *>(hist);
             uint64_t s = 0;
-            for (int w = 0; w < SP_WARPS; w++) s += hist[w * 256 + tid];
+            for (int w = 0; w < SP_WARPS; w++)
+                s += ((uint64_t)h32[w * 512 + tid] << 16) + h32[w * 512 + 256 + tid];
             sm->tot[tid] = s;
         }
         __syncthreads();
@@ -473,10 +481,11 @@ static int prefilter_blocks(int n, int top_k)
 extern "C" void ls_sample(int *out, const float *logits, int n, float temperature, int top_k,
                           float top_p, float min_p, const double *u, void *workspace, void *stream)
 {
-    if (n < 1 || !(temperature >= 0.0f) || top_k < 0 || !(top_p > 0.0f && top_p <= 1.0f) ||
-        !(min_p >= 0.0f && min_p <= 1.0f))
+    if (n < 1 || n > (1 << 20) || !(temperature >= 0.0f) || top_k < 0 ||
+        !(top_p > 0.0f && top_p <= 1.0f) || !(min_p >= 0.0f && min_p <= 1.0f))
         ls_die(__FILE__, __LINE__, "ls_sample",
-               "expected n >= 1, temperature >= 0, top_k >= 0, 0 < top_p <= 1, 0 <= min_p <= 1");
+               "expected 1 <= n <= 2^20, temperature >= 0, top_k >= 0, 0 < top_p <= 1, "
+               "0 <= min_p <= 1");
     if (temperature == 0.0f) {
         ls_sample_argmax(out, logits, n, stream);
         return;
