@@ -342,7 +342,9 @@ static __global__ void __launch_bounds__(NT, 1)
 {
     constexpr int NW = NT / 32;
     constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
-    extern __shared__ float psum[]; // [rows][slots]
+    // [rows][ps], ps = slots | 1: an odd stride, so the epilogue's lanes (a row each) read
+    // distinct banks (an even one put 16 or 32 lanes on one bank)
+    extern __shared__ float psum[];
     __shared__ float red[NW];
     const int K8 = k >> 3, S = (K8 + 31) >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -350,6 +352,7 @@ static __global__ void __launch_bounds__(NT, 1)
     const int r1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
     const int rows = r1 - r0;
     const int slots = S < NW ? S : NW, G = NW / slots, g = warp / slots, slot = warp - g * slots;
+    const int ps = slots | 1;
     const bool active = g < G;
     // this lane's chunk of column j, or -1 past the row's end
     int q[CM];
@@ -449,7 +452,7 @@ static __global__ void __launch_bounds__(NT, 1)
             if ((b + 2) * U < my_rows) load(next, (b + 2) * U);
             const float t = warp_sum_rows<U>(a, lane);
             const int rl = b * U + lane / (32 / U);
-            if ((lane & (32 / U - 1)) == 0 && rl < my_rows) psum[(g + rl * G) * slots + slot] = t;
+            if ((lane & (32 / U - 1)) == 0 && rl < my_rows) psum[(g + rl * G) * ps + slot] = t;
         }
     } else if (active) {
         for (int b = 0; b * U < my_rows; b++) {
@@ -467,14 +470,14 @@ static __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
                 for (int j = 0; j < CM; j++) a = dot8(wv[i][j], xa[j], xb[j], a);
                 a = warp_sum(a);
-                if (lane == 0) psum[(g + rl * G) * slots + slot] = a;
+                if (lane == 0) psum[(g + rl * G) * ps + slot] = a;
             }
         }
     }
     __syncthreads();
     for (int r = threadIdx.x; r < rows; r += NT) {
         float sum = 0.0f;
-        for (int c = 0; c < slots; c++) sum += psum[r * slots + c];
+        for (int c = 0; c < slots; c++) sum += psum[r * ps + c];
         const float b = bias ? bias[r0 + r] : 0.0f;
         float *yp = y + r0 + r;
         *yp = ACC ? *yp + (sum + b) : sum + b;
@@ -673,7 +676,7 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
     const int grid = n < di.sms ? n : di.sms, rows = (n + grid - 1) / grid;
-    const size_t smem = (size_t)rows * slots * sizeof(float);
+    const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
     gemv_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
