@@ -936,18 +936,13 @@ static void check_args(const ls_ar_state *st, ls_ar_dtype t, size_t need, size_t
     }
 }
 
-/* LL for messages up to st->ll_max whose lines fit the data area */
-static bool use_ll(const ls_ar_state *st, size_t bytes, size_t units)
-{
-    return bytes <= st->ll_max && (size_t)st->size * ls_ar_ll_slot(units) <= st->ll_bytes;
-}
-
 template <typename E>
 static void oneshot_launch(const ls_ar_state *st, const void *in, void *out, size_t count,
                            cudaStream_t s)
 {
     const size_t units = ls_ar_units(count, sizeof(E));
-    const bool al = aligned16(in) && aligned16(out), ll = use_ll(st, count * sizeof(E), units);
+    const bool al = aligned16(in) && aligned16(out);
+    const bool ll = ls_ar_use_ll(st, count * sizeof(E), units);
     void (*k)(ls_ar_state, const E *, E *, size_t) =
         ll ? (al ? oneshot_ll_kernel<E, true> : oneshot_ll_kernel<E, false>)
            : (al ? oneshot_kernel<E, true> : oneshot_kernel<E, false>);
@@ -1014,7 +1009,7 @@ static void fused_launch(const ls_ar_state *st, const void *partial, const void 
 {
     const size_t units = (size_t)rows * ls_ar_units((size_t)dim, sizeof(E));
     const bool vec = norm_vec(partial, x, out, normed, w, dim, sizeof(E));
-    const bool ll = use_ll(st, (size_t)rows * dim * sizeof(E), units);
+    const bool ll = ls_ar_use_ll(st, (size_t)rows * dim * sizeof(E), units);
     void (*k)(ls_ar_state, const E *, const E *, E *, E *, const E *, int, int, float) =
         ll ? (vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>)
            : (vec ? fused_kernel<E, true> : fused_kernel<E, false>);

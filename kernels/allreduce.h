@@ -123,6 +123,12 @@ static inline LS_AR_HD size_t ls_ar_ll_slot(size_t units)
 {
     return ls_ar_slot(units * 32);
 }
+/* a one-shot of `bytes` in `units` units goes over LL lines: up to st->ll_max, when every
+ * rank's lines fit the LL area (the kernels' launcher and ls_comm_custom_path both ask this) */
+static inline int ls_ar_use_ll(const struct ls_ar_state *st, size_t bytes, size_t units)
+{
+    return bytes <= st->ll_max && (size_t)st->size * ls_ar_ll_slot(units) <= st->ll_bytes;
+}
 static inline LS_AR_HD size_t ls_ar_twoshot_need(int size, size_t count, size_t esize)
 {
     return (size_t)size * ls_ar_slot(ls_ar_slice(count, size) * esize) + ls_ar_slot(count * esize);

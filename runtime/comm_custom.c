@@ -531,10 +531,8 @@ const char *ls_comm_custom_path(struct ls_comm *c, size_t count, enum ls_dtype t
     static const char *names[] = {"identity", "one-shot", "two-shot"};
     int r = route(c, count, t);
     struct custom *m = c->impl;
-    /* as the kernels' launcher decides (kernels/allreduce.cu) */
-    if (r == 1 && count * ls_dtype_size(t) <= m->st.ll_max &&
-        (size_t)c->size * ls_ar_ll_slot(ls_ar_units(count, ls_dtype_size(t))) <= m->st.ll_bytes)
-        return "one-shot LL";
+    const size_t es = ls_dtype_size(t);
+    if (r == 1 && ls_ar_use_ll(&m->st, count * es, ls_ar_units(count, es))) return "one-shot LL";
     if (r < 3) return names[r];
     return m->fallback ? m->fallback->name : "none";
 }
