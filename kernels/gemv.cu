@@ -66,7 +66,8 @@ static __device__ __forceinline__ float warp_sum(float v)
 // the values a lane holds (the lane keeps one half, its partner the other), so U rows take
 // U - 1 + 5 - log2(U) shuffles instead of 5U. Lane l ends with the total of row l / (32 / U)
 // (every lane of that group of 32 / U holds it). A fixed order: reproducible.
-template <int U> static __device__ __forceinline__ float warp_sum_rows(const float (&a)[U], int lane)
+template <int U>
+static __device__ __forceinline__ float warp_sum_rows(const float (&a)[U], int lane)
 {
     static_assert(U == 1 || U == 2 || U == 4 || U == 8, "U rows: 1, 2, 4 or 8");
     float v[U];
@@ -336,9 +337,9 @@ static __global__ void __launch_bounds__(NT, MINB)
 // first reduces the sum of squares (one barrier). U row-batches of CM loads each in flight.
 template <int NT, int U, int CM, int IN, bool ACC, bool TR>
 static __global__ void __launch_bounds__(NT, 1)
-    gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W, const float *__restrict__ x,
-                     const float *__restrict__ bias, int n, int k, const float *__restrict__ nw,
-                     float eps)
+    gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
+                     const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
+                     const float *__restrict__ nw, float eps)
 {
     constexpr int NW = NT / 32;
     constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
@@ -365,7 +366,7 @@ static __global__ void __launch_bounds__(NT, 1)
 
     pdl_launch_dependents();
     // rows g, g + G, ...: batch b holds rows g + (b*U + i)*G
-    auto load = [&](uint4 (&wv)[U][CM], int first) {
+    auto load = [&](uint4(&wv)[U][CM], int first) {
 #pragma unroll
         for (int i = 0; i < U; i++) {
             const int r = g + (first + i) * G;
@@ -627,27 +628,38 @@ static size_t gemv_smem(int T, int k, int nt)
     return (size_t)T * S * 64 * 16 + (size_t)(nt / 32) * 2 * T * sizeof(float);
 }
 
-static void set_smem_attr(gemv_fn fn, int dev, int optin)
+// true the first time attribute attr is to be set to value for kernel fn on device dev, so that
+// each is set once (a fixed table: past it, every call says true and the attribute is set again)
+static bool attr_first(const void *fn, int dev, cudaFuncAttribute attr, int value)
 {
     static struct {
-        gemv_fn fn;
-        int dev;
-    } done[128];
+        const void *fn;
+        int dev, attr, value;
+    } done[384];
     static int ndone;
     for (int i = 0; i < ndone; i++)
-        if (done[i].fn == fn && done[i].dev == dev) return;
+        if (done[i].fn == fn && done[i].dev == dev && done[i].attr == (int)attr &&
+            done[i].value == value)
+            return false;
+    if (ndone < 384) done[ndone++] = {fn, dev, (int)attr, value};
+    return true;
+}
+
+static void set_smem_attr(gemv_fn fn, int dev, int optin)
+{
+    if (!attr_first((const void *)fn, dev, cudaFuncAttributeMaxDynamicSharedMemorySize, optin))
+        return;
     // the kernel's static shared memory (the norm's block sums) counts against the same limit
     cudaFuncAttributes fa;
     CHECK_CUDA(cudaFuncGetAttributes(&fa, fn));
     CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     optin - (int)fa.sharedSizeBytes));
-    if (ndone < 128) done[ndone++] = {fn, dev};
 }
 
 // the column-resident kernel's launch shapes: NT threads, one block per SM, L loads per lane in
 // flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
-// with 8 loads (up to 128 registers; the default, LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4
-// (64 registers, CM <= 2; LOCKSTEP_GEMV_XREG=2)
+// with 8 loads (up to 128 registers; LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4 (64
+// registers, CM <= 2; 2, and 3, the default, with TR: two batches in flight)
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
     gemv_fn f[3][2];
 };
@@ -712,7 +724,8 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
                    T, n, k, (int)swiglu, nw, eps, acc);
         return;
     }
-    if (T == 1 && g_xreg && xreg_launch(y, W, x, bias, n, k, in, acc, nw, eps, di, dev, smem_max, s))
+    if (T == 1 && g_xreg &&
+        xreg_launch(y, W, x, bias, n, k, in, acc, nw, eps, di, dev, smem_max, s))
         return;
     if (T == 1) {
         const double bytes = (double)n * k * 2;
@@ -802,17 +815,11 @@ int ls_carveout = -1;
 
 void ls_prefer_carveout(const void *fn)
 {
-    static struct {
-        const void *fn;
-        int dev, pct;
-    } done[256];
-    static int ndone;
     int dev;
     CHECK_CUDA(cudaGetDevice(&dev));
-    for (int i = 0; i < ndone; i++)
-        if (done[i].fn == fn && done[i].dev == dev && done[i].pct == ls_carveout) return;
-    CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, ls_carveout));
-    if (ndone < 256) done[ndone++] = {fn, dev, ls_carveout};
+    if (attr_first(fn, dev, cudaFuncAttributePreferredSharedMemoryCarveout, ls_carveout))
+        CHECK_CUDA(
+            cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, ls_carveout));
 }
 
 extern "C" void ls_kernels_set_carveout(int pct)

@@ -48,8 +48,9 @@ int ls_gemv_shapes(void);
 const char *ls_gemv_set_shapes(int small, int medium, int large);
 
 /* The column-resident-x kernel for one position: 3 (default) its 1024-thread shape with two
- * row batches in flight, 2 the same with one, 1 its 512-thread shape, where the shape suits it; 0 (or LOCKSTEP_GEMV_XREG=0): never, the launch
- * shapes above then apply. Returns the previous setting. */
+ * row batches in flight, 2 the same with one, 1 its 512-thread shape, where the shape suits it;
+ * 0 (or LOCKSTEP_GEMV_XREG=0): never, the launch shapes above then apply. Returns the previous
+ * setting. */
 int ls_gemv_set_xreg(int on);
 
 /* Programmatic dependent launch for every kernel family of this project (default off; see
