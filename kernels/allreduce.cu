@@ -681,9 +681,7 @@ template <typename E, bool VEC> struct SumLL {
     {
         constexpr int V = Elt<E>::V;
         const size_t u = i / V;
-        bool ok = true;
-        const Unit<E> s = ll_sum_unit<E, VEC>(*st, own, u, (size_t)dim, lines, lslot, f, e, &ok);
-        return s.e[i - u * V];
+        return unit(u).e[i - u * V];
     }
 };
 
