@@ -5,11 +5,11 @@
 #include "sampler.h"
 #include "comm.h"
 #include "kernels/ref.h"
+#include "log.h"
 
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static void *cpu_alloc(size_t bytes)
 {
@@ -181,13 +181,6 @@ static void cpu_advance(int *pos)
 
 static void cpu_sync(void) {}
 
-static double seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* best of 3 parallel passes over a buffer the rank's threads first-touched (so its pages sit on
  * the rank's NUMA node); the sum is kept so the reads cannot be optimised away */
 static volatile double cpu_sink;
@@ -201,10 +194,10 @@ static double cpu_read_bandwidth(size_t bytes)
     for (size_t i = 0; i < n; i++) a[i] = (double)(i & 7);
     double best = 1e30;
     for (int rep = 0; rep < 3; rep++) {
-        double t0 = seconds(), s = 0;
+        double t0 = ls_now_s(), s = 0;
 #pragma omp parallel for schedule(static) reduction(+ : s)
         for (size_t i = 0; i < n; i++) s += a[i];
-        double dt = seconds() - t0;
+        double dt = ls_now_s() - t0;
         cpu_sink = s;
         if (dt < best) best = dt;
     }
@@ -225,10 +218,10 @@ static double cpu_copy_bandwidth(size_t bytes)
     for (size_t i = 0; i < n; i++) a[i] = b[i] = (double)(i & 7);
     double best = 1e30;
     for (int rep = 0; rep < 3; rep++) {
-        double t0 = seconds();
+        double t0 = ls_now_s();
 #pragma omp parallel for schedule(static)
         for (size_t i = 0; i < n; i++) b[i] = a[i];
-        double dt = seconds() - t0;
+        double dt = ls_now_s() - t0;
         if (dt < best) best = dt;
     }
     cpu_sink = b[n / 2];

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { OPT_INPUT = 1400, OPT_OUTPUT, OPT_CHAT };
 
@@ -272,8 +271,7 @@ int cmd_batch(int argc, char **argv)
     char *line = NULL;
     size_t cap = 0;
     long lineno = 0, n_ok = 0, n_err = 0, toks = 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = ls_now_s();
     for (;;) {
         long long len = -1;
         if (j.ctx.rank == 0) {
@@ -342,8 +340,7 @@ int cmd_batch(int argc, char **argv)
         ls_gen_result_free(&r);
         free(ids);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double dt = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    const double dt = ls_now_s() - t0;
     if (j.ctx.rank == 0) {
         fprintf(
             stderr,

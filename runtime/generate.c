@@ -12,14 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* LOCKSTEP_FAULT_DRILL=R:S makes rank R die (exit without MPI_Finalize) before decode step S,
  * R:S:hang makes it stop there for good (alive, never reaching the next all-reduce): the tests
@@ -173,10 +165,10 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
                       sp->frequency_penalty == 0.0f &&
                       (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
     ls_engine_reset(e);
-    double t0 = now_s();
+    double t0 = ls_now_s();
     ls_engine_forward(e, prompt, n_prompt, logits);
-    r->prefill_s = now_s() - t0;
-    t0 = now_s();
+    r->prefill_s = ls_now_s() - t0;
+    t0 = ls_now_s();
     int next = -1;
     for (int step = 0; step < budget; step++) {
         fault_drill(step);
@@ -218,7 +210,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             break; /* context full */
         }
     }
-    r->decode_s = now_s() - t0;
+    r->decode_s = ls_now_s() - t0;
     if (ts) {
         if (strcmp(r->finish, "stop") || !p->n_stops) {
             int k = tok_stream_flush(ts, piece, piece_cap);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int self_rank = -1;
@@ -94,4 +95,11 @@ int ls_errf(char *err, size_t errlen, const char *fmt, ...)
         va_end(ap);
     }
     return -1;
+}
+
+double ls_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -22,6 +22,9 @@ void ls_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ls_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ls_verror(const char *prefix, const char *fmt, va_list ap);
 
+/* seconds on the monotonic clock, for elapsed times in reports and messages */
+double ls_now_s(void);
+
 /* An error for the caller to report (parsers of files, configs and arguments): formats into
  * err (when err and errlen are set) and returns -1. */
 int ls_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

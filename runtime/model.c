@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Where weights come from: a GGUF file, safetensors file(s), or random numbers (--dummy). */
@@ -363,13 +362,6 @@ struct loader {
     double t0;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Reads the rank's part of tensor `name`, checking its full shape against the config first.
  * full_rows/full_cols: the unsharded shape (rows = 1 for vectors). Into `into` when given (the
  * caller's buffer, nr * nc floats), else a new buffer. */
@@ -402,7 +394,7 @@ static float *load_part_into(struct loader *ld, const char *name, int64_t full_r
     ld->done += (size_t)(nr * nc) * sizeof(float);
     ld->m->bytes_read += (size_t)(nr * nc) * sizeof(float);
     if (ld->progress) {
-        double dt = now_s() - ld->t0;
+        double dt = ls_now_s() - ld->t0;
         fprintf(stderr, "\rloading %s: %.0f%% (%.2f GB dequantized, %.2f GB/s)  ", ld->file,
                 100.0 * (double)ld->done / (double)(ld->total ? ld->total : 1), ld->done / 1e9,
                 dt > 0 ? ld->done / 1e9 / dt : 0.0);
@@ -684,7 +676,7 @@ struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct 
     snprintf(m->path, sizeof m->path, "%s", path);
     m->tp = tp;
     m->be = be;
-    struct loader ld = {.m = m, .file = path, .progress = show_progress, .t0 = now_s()};
+    struct loader ld = {.m = m, .file = path, .progress = show_progress, .t0 = ls_now_s()};
     if (!strncmp(path, "dummy:", 6)) {
         snprintf(m->format, sizeof m->format, "dummy");
         ld.src.dummy = 1;

@@ -25,15 +25,10 @@ static struct {
     int armed;
     const char *what;
     long n;
-    struct timespec since;
+    double since; /* ls_now_s() when armed */
     ls_watchdog_probe probe;
     void *probe_arg;
-} wd = {PTHREAD_MUTEX_INITIALIZER, 0, -1.0, 0, NULL, 0, {0, 0}, NULL, NULL};
-
-static double elapsed_s(const struct timespec *a, const struct timespec *b)
-{
-    return (double)(b->tv_sec - a->tv_sec) + (b->tv_nsec - a->tv_nsec) * 1e-9;
-}
+} wd = {PTHREAD_MUTEX_INITIALIZER, 0, -1.0, 0, NULL, 0, 0.0, NULL, NULL};
 
 double ls_watchdog_timeout(char *err, size_t errlen)
 {
@@ -81,9 +76,7 @@ static void *watch(void *arg)
                 die_now(why);
             }
         }
-        struct timespec now;
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        double age = elapsed_s(&wd.since, &now);
+        const double age = ls_now_s() - wd.since;
         if (age > wd.timeout) {
             char why[256];
             snprintf(why, sizeof why, "no progress in %.1f s (LOCKSTEP_STEP_TIMEOUT=%g): a peer "
@@ -128,7 +121,7 @@ void ls_watchdog_arm(const char *what, long n)
     }
     wd.what = what;
     wd.n = n;
-    clock_gettime(CLOCK_MONOTONIC, &wd.since);
+    wd.since = ls_now_s();
     wd.armed = 1;
     pthread_mutex_unlock(&wd.mu);
 }

@@ -44,7 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MIB ((size_t)1 << 20)
@@ -56,13 +55,6 @@ static const struct ls_ar_state *g_st; /* NULL when the IPC path is off */
 static struct ls_ar_state g_st_flag;   /* *g_st without LL: the flag protocol at every size */
 
 /* ---- helpers ---- */
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void die(const char *what, const char *fmt, ...)
     __attribute__((format(printf, 2, 3), noreturn));
@@ -102,7 +94,7 @@ static void sync_or_die(const char *what)
     struct ls_comm_custom_info info;
     double limit = 30.0;
     if (ls_comm_custom_info(g_custom, &info) == 0) limit += 2 * info.timeout_s;
-    double t0 = now_s();
+    double t0 = ls_now_s();
     for (;;) {
         cudaError_t e = cudaStreamQuery(g_stream);
         if (e == cudaSuccess) break;
@@ -111,7 +103,8 @@ static void sync_or_die(const char *what)
             ls_comm_custom_check(g_custom, msg, sizeof msg);
             die(what, "stream failed: %s%s%s", cudaGetErrorString(e), *msg ? "; " : "", msg);
         }
-        if (now_s() - t0 > limit) die(what, "HANG: the stream did not finish within %.0f s", limit);
+        if (ls_now_s() - t0 > limit)
+            die(what, "HANG: the stream did not finish within %.0f s", limit);
         usleep(20);
     }
     char msg[512];
@@ -726,10 +719,10 @@ static void run_graph(uint64_t seed, int replays)
     CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
 
     CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    double t0 = now_s();
+    double t0 = ls_now_s();
     for (int r = 0; r < replays; r++) CHECK_CUDA(cudaGraphLaunch(exec, g_stream));
     sync_or_die("graph replays");
-    double dt = now_s() - t0;
+    double dt = ls_now_s() - t0;
 
     int ok = 1;
     char first[256] = "";
@@ -922,7 +915,7 @@ static void run_drill(int kill_rank, int kill_at, int hang)
                "within 10 s\n",
                kill_rank, hang ? "hang" : "exit", kill_at);
     fflush(stdout);
-    double last_ok = now_s();
+    double last_ok = ls_now_s();
     for (int i = 0; i < kill_at + 100000; i++) {
         if (i == kill_at && g_rank == kill_rank) {
             fprintf(stderr, "lockstep: rank %d: fault drill: leaving before all-reduce %d (%s)\n",
@@ -933,25 +926,25 @@ static void run_drill(int kill_rank, int kill_at, int hang)
         }
         g_custom->allreduce_sum(g_custom, d, n, LS_BF16, g_stream);
         if (i % 10 == 9 || i >= kill_at) {
-            double t0 = now_s();
+            double t0 = ls_now_s();
             for (;;) { /* sync_or_die, plus the time since the lost rank left */
                 cudaError_t e = cudaStreamQuery(g_stream);
                 if (e == cudaSuccess) break;
                 if (e != cudaErrorNotReady) {
                     char msg[512] = "";
                     ls_comm_custom_check(g_custom, msg, sizeof msg);
-                    die("fault drill", "after %.1f s: %s %s", now_s() - last_ok,
+                    die("fault drill", "after %.1f s: %s %s", ls_now_s() - last_ok,
                         cudaGetErrorString(e), msg);
                 }
-                if (now_s() - t0 > 30)
+                if (ls_now_s() - t0 > 30)
                     die("fault drill", "HANG: no verdict 30 s after rank %d left", kill_rank);
                 usleep(50);
             }
             char msg[512];
             if (ls_comm_custom_check(g_custom, msg, sizeof msg))
                 die("fault drill", "detected %.1f s after the last good all-reduce: %s",
-                    now_s() - last_ok, msg);
-            last_ok = now_s();
+                    ls_now_s() - last_ok, msg);
+            last_ok = ls_now_s();
         }
     }
     /* not report(): the lost rank would never join its MPI_Allreduce */

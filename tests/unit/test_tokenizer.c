@@ -6,6 +6,7 @@
  * streaming decode never splits a character, bad input gives errors that say where, and long
  * prompts encode in linear time. Fixtures are found under $SRCDIR (make check sets it). */
 #include "cunit_tap.h"
+#include "log.h"
 #include "tokenizer.h"
 
 #include <CUnit/CUnit.h>
@@ -13,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static char fixture_dir[4096];
 
@@ -804,19 +804,12 @@ static void test_bad_spec_is_an_error(void)
 
 /* ------------------------------------------------------------------ speed */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static double time_encode(const struct tokenizer *t, const char *text, size_t len, int *n)
 {
     char err[256];
-    double t0 = now();
+    double t0 = ls_now_s();
     *n = tok_encode(t, text, len, 0, 1, NULL, 0, err, sizeof(err));
-    return now() - t0;
+    return ls_now_s() - t0;
 }
 
 /* a text of `len` bytes cycling through the fixture texts */

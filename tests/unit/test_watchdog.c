@@ -3,6 +3,7 @@
  * section older than the timeout ends the process with status 3 and a line naming the section;
  * a probe that reports an error ends it at once; a section disarmed in time, or a timeout of 0,
  * lets the process finish. */
+#include "log.h"
 #include "watchdog.h"
 
 #include <CUnit/CUnit.h>
@@ -10,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cunit_tap.h"
@@ -69,8 +69,7 @@ static int child(const char *timeout, enum child_mode mode, char *out, size_t ou
 {
     int fd[2];
     if (pipe(fd) != 0) return -1;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = ls_now_s();
     pid_t pid = fork();
     if (pid == 0) {
         dup2(fd[1], STDERR_FILENO);
@@ -106,8 +105,7 @@ static int child(const char *timeout, enum child_mode mode, char *out, size_t ou
     close(fd[0]);
     int st = 0;
     waitpid(pid, &st, 0);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    *took = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    *took = ls_now_s() - t0;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
