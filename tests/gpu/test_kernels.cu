@@ -375,8 +375,8 @@ static void tests_gemv(void)
     test_gemv("batch", 600, 576, 11, false, false);
     test_gemv("pdl", 3072, 576, 1, false, false, 0, true);
     test_gemv("pdl", 576, 1536, 2, false, true, 0, true);
-    // the column-resident kernel's 512-thread shape with 2 and 4 columns per warp (k = 7168, 8192, 14336), with
-    // fewer columns than warps (k = 2048: 4 row groups), and every input form
+    // the column-resident kernel's 512-thread shape with 2 and 4 columns per warp (k = 7168,
+    // 8192, 14336), with fewer columns than warps (k = 2048: 4 row groups), and every input form
     {
         const int xreg = ls_gemv_set_xreg(1);
         test_gemv("xreg cm4", 600, 14336, 1, true, true);
