@@ -306,11 +306,34 @@ static __device__ uint64_t kept_weight(const float *cl, const int *cid, int nc, 
     return block_sum(s, scan);
 }
 
-// ids: the token id of each logit (the top-k prefilter's survivors), or null for 0..n-1
+// the earliest of n cuts in the order (key desc, id asc), over the block; every thread gets it
+static __device__ cut block_earliest(const cut *t, int n, uint64_t *sm)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // (key, INT_MAX - id) as one integer: the earliest cut is the largest
+    uint64_t v = 0;
+    for (int i = threadIdx.x; i < n; i += SP_THREADS)
+        v = max(v, ((uint64_t)t[i].key << 32) | (uint32_t)(INT_MAX - t[i].id));
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL, v, o));
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    v = sm[lane];
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL, v, o));
+    __syncthreads();
+    return {(uint32_t)(v >> 32), INT_MAX - (int)(uint32_t)v};
+}
+
+// ids: the token id of each logit (a prefilter's survivors), or null for 0..n-1.
+// thr (top-p alone, nthr prefilter blocks): the survivors are each block's first entries in the
+// order up to thr[b]; full/nfull: the whole row. The top-p target needs the whole row's weight
+// (one pass over it), and the survivors hold the top-p set only if its cut is not past any
+// block's thr: when the survivors' weight falls short of the target or the cut lies past the
+// earliest thr (flat logits), the kernel starts again over the whole row.
 static __global__ void __launch_bounds__(SP_THREADS)
     sample_kernel(int *out, const float *__restrict__ logits, const int *__restrict__ ids, int n,
                   float temp, int top_k, float top_p, float min_p, const double *__restrict__ u,
-                  float *cl, int *cid)
+                  float *cl, int *cid, const cut *__restrict__ thr, int nthr,
+                  const float *__restrict__ full, int nfull)
 {
     extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
     __shared__ sel_smem sm;
@@ -320,62 +343,79 @@ static __global__ void __launch_bounds__(SP_THREADS)
     pdl_wait();
     const int tid = threadIdx.x;
 
-    float bv = -INFINITY;
-    int bi = INT_MAX;
+    for (bool survivors = thr != nullptr;; survivors = false) {
+        const float *src = logits;
+        const int *sid = ids;
+        int ns = n;
+        if (thr && !survivors) src = full, sid = nullptr, ns = nfull;
+
+        float bv = -INFINITY;
+        int bi = INT_MAX;
 #pragma unroll 8
-    for (int i = tid; i < n; i += SP_THREADS) argmax_merge(bv, bi, logits[i], i);
-    block_argmax(bv, bi, redv, redi);
-    const samp sp = {bv, temp};
+        for (int i = tid; i < ns; i += SP_THREADS) argmax_merge(bv, bi, src[i], i);
+        block_argmax(bv, bi, redv, redi);
+        const samp sp = {bv, temp}; // survivors: the row's top logit is the top of its block
 
-    // compact the tokens of weight > 0, in id order (cl/cid are written and read by this block
-    // only: plain loads, ordered by __syncthreads)
-    int nc = 0;
-    for (int base = 0; base < n; base += SP_BATCH * SP_THREADS) {
-        const int i0 = base + tid * SP_BATCH;
-        float lv[SP_BATCH];
-        int cnt = 0;
+        // compact the tokens of weight > 0, in id order (cl/cid are written and read by this
+        // block only: plain loads, ordered by __syncthreads)
+        int nc = 0;
+        for (int base = 0; base < ns; base += SP_BATCH * SP_THREADS) {
+            const int i0 = base + tid * SP_BATCH;
+            float lv[SP_BATCH];
+            int cnt = 0;
 #pragma unroll
-        for (int j = 0; j < SP_BATCH; j++) {
-            lv[j] = i0 + j < n ? logits[i0 + j] : -INFINITY;
-            cnt += sp.w(lv[j]) > 0;
-        }
-        uint64_t total;
-        int o = nc + (int)(block_scan((uint64_t)cnt, &total, sm.scan) - cnt);
-#pragma unroll
-        for (int j = 0; j < SP_BATCH; j++)
-            if (sp.w(lv[j]) > 0) {
-                cl[o] = lv[j];
-                cid[o] = ids ? ids[i0 + j] : i0 + j;
-                o++;
+            for (int j = 0; j < SP_BATCH; j++) {
+                lv[j] = i0 + j < ns ? src[i0 + j] : -INFINITY;
+                cnt += sp.w(lv[j]) > 0;
             }
-        nc += (int)total;
-    }
-    __syncthreads();
+            uint64_t total;
+            int o = nc + (int)(block_scan((uint64_t)cnt, &total, sm.scan) - cnt);
+#pragma unroll
+            for (int j = 0; j < SP_BATCH; j++)
+                if (sp.w(lv[j]) > 0) {
+                    cl[o] = lv[j];
+                    cid[o] = sid ? sid[i0 + j] : i0 + j;
+                    o++;
+                }
+            nc += (int)total;
+        }
+        __syncthreads();
 
-    cut c = {0u, INT_MAX}; // everything
-    if (top_k > 0 && top_k < nc) c = select(cl, cid, nc, sp, false, (uint64_t)top_k, c, hist, &sm);
-    if (top_p < 1.0f) {
+        cut c = {0u, INT_MAX}; // everything
+        if (top_k > 0 && top_k < nc)
+            c = select(cl, cid, nc, sp, false, (uint64_t)top_k, c, hist, &sm);
+        if (top_p < 1.0f) {
+            uint64_t kept_w = kept_weight(cl, cid, nc, sp, c, sm.scan);
+            const uint64_t here = kept_w;
+            if (survivors) { // the whole row's weight (no top-k on this path)
+                uint64_t s = 0;
+                each_candidate(full, nfull, [&](float l, int) { s += sp.w(l); });
+                kept_w = block_sum(s, sm.scan);
+            }
+            uint64_t target = (uint64_t)ceil((double)top_p * (double)kept_w);
+            target = target < 1 ? 1 : target > kept_w ? kept_w : target;
+            if (survivors && here < target) continue; // the top-p set is not all here
+            c = select(cl, cid, nc, sp, true, target, c, hist, &sm);
+            if (survivors && !kept(c.key, c.id, block_earliest(thr, nthr, sm.scan))) continue;
+        }
+        if (min_p > 0.0f) {
+            // smallest kept key whose probability is >= min_p of the top one's (the top token
+            // always qualifies); as a maximum of the complement, to share block_max_u32
+            uint32_t k = 0;
+            each_candidate(cl, nc, [&](float l, int i) {
+                const uint32_t key = order_key(l);
+                if (kept_at(key, cid, i, c) && sp.e(l) >= min_p) k = max(k, ~key);
+            });
+            uint32_t kmin = ~block_max_u32(k, sm.scan);
+            if (kmin > c.key) c = {kmin, INT_MAX};
+        }
         const uint64_t kept_w = kept_weight(cl, cid, nc, sp, c, sm.scan);
-        uint64_t target = (uint64_t)ceil((double)top_p * (double)kept_w);
-        target = target < 1 ? 1 : target > kept_w ? kept_w : target;
-        c = select(cl, cid, nc, sp, true, target, c, hist, &sm);
+        uint64_t r = (uint64_t)(*u * (double)kept_w);
+        if (r >= kept_w) r = kept_w - 1;
+        c = select(cl, cid, nc, sp, true, r + 1, c, hist, &sm);
+        if (tid == 0) *out = c.id;
+        return;
     }
-    if (min_p > 0.0f) {
-        // smallest kept key whose probability is >= min_p of the top one's (the top token
-        // always qualifies); as a maximum of the complement, to share block_max_u32
-        uint32_t k = 0;
-        each_candidate(cl, nc, [&](float l, int i) {
-            const uint32_t key = order_key(l);
-            if (kept_at(key, cid, i, c) && sp.e(l) >= min_p) k = max(k, ~key);
-        });
-        uint32_t kmin = ~block_max_u32(k, sm.scan);
-        if (kmin > c.key) c = {kmin, INT_MAX};
-    }
-    const uint64_t kept_w = kept_weight(cl, cid, nc, sp, c, sm.scan);
-    uint64_t r = (uint64_t)(*u * (double)kept_w);
-    if (r >= kept_w) r = kept_w - 1;
-    c = select(cl, cid, nc, sp, true, r + 1, c, hist, &sm);
-    if (tid == 0) *out = c.id;
 }
 
 // Top-k prefilter for large vocabularies: block b keeps the top k of its slice of the logits
@@ -384,10 +424,11 @@ static __global__ void __launch_bounds__(SP_THREADS)
 // top k is among the survivors, in id order across blocks, so sample_kernel over them keeps the
 // same tokens with the same weights (the top logit is among them) and draws the same token as
 // over the whole row, with k * blocks entries instead of n to pass over. sl/sid: n floats and
-// ints of scratch (each block copies its slice there for select).
+// ints of scratch (each block copies its slice there for select). thr (or null): each block's
+// cut, its k-th entry in the order, for top-p alone (see sample_kernel).
 static __global__ void __launch_bounds__(SP_THREADS)
     topk_prefilter_kernel(const float *__restrict__ logits, int n, int k, float *sl, int *sid,
-                          float *fl, int *fid)
+                          float *fl, int *fid, cut *thr)
 {
     extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
     __shared__ sel_smem sm;
@@ -406,6 +447,10 @@ static __global__ void __launch_bounds__(SP_THREADS)
     cut c = {0u, INT_MAX};
     const samp none = {0.0f, 1.0f}; // select by count: no weights
     if (k < len) c = select(cl, cid, len, none, false, (uint64_t)k, c, hist, &sm);
+    if (thr && tid == 0) { // the block's last survivor (everything: {0, INT_MAX})
+        thr[b].key = c.key;
+        thr[b].id = c.id;
+    }
     float *ol = fl + (size_t)b * k;
     int *oid = fid + (size_t)b * k;
     int done = 0;
@@ -448,12 +493,17 @@ extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
     CHECK_CUDA(cudaGetLastError());
 }
 
-// the sampler's lists (cl, cid: n each), then the prefilter's scratch (n each) and survivors
-// (at most n / 4 each)
+// entries each block of the prefilter keeps for top-p alone (its cut must hold the top-p set:
+// usually tens of tokens per block with a model's logits; flat logits take the whole row)
+#define SP_TOPP_KEEP 64
+
+// the sampler's lists (cl, cid: n each), then the prefilter's scratch (n each), survivors (at
+// most n / 4 each) and cuts (one per block, at most n / (4 * SP_TOPP_KEEP))
 extern "C" size_t ls_sample_workspace(int n)
 {
     const size_t m = (size_t)(n > 0 ? n : 0);
-    return (m + m + m / 4 + 4) * (sizeof(float) + sizeof(int)) + 6 * 16;
+    return (m + m + m / 4 + 4) * (sizeof(float) + sizeof(int)) +
+           (m / (4 * SP_TOPP_KEEP) + 1) * sizeof(cut) + 7 * 16;
 }
 
 static int g_prefilter = 1;
@@ -511,23 +561,30 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     };
     float *cl = (float *)take((size_t)n * sizeof(float));
     int *cid = (int *)take((size_t)n * sizeof(int));
-    const int blocks = prefilter_blocks(n, top_k);
+    // top-k: the prefilter keeps each block's top k; top-p alone: its first SP_TOPP_KEEP and
+    // their cut, which the sampling block checks (and passes over the whole row if needed)
+    const bool topp = top_k == 0 && top_p < 1.0f;
+    const int keep = topp ? SP_TOPP_KEEP : top_k;
+    const int blocks = prefilter_blocks(n, keep);
     const float *in = logits;
     const int *ids = nullptr;
+    cut *thr = nullptr;
     int m = n;
     if (blocks) {
         float *sl = (float *)take((size_t)n * sizeof(float));
         int *sid = (int *)take((size_t)n * sizeof(int));
         float *fl = (float *)take((size_t)(n / 4 + 4) * sizeof(float));
         int *fid = (int *)take((size_t)(n / 4 + 4) * sizeof(int));
+        if (topp) thr = (cut *)take((size_t)blocks * sizeof(cut));
         pdl_launch(topk_prefilter_kernel, (unsigned)blocks, SP_THREADS, hist_bytes,
-                   (cudaStream_t)stream, logits, n, top_k, sl, sid, fl, fid);
+                   (cudaStream_t)stream, logits, n, keep, sl, sid, fl, fid, thr);
         CHECK_CUDA(cudaGetLastError());
         in = fl;
         ids = fid;
-        m = blocks * top_k;
+        m = blocks * keep;
     }
     pdl_launch(sample_kernel, 1, SP_THREADS, hist_bytes, (cudaStream_t)stream, out, in, ids, m,
-               temperature, top_k, top_p, min_p, u, cl, cid);
+               temperature, top_k, top_p, min_p, u, cl, cid, (const cut *)thr, thr ? blocks : 0,
+               logits, n);
     CHECK_CUDA(cudaGetLastError());
 }

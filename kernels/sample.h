@@ -34,8 +34,9 @@ void ls_sample(int *out, const float *logits, int n, float temperature, int top_
 
 /* With top_k set and a large vocabulary, ls_sample first keeps each block's top k of a slice of
  * the logits on every SM (a second kernel) and samples from those: the same token, fewer passes
- * for the one block that samples. On by default; for tests and benchmarks. Negative: read only.
- * Returns the previous setting. */
+ * for the one block that samples. With top_p alone it keeps each block's first 64 and samples
+ * from those when they hold the whole top-p set (else from the whole row): the same token.
+ * On by default; for tests and benchmarks. Negative: read only. Returns the previous setting. */
 int ls_sample_set_prefilter(int on);
 
 #ifdef __cplusplus

@@ -1055,9 +1055,10 @@ static void tests_sample(void)
                     }
                     du.up(&u);
                     int got = -1;
-                    // with the top-k prefilter (where it applies) and without: the same token
+                    // with the prefilter (top-k, or top-p alone, where it applies) and
+                    // without: the same token
                     for (int pf = 1; pf >= 0; pf--) {
-                        if (!pf && c.top_k == 0) break;
+                        if (!pf && c.top_k == 0 && c.top_p >= 1.0f) break;
                         ls_sample_set_prefilter(pf);
                         dout.poison();
                         ws.poison();
@@ -1370,6 +1371,24 @@ static void benchmarks(void)
                "prefilter %.2f us); sample top_p=0.95: %.2f us (logits uniform in [-1, 1): "
                "every token a candidate)\n",
                V, am * 1e3, sp * 1e3, sp0 * 1e3, sp2 * 1e3);
+        // top-p alone on logits spread like a model's (N(0, 3): the top-p set is small, most
+        // of the row still has weight > 0), with the prefilter and without
+        {
+            std::vector<float> hl(V);
+            for (auto &x : hl) x = R.normal() * 3.0f;
+            l.up(hl);
+            float pp[2];
+            for (int pf = 1; pf >= 0; pf--) {
+                ls_sample_set_prefilter(pf);
+                pp[pf] = time_batch(60, 10, [&](int) {
+                    ls_sample(out.p, l.p, V, 1.0f, 0, 0.9f, 0.0f, u.p, ws.p, nullptr);
+                });
+            }
+            ls_sample_set_prefilter(1);
+            printf("sample top_p=0.9 alone, logits N(0, 3): %.2f us (without the prefilter "
+                   "%.2f us)\n",
+                   pp[1] * 1e3, pp[0] * 1e3);
+        }
         dev<float> xv(4096), xo(4096), w(4096), r(4096);
         fill_f32<<<16, 256>>>(xv.p, 4096, 10);
         fill_f32<<<16, 256>>>(r.p, 4096, 11);
