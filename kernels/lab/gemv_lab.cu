@@ -60,10 +60,52 @@ struct variant {
 // "xreg512", "xreg1024", "xreg1024tr": the column-resident kernel's shapes, through
 // gemv_launch (nt 0 marks them, minb is the shape's g_xreg)
 static const variant variants[] = {
-    {"row/warp", nullptr, 256, 0}, V(1024, 1, 4), V(512, 2, 4), V(256, 4, 4), V(512, 1, 8),
-    V(256, 2, 8), {"xreg512", nullptr, 0, 1}, {"xreg1024", nullptr, 0, 2},
+    {"row/warp", nullptr, 256, 0},
+    V(1024, 1, 4),
+    V(512, 2, 4),
+    V(256, 4, 4),
+    V(512, 1, 8),
+    V(256, 2, 8),
+    {"xreg512", nullptr, 0, 1},
+    {"xreg1024", nullptr, 0, 2},
     {"xreg1024tr", nullptr, 0, 3},
+    {"xreg512x2", nullptr, 0, 4},
 };
+
+// LAB_70B=1: the Llama-3.1-70B shapes at TP=2 instead of the 8B ones; LAB_VARIANTS=a,b,...: only
+// the variants named
+static bool g_70b;
+
+static bool variant_on(const variant &v)
+{
+    const char *only = getenv("LAB_VARIANTS");
+    if (!only) return true;
+    const size_t n = strlen(v.name);
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, v.name, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
+// a layer's four matrices (QKV, o, gate+up, down) as n x k
+struct mat {
+    const char *name;
+    int n, k;
+};
+static const mat *layer_mats(void)
+{
+    static const mat m8[4] = {
+        {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate+up", 28672, 4096}, {"down", 4096, 14336}};
+    static const mat m70[4] = {{"70b tp2 qkv", 5120, 8192},
+                               {"70b tp2 o", 8192, 4096},
+                               {"70b tp2 gate+up", 28672, 8192},
+                               {"70b tp2 down", 8192, 14336}};
+    return g_70b ? m70 : m8;
+}
 
 static int g_sms, g_smem_optin;
 
@@ -176,23 +218,21 @@ static __global__ void __launch_bounds__(1024, 1)
 
 static void read_patterns(void)
 {
-    const size_t sizes[] = {(size_t)28672 * 4096 * 2, (size_t)4096 * 14336 * 2,
-                            (size_t)6144 * 4096 * 2, (size_t)4096 * 4096 * 2};
-    const char *names[] = {"gate+up 235 MB", "down 117 MB", "qkv 50 MB", "o 34 MB"};
+    const mat *m = layer_mats();
     unsigned *sink;
     CHECK_CUDA(cudaMalloc(&sink, 4));
     printf("\nread patterns, back to back with PDL (%% of the 4 GiB streaming read):\n");
     for (int si = 0; si < 4; si++) {
-        const size_t bytes = sizes[si];
+        const size_t bytes = (size_t)m[si].n * m[si].k * 2;
         const int copies = (int)std::max<size_t>(2, (((size_t)512 << 20) + bytes - 1) / bytes);
         uint16_t *W;
         CHECK_CUDA(cudaMalloc(&W, bytes * copies));
         fill_bf16<<<2048, 256>>>(W, bytes / 2 * copies, 3);
         const long long units = (long long)(bytes / 512);
         auto run = [&](int mode) {
-            void (*k)(const uint4 *, long long, unsigned *) =
-                mode == 0 ? read_pattern_kernel<0> : mode == 1 ? read_pattern_kernel<1>
-                                                               : read_pattern_kernel<2>;
+            void (*k)(const uint4 *, long long, unsigned *) = mode == 0   ? read_pattern_kernel<0>
+                                                              : mode == 1 ? read_pattern_kernel<1>
+                                                                          : read_pattern_kernel<2>;
             return time_ms(40, 20, [&](int i) {
                 ls_pdl_on = 1;
                 pdl_launch(k, (unsigned)g_sms, 1024u, (size_t)0, (cudaStream_t)0,
@@ -207,7 +247,7 @@ static void read_patterns(void)
         auto gbs = [&](float ms) { return bytes / (ms * 1e-3) / 1e9; };
         printf("  %-16s contiguous per warp %7.2f us %5.0f GB/s | sweep %7.2f us %5.0f GB/s | "
                "block sweep %7.2f us %5.0f GB/s | ls_stream_read %7.2f us %5.0f GB/s\n",
-               names[si], a * 1e3, gbs(a), b * 1e3, gbs(b), c * 1e3, gbs(c), r * 1e3, gbs(r));
+               m[si].name, a * 1e3, gbs(a), b * 1e3, gbs(b), c * 1e3, gbs(c), r * 1e3, gbs(r));
         fflush(stdout);
         CHECK_CUDA(cudaFree(W));
     }
@@ -233,12 +273,10 @@ static __global__ void idle_kernel(unsigned long long ns)
 // (3.5 GB, far beyond L2). Prints us per layer for each launch shape.
 static void layer_sequence(void)
 {
-    const int L = 8;
-    const struct {
-        int n, k;
-    } m[4] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+    const int L = g_70b ? 4 : 8;
+    const mat *m = layer_mats();
     size_t per_layer = 0;
-    for (auto &q : m) per_layer += (size_t)q.n * q.k;
+    for (int j = 0; j < 4; j++) per_layer += (size_t)m[j].n * m[j].k;
     uint16_t *W;
     float *x, *y;
     CHECK_CUDA(cudaMalloc(&W, per_layer * 2 * L));
@@ -246,10 +284,10 @@ static void layer_sequence(void)
     CHECK_CUDA(cudaMalloc(&y, sizeof(float) * 28672));
     fill_bf16<<<2048, 256>>>(W, per_layer * L, 5);
     CHECK_CUDA(cudaMemset(x, 0, sizeof(float) * 2 * 14336));
-    printf("\none 8B layer at TP=1 (QKV, %s idle, o, gate+up, down), PDL, us per layer:\n",
-           "14 us");
+    printf("\none %s layer (QKV, %s idle, o, gate+up, down), PDL, us per layer:\n",
+           g_70b ? "70B TP=2" : "8B TP=1", "14 us");
     for (const variant &v : variants) {
-        if (!v.fn && v.nt != 0) continue; // not the row-per-warp kernel here
+        if ((!v.fn && v.nt != 0) || !variant_on(v)) continue; // not the row-per-warp kernel here
         float ms = time_ms(20, L, [&](int i) {
             const uint16_t *w = W + (size_t)(i % L) * per_layer;
             for (int j = 0; j < 4; j++) {
@@ -284,6 +322,7 @@ int main(void)
     CHECK_CUDA(cudaSetDevice(dev));
     CHECK_CUDA(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
     CHECK_CUDA(cudaDeviceGetAttribute(&g_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    g_70b = getenv("LAB_70B") != nullptr;
     for (const variant &v : variants)
         if (v.fn) set_smem_attr(v.fn, dev, g_smem_optin);
     double roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
@@ -298,13 +337,18 @@ int main(void)
         layer_sequence();
     }
     ls_carveout = -1;
-    const struct {
-        const char *name;
-        int n, k;
-    } shapes[] = {{"qkv 6144x4096", 6144, 4096},           {"o 4096x4096", 4096, 4096},
-                  {"gate+up 28672x4096", 28672, 4096},     {"down 4096x14336", 4096, 14336},
-                  {"lm-head 128256x4096", 128256, 4096},   {"tp2 qkv 3072x4096", 3072, 4096},
-                  {"tp2 o 4096x2048", 4096, 2048}};
+    const mat shapes8[] = {
+        {"qkv 6144x4096", 6144, 4096},         {"o 4096x4096", 4096, 4096},
+        {"gate+up 28672x4096", 28672, 4096},   {"down 4096x14336", 4096, 14336},
+        {"lm-head 128256x4096", 128256, 4096}, {"tp2 qkv 3072x4096", 3072, 4096},
+        {"tp2 o 4096x2048", 4096, 2048},       {"tp2 down 4096x7168", 4096, 7168}};
+    const mat shapes70[] = {{"qkv 5120x8192", 5120, 8192},
+                            {"o 8192x4096", 8192, 4096},
+                            {"gate+up 28672x8192", 28672, 8192},
+                            {"down 8192x14336", 8192, 14336},
+                            {"lm-head 64128x8192", 64128, 8192}};
+    std::vector<mat> shapes(shapes8, shapes8 + sizeof shapes8 / sizeof shapes8[0]);
+    if (g_70b) shapes.assign(shapes70, shapes70 + sizeof shapes70 / sizeof shapes70[0]);
     printf("%-20s %-14s %8s | %8s %6s | %8s %6s | %8s %6s\n", "shape", "variant", "rel.err",
            "iso us", "%", "b2b us", "%", "pdl us", "%");
     for (const auto &s : shapes) {
@@ -330,6 +374,7 @@ int main(void)
             ref[r] = a;
         }
         for (const variant &v : variants) {
+            if (!variant_on(v)) continue;
             CHECK_CUDA(cudaMemset(y, 0xff, sizeof(float) * s.n));
             run_variant(v, y, W, x, s.n, s.k, false);
             std::vector<float> hy(s.n);

@@ -388,10 +388,11 @@ static void tests_gemv(void)
         ls_gemv_set_xreg(xreg);
     }
     // the column-resident kernel's 1024-thread shape, and its form with two batches in flight
-    // and the rows' sums reduced together (3)
-    for (int form = 2; form <= 3; form++) {
+    // and the rows' sums reduced together (3); 4: 512 threads, two blocks per SM (k = 14336
+    // goes to form 3)
+    for (int form = 2; form <= 4; form++) {
         const int xreg = ls_gemv_set_xreg(form);
-        const char *f = form == 2 ? "xreg1024" : "xreg1024tr";
+        const char *f = form == 2 ? "xreg1024" : form == 3 ? "xreg1024tr" : "xreg512x2";
         char name[64];
         auto nm = [&](const char *what) {
             snprintf(name, sizeof name, "%s%s", f, what);
@@ -850,8 +851,8 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
     CHECK_CUDA(cudaMemset(dws.p, 0, dws.n * sizeof(float)));
     CHECK_CUDA(cudaDeviceSynchronize());
     ls_kernels_set_pdl(1);
-    spin_then_write_qkv<<<64, 256>>>(dq.p, dqs.p, dq.n, dkc.p, dvc.p, dks.p, dvs.p, hkv, hd, max_ctx,
-                                     n - 1 - fresh, n - 1, 40000);
+    spin_then_write_qkv<<<64, 256>>>(dq.p, dqs.p, dq.n, dkc.p, dvc.p, dks.p, dvs.p, hkv, hd,
+                                     max_ctx, n - 1 - fresh, n - 1, 40000);
     CHECK_CUDA(cudaGetLastError());
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, fresh,
                         nsplit > 1 ? dws.p : nullptr, nullptr);
