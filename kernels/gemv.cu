@@ -335,8 +335,8 @@ static __global__ void __launch_bounds__(NT, MINB)
 // contiguous range per warp. Each (row, warp) sum goes to shared memory; after one barrier the
 // row's slots are added in slot order (fixed, so results are reproducible). NORM: the block
 // first reduces the sum of squares (one barrier). U row-batches of CM loads each in flight.
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, int MINB = 1>
-static __global__ void __launch_bounds__(NT, MINB)
+template <int NT, int U, int CM, int IN, bool ACC, bool TR>
+static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
                      const float *__restrict__ nw, float eps)
@@ -592,8 +592,7 @@ static int g_shapes_set;
 // the column-resident kernel for T = 1 where it applies: 3 (the default: 1024 threads, two row
 // batches in flight and the rows' sums reduced together where a warp has one column; 8B decode
 // 4.252 ms at TP=1, 2.856 at TP=2), 2 (1024 threads, one batch: 4.283 / 2.852), 1 (512
-// threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034); 4 (experiment):
-// 512 threads, two blocks per SM (see xreg_fns)
+// threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
 
 static void shapes_from_env(void)
@@ -601,7 +600,7 @@ static void shapes_from_env(void)
     if (g_shapes_set) return;
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
-    if (xr && xr[0] >= '0' && xr[0] <= '4' && !xr[1]) g_xreg = xr[0] - '0';
+    if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
@@ -661,23 +660,20 @@ static void set_smem_attr(gemv_fn fn, int dev, int optin)
 // flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
 // with 8 loads (up to 128 registers; LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4 (64
 // registers, CM <= 2; 2, and 3, the default, with TR: two batches in flight)
-// MINB 2 (LOCKSTEP_GEMV_XREG=4): 512 threads in at most 64 registers, so two blocks fit an SM
-// and the next kernel's block can be resident, its first weights loaded, while this one runs
-template <int NT, int L, int CM, bool TR, int MINB> struct xreg_fns {
+template <int NT, int L, int CM, bool TR> struct xreg_fns {
     gemv_fn f[3][2];
 };
 
-template <int NT, int L, int CM, bool TR = false, int MINB = 1>
-static const xreg_fns<NT, L, CM, TR, MINB> &xreg_table()
+template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
 {
     constexpr int U = L / CM;
-    static const xreg_fns<NT, L, CM, TR, MINB> t = {
-        {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, MINB>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, MINB>},
-         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, MINB>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, MINB>},
-         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, MINB>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, MINB>}}};
+    static const xreg_fns<NT, L, CM, TR> t = {
+        {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR>},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR>},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR>}}};
     return t;
 }
 
@@ -687,25 +683,20 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
                         int k, int in, int acc, const float *nw, float eps, const dev_info &di,
                         int dev, size_t smem_max, cudaStream_t s)
 {
-    const int S = (k / 8 + 31) / 32;
-    // 4: the 512-thread two-per-SM form where a warp has at most two columns, else form 3
-    const int pair = g_xreg == 4 && S <= 32;
-    const int nt = pair || g_xreg == 1 ? 512 : 1024;
-    const int NW = nt / 32, slots = S < NW ? S : NW;
+    const int nt = g_xreg >= 2 ? 1024 : 512;
+    const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
-    if (cm > (nt == 1024 || pair ? 2 : 4)) return false;
+    if (cm > (nt == 1024 ? 2 : 4)) return false;
     const int grid = n < di.sms ? n : di.sms, rows = (n + grid - 1) / grid;
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
-    gemv_fn fn = pair         ? (cm == 1 ? xreg_table<512, 4, 1, true, 2>().f[in][acc]
-                                         : xreg_table<512, 4, 2, false, 2>().f[in][acc])
-                 : nt == 1024 ? (cm == 1 ? (g_xreg >= 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
-                                                        : xreg_table<1024, 4, 1>().f[in][acc])
-                                         : xreg_table<1024, 4, 2>().f[in][acc])
-                 : cm == 1    ? xreg_table<512, 8, 1>().f[in][acc]
-                 : cm == 2    ? xreg_table<512, 8, 2>().f[in][acc]
-                              : xreg_table<512, 8, 4>().f[in][acc];
+    gemv_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
+                                                      : xreg_table<1024, 4, 1>().f[in][acc])
+                                       : xreg_table<1024, 4, 2>().f[in][acc])
+                 : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
+                 : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
+                            : xreg_table<512, 8, 4>().f[in][acc];
     set_smem_attr(fn, dev, di.smem_optin);
     pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
                eps);
@@ -811,7 +802,7 @@ extern "C" int ls_gemv_set_xreg(int on)
 {
     shapes_from_env();
     const int old = g_xreg;
-    g_xreg = on < 0 ? 0 : on > 4 ? 4 : on;
+    g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
     return old;
 }
 

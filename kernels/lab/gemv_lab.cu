@@ -69,7 +69,6 @@ static const variant variants[] = {
     {"xreg512", nullptr, 0, 1},
     {"xreg1024", nullptr, 0, 2},
     {"xreg1024tr", nullptr, 0, 3},
-    {"xreg512x2", nullptr, 0, 4},
 };
 
 // LAB_70B=1: the Llama-3.1-70B shapes at TP=2 instead of the 8B ones; LAB_VARIANTS=a,b,...: only
