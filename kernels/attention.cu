@@ -35,8 +35,8 @@
 #include <stdlib.h>
 
 #define ATT_WARPS     4
-#define ATT_MAX_G     8  // q heads per decode block
-#define ATT_MIN_CHUNK 64 // positions
+#define ATT_MAX_G     8   // q heads per decode block
+#define ATT_MIN_CHUNK 64  // positions
 #define ATT_MAX_SPLIT 512 // chunks: the merge keeps (max, sum) per chunk and q head in sm_o
 #define LOG2E         1.4426950408889634f
 
@@ -88,8 +88,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
                        const int *__restrict__ pos, int hq, int hd, int group, int max_ctx,
                        int nsplit, int min_chunk, int fresh, float qscale)
 {
-    constexpr int PG = 32 / LG;                   // positions per warp step
-    constexpr int STEP = U * ATT_WARPS * PG;      // positions per block per loop iteration
+    constexpr int PG = 32 / LG;              // positions per warp step
+    constexpr int STEP = U * ATT_WARPS * PG; // positions per block per loop iteration
     __shared__ float sm_m[ATT_WARPS][GM], sm_l[ATT_WARPS][GM];
     __shared__ float sm_o[ATT_WARPS][GM][256];
 
@@ -476,16 +476,29 @@ static __global__ void __launch_bounds__(PF_THREADS)
 }
 
 // positions per chunk at least: ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK (8 .. 4096) for experiments;
-// read once, so that the split count and the kernels agree
+// read once, so that the split count and the kernels agree. LOCKSTEP_ATT_WIDE=0|1 forces the
+// kernel's short-context (wide-iteration) form off or on (default: by the cache length).
+static int g_min_chunk, g_wide = -1;
+
 static int min_chunk(void)
 {
-    static int mc;
-    if (!mc) {
+    if (!g_min_chunk) {
         const char *e = getenv("LOCKSTEP_ATT_CHUNK");
         int v = e ? atoi(e) : 0;
-        mc = v >= 8 && v <= 4096 ? v : ATT_MIN_CHUNK;
+        g_min_chunk = v >= 8 && v <= 4096 ? v : ATT_MIN_CHUNK;
+        const char *w = getenv("LOCKSTEP_ATT_WIDE");
+        if (w && (w[0] == '0' || w[0] == '1') && !w[1]) g_wide = w[0] - '0';
     }
-    return mc;
+    return g_min_chunk;
+}
+
+extern "C" void ls_attention_set_decode_shape(int chunk, int wide, int *old_chunk, int *old_wide)
+{
+    const int mc = min_chunk();
+    if (old_chunk) *old_chunk = mc;
+    if (old_wide) *old_wide = g_wide;
+    g_min_chunk = chunk >= 8 && chunk <= 4096 ? chunk : ATT_MIN_CHUNK;
+    g_wide = wide < 0 ? -1 : wide != 0;
 }
 
 static int device_sms(void)
@@ -545,15 +558,16 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                                     void *stream)
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
-        nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) ||
-        ((uintptr_t)q & 15) || fresh < 0)
+        nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) || ((uintptr_t)q & 15) ||
+        fresh < 0)
         ls_die(__FILE__, __LINE__, "ls_attention_decode",
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
                "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
     const int group = hq / hkv;
     const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
-    const bool wide = max_ctx <= ATT_WIDE_CTX;
+    const int mc = min_chunk();
+    const bool wide = g_wide >= 0 ? g_wide != 0 : max_ctx <= ATT_WIDE_CTX;
     decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
                    : lg == 16 ? pick_decode_g<16>(gm, wide)
                               : pick_decode_g<32>(gm, wide);
@@ -561,7 +575,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     dim3 grid((unsigned)nsplit, (unsigned)(hkv * ((group + gm - 1) / gm)));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
     pdl_launch(fn, grid, ATT_WARPS * 32, 0, s, out, workspace, q, kcache, vcache, pos, hq, hd,
-               group, max_ctx, nsplit, min_chunk(), fresh, qscale);
+               group, max_ctx, nsplit, mc, fresh, qscale);
     CHECK_CUDA(cudaGetLastError());
 }
 

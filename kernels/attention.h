@@ -27,6 +27,11 @@ extern "C" {
 
 /* chunks to cut a context of up to max_ctx positions into, for this device and shape */
 int ls_attention_decode_splits(int hq, int hkv, int max_ctx);
+/* experiments and tests: the decode kernel's fewest positions per chunk (8..4096; else the
+ * default) and its form (wide: 1 the short-context form, 0 the long-context one, -1 by the cache
+ * length); the old settings to *old_chunk and *old_wide when not NULL. Set before the split count
+ * is taken. */
+void ls_attention_set_decode_shape(int chunk, int wide, int *old_chunk, int *old_wide);
 /* bytes of workspace ls_attention_decode needs (0 when nsplit == 1) */
 size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
 

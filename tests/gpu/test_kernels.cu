@@ -388,11 +388,10 @@ static void tests_gemv(void)
         ls_gemv_set_xreg(xreg);
     }
     // the column-resident kernel's 1024-thread shape, and its form with two batches in flight
-    // and the rows' sums reduced together (3); 4: 512 threads, two blocks per SM (k = 14336
-    // goes to form 3)
-    for (int form = 2; form <= 4; form++) {
+    // and the rows' sums reduced together (3)
+    for (int form = 2; form <= 3; form++) {
         const int xreg = ls_gemv_set_xreg(form);
-        const char *f = form == 2 ? "xreg1024" : form == 3 ? "xreg1024tr" : "xreg512x2";
+        const char *f = form == 2 ? "xreg1024" : "xreg1024tr";
         char name[64];
         auto nm = [&](const char *what) {
             snprintf(name, sizeof name, "%s%s", f, what);
@@ -922,6 +921,16 @@ static void tests_attention(void)
         test_decode_pdl(32, 8, 128, 100, 2048);
         test_decode_pdl(32, 8, 128, 300, 2048, 5);
     }
+    // chunks of at least 16 positions in either form (more blocks at short contexts)
+    for (int wide : {0, 1}) {
+        int oc, ow;
+        ls_attention_set_decode_shape(16, wide, &oc, &ow);
+        for (int n : {1, 17, 300}) test_decode(32, 8, 128, n, 2048, 0);
+        test_decode(9, 3, 64, 100, 2048, 0);
+        test_decode_pdl(32, 8, 128, 100, 2048);
+        test_decode_pdl(32, 8, 128, 48, 2048, 5);
+        ls_attention_set_decode_shape(oc, ow, nullptr, nullptr);
+    }
     if (!g_quick) {
         test_decode(32, 8, 128, 8192, 8192, 0);
         test_decode(16, 4, 128, 4097, 8192, 0);
@@ -1201,8 +1210,10 @@ static void bench_gemv(const gemv_shape &s, int T, FILE *csv)
 // the small kernels between the QKV and O projections of one Llama-8B decode layer (RoPE + KV
 // write, attention), back to back with PDL as in the decode graph: per-layer latency at context
 // ctx
-static void bench_decode_small(int ctx)
+static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
 {
+    int old_chunk = 0, old_wide = -1;
+    if (chunk) ls_attention_set_decode_shape(chunk, wide, &old_chunk, &old_wide);
     // the cache of a short-context run (2048, the kernel's wide-iteration form) or just the
     // context (its long-context form)
     const int hq = 32, hkv = 8, hd = 128, max_ctx = ctx < 2048 ? 2048 : ctx;
@@ -1239,9 +1250,16 @@ static void bench_decode_small(int ctx)
         att();
     });
     ls_kernels_set_pdl(0);
+    char shape[64] = "";
+    if (chunk)
+        snprintf(shape, sizeof shape, ", chunks of >= %d, %s form", chunk,
+                 wide ? "short-context" : "long-context");
     printf("llama8b decode layer, context %d, back to back with PDL: rope_kv %.2f us, attention "
-           "%.2f us (nsplit %d), both %.2f us\n",
-           ctx, r * 1e3, a * 1e3, nsplit, ra * 1e3);
+           "%.2f us (nsplit %d%s), both %.2f us\n",
+           ctx, r * 1e3, a * 1e3, nsplit, shape, ra * 1e3);
+    if (chunk) {
+        ls_attention_set_decode_shape(old_chunk, old_wide, nullptr, nullptr);
+    }
 }
 
 static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
@@ -1343,6 +1361,10 @@ static void benchmarks(void)
 
     printf("\n");
     for (int ctx : {256, 1024, 4096}) bench_decode_small(ctx);
+    // the split's shape at short contexts: fewer positions per chunk, more blocks
+    for (int ctx : {256, 1024})
+        for (int chunk : {16, 32, 64})
+            for (int wide : {0, 1}) bench_decode_small(ctx, chunk, wide);
     bench_decode_attention(32, 8, 128, 4096);
     bench_decode_attention(32, 8, 128, 32768);
     bench_decode_attention(16, 4, 128, 32768);
