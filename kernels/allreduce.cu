@@ -14,6 +14,7 @@
 //   in order in fp32; bf16 is rounded once, round-to-nearest-even like NCCL's bf16 add.
 #include "config.h"
 #include "allreduce.h"
+#include "ll.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
 
@@ -188,8 +189,7 @@ static __device__ void record_timeout(const ls_ar_state &st, int peer, int phase
 
 /* The bounded spin's check, made every 1024 polls: false once a sibling block gave up (the
  * abort flag) or the wait since t0 has passed timeout_ns (recorded here). */
-static __device__ __forceinline__ bool spin_on(const ls_ar_state &st,
-                                               volatile unsigned *abort_flag,
+static __device__ __forceinline__ bool spin_on(const ls_ar_state &st, volatile unsigned *abort_flag,
                                                unsigned long long t0, int peer, int phase,
                                                epoch_t e)
 {
@@ -275,23 +275,6 @@ static __device__ __forceinline__ E sum_elems(const ls_ar_state &st, E own, cons
 
 /* ---- LL: the flag travels in every 8 bytes of data (see allreduce.h) ---- */
 
-/* never 0 (a consumed line is zeroed), and e, e + 1, e + 2 differ */
-static __device__ __forceinline__ uint32_t ll_flag(epoch_t e)
-{
-    return (uint32_t)(e % 0xffffffffull) + 1u;
-}
-
-/* unit v as the two lines at dst (a peer's buffer): {x, f, y, f} and {z, f, w, f} */
-static __device__ __forceinline__ void ll_push(char *dst, uint4 v, uint32_t f)
-{
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(f),
-                 "r"(v.y), "r"(f)
-                 : "memory");
-    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + 16), "r"(v.z),
-                 "r"(f), "r"(v.w), "r"(f)
-                 : "memory");
-}
-
 static __device__ __forceinline__ uint4 ll_load(const char *p)
 {
     uint4 v;
@@ -346,10 +329,9 @@ static __device__ __forceinline__ Unit<E> load_unit_padded(const E *p, size_t u,
 /* unit u of our contribution summed with every peer's, pulled from our LL area (rank r's lines
  * at area + r * lslot); the lines stay until ll_clear. *ok is cleared on a timeout. */
 template <typename E, bool AL>
-static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own,
-                                                      size_t u, size_t n, const char *area,
-                                                      size_t lslot, uint32_t f, epoch_t e,
-                                                      bool *ok)
+static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own, size_t u,
+                                                      size_t n, const char *area, size_t lslot,
+                                                      uint32_t f, epoch_t e, bool *ok)
 {
     Unit<E> x[LS_AR_MAX_RANKS];
 #pragma unroll
@@ -748,9 +730,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
  * is returned and the epoch written: the other way round, nvcc 13.0 compiles fused_kernel's
  * vector push loop with an extra branch and register moves. */
 template <typename E, bool VEC, bool PAD>
-static __device__ __forceinline__ Unit<E> fused_begin(const ls_ar_state &st, const E *partial,
-                                                      int dim, epoch_t *s_e, int *s_fail,
-                                                      epoch_t *e)
+static __device__ __forceinline__ Unit<E>
+fused_begin(const ls_ar_state &st, const E *partial, int dim, epoch_t *s_e, int *s_fail, epoch_t *e)
 {
     pdl_launch_dependents();
     pdl_wait();
@@ -824,11 +805,12 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
 
 /* fused_kernel over LL lines: block b pushes rows b, b + G, ... (units of a row, its last one
  * zero-padded), then reduces and normalises them, pulling each peer's lines as it needs them;
- * a row's lines are zeroed after its block sum (every read of them is before it). */
+ * a row's lines are zeroed after its block sum (every read of them is before it). pushed: the
+ * GEMV before pushed partial already (ls_ar_push), the kernel only pulls. */
 template <typename E, bool VEC>
 static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     fused_ll_kernel(const __grid_constant__ ls_ar_state st, const E *partial, const E *x, E *out,
-                    E *normed, const E *w, int rows, int dim, float eps)
+                    E *normed, const E *w, int rows, int dim, float eps, int pushed)
 {
     __shared__ epoch_t s_e;
     __shared__ int s_fail;
@@ -842,7 +824,7 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
         const size_t lslot = ls_ar_ll_slot((size_t)rows * nu);
         const size_t area = st.ll_off + (size_t)(e & 1) * st.ll_bytes;
         const size_t mine = area + (size_t)st.rank * lslot;
-        for (int row = (int)blockIdx.x; row < rows; row += (int)gridDim.x) {
+        for (int row = (int)blockIdx.x; row < rows && !pushed; row += (int)gridDim.x) {
             const E *p = partial + (size_t)row * dim;
             for (size_t u = threadIdx.x; u < nu; u += blockDim.x) {
                 const Unit<E> v = row == (int)blockIdx.x && u == threadIdx.x
@@ -1003,17 +985,25 @@ static void check_norm_args(int rows, int dim, const void *out, const void *norm
 
 template <typename E>
 static void fused_launch(const ls_ar_state *st, const void *partial, const void *x, void *out,
-                         void *normed, const void *w, int rows, int dim, float eps, cudaStream_t s)
+                         void *normed, const void *w, int rows, int dim, float eps, int pushed,
+                         cudaStream_t s)
 {
     const size_t units = (size_t)rows * ls_ar_units((size_t)dim, sizeof(E));
     const bool vec = norm_vec(partial, x, out, normed, w, dim, sizeof(E));
     const bool ll = ls_ar_use_ll(st, (size_t)rows * dim * sizeof(E), units);
-    void (*k)(ls_ar_state, const E *, const E *, E *, E *, const E *, int, int, float) =
-        ll ? (vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>)
-           : (vec ? fused_kernel<E, true> : fused_kernel<E, false>);
     const int grid = rows < st->max_blocks ? rows : st->max_blocks;
-    pdl_launch(k, grid, LS_AR_NORM_THREADS, 0, s, *st, (const E *)partial, (const E *)x, (E *)out,
-               (E *)normed, (const E *)w, rows, dim, eps);
+    if (ll) {
+        pdl_launch(vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>, grid,
+                   LS_AR_NORM_THREADS, 0, s, *st, (const E *)partial, (const E *)x, (E *)out,
+                   (E *)normed, (const E *)w, rows, dim, eps, pushed);
+        return;
+    }
+    if (pushed)
+        ls_die(__FILE__, __LINE__, "ls_allreduce_residual_rmsnorm_pushed",
+               "the message does not go over LL lines (ls_ar_push_target said no)");
+    pdl_launch(vec ? fused_kernel<E, true> : fused_kernel<E, false>, grid, LS_AR_NORM_THREADS, 0, s,
+               *st, (const E *)partial, (const E *)x, (E *)out, (E *)normed, (const E *)w, rows,
+               dim, eps);
 }
 
 extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, const void *partial,
@@ -1027,10 +1017,23 @@ extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, cons
     const size_t es = esize_of(t), count = (size_t)rows * dim;
     check_args(st, t, ls_ar_oneshot_need(st->size, count, es), count, what);
     if (t == LS_AR_F32)
-        fused_launch<float>(st, partial, x, out, normed, w, rows, dim, eps, (cudaStream_t)stream);
+        fused_launch<float>(st, partial, x, out, normed, w, rows, dim, eps, 0,
+                            (cudaStream_t)stream);
     else
-        fused_launch<bf16_bits>(st, partial, x, out, normed, w, rows, dim, eps,
+        fused_launch<bf16_bits>(st, partial, x, out, normed, w, rows, dim, eps, 0,
                                 (cudaStream_t)stream);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_allreduce_residual_rmsnorm_pushed(const struct ls_ar_state *st,
+                                                     const void *partial, const void *x, void *out,
+                                                     void *normed, const void *w, int dim,
+                                                     float eps, void *stream)
+{
+    const char *what = "ls_allreduce_residual_rmsnorm_pushed";
+    check_norm_args(1, dim, out, normed, what);
+    check_args(st, LS_AR_F32, ls_ar_oneshot_need(st->size, (size_t)dim, 4), (size_t)dim, what);
+    fused_launch<float>(st, partial, x, out, normed, w, 1, dim, eps, 1, (cudaStream_t)stream);
     CHECK_CUDA(cudaGetLastError());
 }
 

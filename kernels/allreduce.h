@@ -91,9 +91,9 @@ struct ls_ar_ctl {
 
 /* written by the first block that times out, in host-mapped memory; code last */
 struct ls_ar_err {
-    volatile int code; /* 0: none; 1: a peer's flag never came */
+    volatile int code;            /* 0: none; 1: a peer's flag never came */
     int rank, peer, block, phase; /* phase 0, 1: flag exchanges; 2: LL lines */
-    unsigned long long epoch; /* which all-reduce (1 = the first after create) */
+    unsigned long long epoch;     /* which all-reduce (1 = the first after create) */
     unsigned long long waited_ns;
 };
 
@@ -156,6 +156,38 @@ void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, const void *par
 /* The same step without the all-reduce (a already summed), for other communicators */
 void ls_residual_rmsnorm(const void *a, const void *x, void *out, void *normed, const void *w,
                          int rows, int dim, float eps, enum ls_ar_dtype t, void *stream);
+
+/* The row-parallel GEMV before a fused all-reduce may push its own output into the peers' LL
+ * areas (its epilogue, as each block's rows are summed), so that the all-reduce kernel after it
+ * only pulls: the lines are on their way while the GEMV's last blocks finish and the next kernel
+ * launches. What the GEMV needs, for one row of count f32 elements: */
+struct ls_ar_push {
+    int npeers;                  /* 0: push nothing */
+    char *line[LS_AR_MAX_RANKS]; /* peer p's LL area 0 at this rank's slot */
+    size_t area_bytes;           /* area 1 = area 0 + area_bytes (by epoch parity) */
+    const struct ls_ar_ctl *ctl; /* this rank's epoch (read, never advanced, by the GEMV) */
+};
+/* fills *p and returns 1 when ls_allreduce_residual_rmsnorm of one f32 row of count elements
+ * goes over LL lines (so ls_allreduce_residual_rmsnorm_pushed may follow a pushing GEMV) and
+ * count is a whole number of 16-byte units; else 0 */
+static inline int ls_ar_push_target(const struct ls_ar_state *st, size_t count,
+                                    struct ls_ar_push *p)
+{
+    const size_t units = ls_ar_units(count, 4);
+    p->npeers = 0;
+    if (st->size < 2 || count % 4 || !ls_ar_use_ll(st, count * 4, units)) return 0;
+    const size_t mine = st->ll_off + (size_t)st->rank * ls_ar_ll_slot(units);
+    for (int q = 0; q < st->size; q++)
+        if (q != st->rank) p->line[p->npeers++] = (char *)st->buf[q] + mine;
+    p->area_bytes = st->ll_bytes;
+    p->ctl = (const struct ls_ar_ctl *)st->ctl;
+    return 1;
+}
+/* ls_allreduce_residual_rmsnorm after a GEMV that pushed `partial` (one f32 row, as
+ * ls_ar_push_target allowed): the same result, bitwise; the kernel only pulls */
+void ls_allreduce_residual_rmsnorm_pushed(const struct ls_ar_state *st, const void *partial,
+                                          const void *x, void *out, void *normed, const void *w,
+                                          int dim, float eps, void *stream);
 
 /* Reachability probe: for every peer q, store a pattern into q's probe slot for this rank,
  * fence, read it back; bad[q] (device, zeroed by the caller) counts mismatched words. */

@@ -446,8 +446,8 @@ struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
     m->st.data_bytes = data_bytes_for(c->size, max_bytes);
     /* the LL areas after the data areas: LL lines never share memory with raw data */
     m->st.ll_off = LS_AR_DATA_OFF + 2 * m->st.data_bytes;
-    m->st.ll_bytes = m->st.ll_max ? (size_t)c->size * ls_ar_ll_slot(ls_ar_units(m->st.ll_max, 1))
-                                  : 0;
+    m->st.ll_bytes =
+        m->st.ll_max ? (size_t)c->size * ls_ar_ll_slot(ls_ar_units(m->st.ll_max, 1)) : 0;
 
     char *why = in->why;
     const size_t wl = sizeof in->why;
@@ -496,7 +496,9 @@ int ls_comm_custom_check(struct ls_comm *c, char *err, size_t errlen)
              "never arrived "
              "(it exited, hangs, or called a different sequence of collectives)",
              e->rank, e->epoch, e->block,
-             e->phase == 2 ? "LL lines" : e->phase ? "second exchange" : "first exchange",
+             e->phase == 2 ? "LL lines"
+             : e->phase    ? "second exchange"
+                           : "first exchange",
              (double)e->waited_ns * 1e-9, e->peer);
     return 1;
 }
@@ -557,6 +559,28 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
     ls_residual_rmsnorm(partial, x, out, normed, w, rows, dim, eps, (enum ls_ar_dtype)t, stream);
 }
 
+int ls_comm_custom_push_target(struct ls_comm *c, int dim, struct ls_ar_push *p)
+{
+    p->npeers = 0;
+    if (!is_custom(c) || dim <= 0) return 0;
+    struct custom *m = c->impl;
+    /* the same choice as ls_comm_residual_rmsnorm's: the fused one-shot, then its LL form */
+    if (!m->info.enabled || (size_t)dim * sizeof(float) > m->info.oneshot_max) return 0;
+    return ls_ar_push_target(&m->st, (size_t)dim, p);
+}
+
+void ls_comm_residual_rmsnorm_pushed(struct ls_comm *c, const float *partial, const float *x,
+                                     float *out, float *normed, const float *w, int dim, float eps,
+                                     void *stream)
+{
+    struct ls_ar_push p;
+    if (!ls_comm_custom_push_target(c, dim, &p))
+        ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm_pushed",
+               "the communicator takes no pushed all-reduce of this size");
+    ls_allreduce_residual_rmsnorm_pushed(&((struct custom *)c->impl)->st, partial, x, out, normed,
+                                         w, dim, eps, stream);
+}
+
 #else /* CPU-only build: no custom path; callers need no #ifdef */
 
 struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
@@ -597,5 +621,20 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
     (void)c, (void)partial, (void)x, (void)out, (void)normed, (void)w, (void)rows, (void)dim,
         (void)eps, (void)t, (void)stream;
     ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm", "this build has no CUDA backend");
+}
+
+int ls_comm_custom_push_target(struct ls_comm *c, int dim, struct ls_ar_push *p)
+{
+    (void)c, (void)dim, (void)p;
+    return 0;
+}
+
+void ls_comm_residual_rmsnorm_pushed(struct ls_comm *c, const float *partial, const float *x,
+                                     float *out, float *normed, const float *w, int dim, float eps,
+                                     void *stream)
+{
+    (void)c, (void)partial, (void)x, (void)out, (void)normed, (void)w, (void)dim, (void)eps,
+        (void)stream;
+    ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm_pushed", "this build has no CUDA backend");
 }
 #endif

@@ -81,4 +81,15 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
                               void *normed, const void *w, int rows, int dim, float eps,
                               enum ls_dtype t, void *stream);
 
+/* The GEMV before that step may push its output to the peers itself (kernels/allreduce.h,
+ * ls_ar_push; kernels/gemv.h, ls_gemv_push): 1 with *p filled when ls_comm_residual_rmsnorm of
+ * one f32 row of dim elements on c takes the fused kernel over LL lines, else 0 (any other
+ * comm, CPU builds). After a GEMV that pushed, ls_comm_residual_rmsnorm_pushed takes the step
+ * instead (same result, bitwise: it only pulls). */
+struct ls_ar_push;
+int ls_comm_custom_push_target(struct ls_comm *c, int dim, struct ls_ar_push *p);
+void ls_comm_residual_rmsnorm_pushed(struct ls_comm *c, const float *partial, const float *x,
+                                     float *out, float *normed, const float *w, int dim, float eps,
+                                     void *stream);
+
 #endif
