@@ -669,7 +669,7 @@ template <typename E, bool VEC> struct SumLL {
 
 /* One row: out = x + a (rounded), then normed = (out * scale) * w with scale from the sum of
  * squares of the rounded out. Thread t owns units t, t + T, ... and then tail element t. */
-template <typename E, bool VEC, typename A>
+template <typename E, bool VEC, typename A, bool XCG = false>
 static __device__ __forceinline__ void residual_rmsnorm_row(const A &a, const E *x, E *out,
                                                             E *normed, const E *w, int dim,
                                                             float eps, float *sh)
@@ -678,7 +678,16 @@ static __device__ __forceinline__ void residual_rmsnorm_row(const A &a, const E 
     const size_t nv = (size_t)dim / V;
     float ss = 0.0f;
     for (size_t u = threadIdx.x; u < nv; u += blockDim.x) {
-        const Unit<E> av = a.unit(u), xv = load_unit<E, VEC>(x, u);
+        const Unit<E> av = a.unit(u);
+        Unit<E> xv;
+        if (!XCG) {
+            xv = load_unit<E, VEC>(x, u);
+        } else if (VEC) { /* x from L2: see pulled_ll_kernel */
+            xv = load_peer_unit<E>(reinterpret_cast<const char *>(x + u * V));
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; k++) xv.e[k] = load_peer(x + u * V + k);
+        }
         Unit<E> o;
 #pragma unroll
         for (int k = 0; k < V; k++) {
@@ -689,7 +698,8 @@ static __device__ __forceinline__ void residual_rmsnorm_row(const A &a, const E 
         store_unit<E, VEC>(out, u, o);
     }
     for (size_t i = nv * V + threadIdx.x; i < (size_t)dim; i += blockDim.x) {
-        const E o = Elt<E>::fromf(Elt<E>::tof(x[i]) + Elt<E>::tof(a.elem(i)));
+        const E xi = XCG ? load_peer(x + i) : x[i];
+        const E o = Elt<E>::fromf(Elt<E>::tof(xi) + Elt<E>::tof(a.elem(i)));
         const float f = Elt<E>::tof(o);
         ss += f * f;
         out[i] = o;
@@ -805,12 +815,11 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
 
 /* fused_kernel over LL lines: block b pushes rows b, b + G, ... (units of a row, its last one
  * zero-padded), then reduces and normalises them, pulling each peer's lines as it needs them;
- * a row's lines are zeroed after its block sum (every read of them is before it). pushed: the
- * GEMV before pushed partial already (ls_ar_push), the kernel only pulls. */
+ * a row's lines are zeroed after its block sum (every read of them is before it). */
 template <typename E, bool VEC>
 static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     fused_ll_kernel(const __grid_constant__ ls_ar_state st, const E *partial, const E *x, E *out,
-                    E *normed, const E *w, int rows, int dim, float eps, int pushed)
+                    E *normed, const E *w, int rows, int dim, float eps)
 {
     __shared__ epoch_t s_e;
     __shared__ int s_fail;
@@ -824,7 +833,7 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
         const size_t lslot = ls_ar_ll_slot((size_t)rows * nu);
         const size_t area = st.ll_off + (size_t)(e & 1) * st.ll_bytes;
         const size_t mine = area + (size_t)st.rank * lslot;
-        for (int row = (int)blockIdx.x; row < rows && !pushed; row += (int)gridDim.x) {
+        for (int row = (int)blockIdx.x; row < rows; row += (int)gridDim.x) {
             const E *p = partial + (size_t)row * dim;
             for (size_t u = threadIdx.x; u < nu; u += blockDim.x) {
                 const Unit<E> v = row == (int)blockIdx.x && u == threadIdx.x
@@ -847,6 +856,75 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
                     if (r != st.rank) ll_clear(lines + r * lslot + u * 32);
         }
     }
+    end(st, e);
+}
+
+/* ---- pulled: after a GEMV that pushed every rank's lines (allreduce.h, ls_ar_push) ---- */
+
+/* Every rank's contribution, this rank's included, from the LL lines in our area; x is read
+ * from L2 (.cg): it was written before the GEMV's wait, and this kernel does not wait. */
+struct PullLL {
+    const ls_ar_state *st;
+    const char *lines; /* our LL area; rank r's lines at lines + r * lslot */
+    size_t lslot;
+    uint32_t f;
+    epoch_t e;
+    __device__ __forceinline__ Unit<float> unit(size_t u) const
+    {
+        Unit<float> x[LS_AR_MAX_RANKS];
+#pragma unroll
+        for (int r = 0; r < LS_AR_MAX_RANKS; r++)
+            if (r < st->size && !ll_pull(*st, lines + r * lslot + u * 32, f, r, e, &x[r].v))
+                x[r].v = make_uint4(0, 0, 0, 0);
+        return sum_units<float>(x, st->size);
+    }
+    __device__ __forceinline__ float elem(size_t i) const
+    {
+        const size_t u = i / 4;
+        return unit(u).e[i - u * 4];
+    }
+};
+
+/* One block, one f32 row of dim (a multiple of 4) elements. No griddepcontrol.wait: thread 0
+ * spins (bounded) until the GEMV publishes this call's epoch in site[0] (!= site[1], the last
+ * consumed); then as fused_ll_kernel's reduce and norm over every rank's lines, the lines
+ * zeroed, site[1] = e and the epoch advanced. */
+template <bool VEC>
+static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
+    pulled_ll_kernel(const __grid_constant__ ls_ar_state st, unsigned long long *site,
+                     const float *x, float *out, float *normed, const float *w, int dim, float eps)
+{
+    __shared__ epoch_t s_e;
+    __shared__ int s_fail;
+    __shared__ float sh[33];
+    pdl_launch_dependents();
+    if (threadIdx.x == 0) {
+        volatile unsigned long long *sw = site;
+        volatile ls_ar_ctl *c = ctl_of(st);
+        int fail = c->abort != 0;
+        unsigned long long t0 = 0;
+        for (unsigned n = 1; !fail && sw[0] == sw[1]; n++)
+            if ((n & 1023) == 0) {
+                if (t0 == 0) t0 = global_ns();
+                /* the GEMV of this call never came: on this rank, so no peer to name */
+                if (!spin_on(st, &c->abort, t0, st.rank, 2, sw[1] + 1)) fail = 1;
+            }
+        s_e = sw[0];
+        s_fail = fail;
+    }
+    __syncthreads();
+    const epoch_t e = s_e;
+    if (!s_fail) {
+        const size_t nu = (size_t)dim / 4;
+        const size_t lslot = ls_ar_ll_slot(nu);
+        char *lines =
+            static_cast<char *>(st.buf[st.rank]) + st.ll_off + (size_t)(e & 1) * st.ll_bytes;
+        const PullLL a{&st, lines, lslot, ll_flag(e), e};
+        residual_rmsnorm_row<float, VEC, PullLL, true>(a, x, out, normed, w, dim, eps, sh);
+        for (size_t u = threadIdx.x; u < nu; u += blockDim.x)
+            for (int r = 0; r < st.size; r++) ll_clear(lines + r * lslot + u * 32);
+    }
+    if (threadIdx.x == 0 && !s_fail) site[1] = e;
     end(st, e);
 }
 
@@ -985,8 +1063,7 @@ static void check_norm_args(int rows, int dim, const void *out, const void *norm
 
 template <typename E>
 static void fused_launch(const ls_ar_state *st, const void *partial, const void *x, void *out,
-                         void *normed, const void *w, int rows, int dim, float eps, int pushed,
-                         cudaStream_t s)
+                         void *normed, const void *w, int rows, int dim, float eps, cudaStream_t s)
 {
     const size_t units = (size_t)rows * ls_ar_units((size_t)dim, sizeof(E));
     const bool vec = norm_vec(partial, x, out, normed, w, dim, sizeof(E));
@@ -995,12 +1072,9 @@ static void fused_launch(const ls_ar_state *st, const void *partial, const void 
     if (ll) {
         pdl_launch(vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>, grid,
                    LS_AR_NORM_THREADS, 0, s, *st, (const E *)partial, (const E *)x, (E *)out,
-                   (E *)normed, (const E *)w, rows, dim, eps, pushed);
+                   (E *)normed, (const E *)w, rows, dim, eps);
         return;
     }
-    if (pushed)
-        ls_die(__FILE__, __LINE__, "ls_allreduce_residual_rmsnorm_pushed",
-               "the message does not go over LL lines (ls_ar_push_target said no)");
     pdl_launch(vec ? fused_kernel<E, true> : fused_kernel<E, false>, grid, LS_AR_NORM_THREADS, 0, s,
                *st, (const E *)partial, (const E *)x, (E *)out, (E *)normed, (const E *)w, rows,
                dim, eps);
@@ -1017,23 +1091,28 @@ extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, cons
     const size_t es = esize_of(t), count = (size_t)rows * dim;
     check_args(st, t, ls_ar_oneshot_need(st->size, count, es), count, what);
     if (t == LS_AR_F32)
-        fused_launch<float>(st, partial, x, out, normed, w, rows, dim, eps, 0,
-                            (cudaStream_t)stream);
+        fused_launch<float>(st, partial, x, out, normed, w, rows, dim, eps, (cudaStream_t)stream);
     else
-        fused_launch<bf16_bits>(st, partial, x, out, normed, w, rows, dim, eps, 0,
+        fused_launch<bf16_bits>(st, partial, x, out, normed, w, rows, dim, eps,
                                 (cudaStream_t)stream);
     CHECK_CUDA(cudaGetLastError());
 }
 
-extern "C" void ls_allreduce_residual_rmsnorm_pushed(const struct ls_ar_state *st,
-                                                     const void *partial, const void *x, void *out,
-                                                     void *normed, const void *w, int dim,
-                                                     float eps, void *stream)
+extern "C" void ls_allreduce_residual_rmsnorm_pulled(const struct ls_ar_state *st, int site,
+                                                     const void *x, void *out, void *normed,
+                                                     const void *w, int dim, float eps,
+                                                     void *stream)
 {
-    const char *what = "ls_allreduce_residual_rmsnorm_pushed";
+    const char *what = "ls_allreduce_residual_rmsnorm_pulled";
     check_norm_args(1, dim, out, normed, what);
     check_args(st, LS_AR_F32, ls_ar_oneshot_need(st->size, (size_t)dim, 4), (size_t)dim, what);
-    fused_launch<float>(st, partial, x, out, normed, w, 1, dim, eps, 1, (cudaStream_t)stream);
+    struct ls_ar_push p;
+    if (!ls_ar_push_target(st, (size_t)dim, site, &p))
+        ls_die(__FILE__, __LINE__, what, "no LL push target for this size or site");
+    const bool vec = norm_vec(x, x, out, normed, w, dim, 4);
+    pdl_launch(vec ? pulled_ll_kernel<true> : pulled_ll_kernel<false>, 1, LS_AR_NORM_THREADS, 0,
+               (cudaStream_t)stream, *st, p.site, (const float *)x, (float *)out, (float *)normed,
+               (const float *)w, dim, eps);
     CHECK_CUDA(cudaGetLastError());
 }
 

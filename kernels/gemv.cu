@@ -493,13 +493,17 @@ static __global__ void __launch_bounds__(NT, 1)
         for (int r = threadIdx.x; r < rows; r += NT) y[r0 + r] = row_out(r);
         return;
     }
-    // y's unit u (rows 4u..4u+3) stored here and pushed to every peer as LL lines of the
-    // all-reduce that follows (its epoch: the last finished one's + 1; that one ended before
-    // this kernel's wait). After an abort the peers may be gone: nothing is pushed.
+    // y's unit u (rows 4u..4u+3) stored here and pushed to every rank (this one too) as LL
+    // lines of the all-reduce that follows, which does not wait for this kernel (allreduce.h,
+    // ls_ar_push). Its epoch: the last finished one's + 1 (that one ended before this kernel's
+    // wait), published in the call site's word. After an abort the peers may be gone: nothing
+    // is pushed.
     const volatile ls_ar_ctl *c = push.ctl;
     const unsigned long long e = c->epoch + 1;
     const bool dead = c->abort != 0;
     const uint32_t f = ll_flag(e);
+    if (blockIdx.x == 0 && threadIdx.x == 0 && !dead)
+        *reinterpret_cast<volatile unsigned long long *>(push.site) = e;
     const size_t area = (size_t)(e & 1) * push.area_bytes;
     for (int u = threadIdx.x; u * 4 < rows; u += NT) {
         const float4 v =
@@ -508,7 +512,7 @@ static __global__ void __launch_bounds__(NT, 1)
         if (dead) continue;
         const uint4 bits = make_uint4(__float_as_uint(v.x), __float_as_uint(v.y),
                                       __float_as_uint(v.z), __float_as_uint(v.w));
-        for (int p = 0; p < push.npeers; p++)
+        for (int p = 0; p < push.nlines; p++)
             ll_push(push.line[p] + area + (size_t)(r0 / 4 + u) * 32, bits, f);
     }
 }
@@ -722,16 +726,16 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     if (cm > (nt == 1024 ? 2 : 4)) return false;
     ls_ar_push no_push = {};
     if (!push) push = &no_push;
-    const int quant = push->npeers ? 4 : 1;
+    const int quant = push->nlines ? 4 : 1;
     // a pushing kernel stores y whole (no accumulate, no bias), in 16-byte units
-    if (push->npeers && (n % 4 || ((uintptr_t)y & 15) || acc || bias || in == GEMV_IN_NORM))
+    if (push->nlines && (n % 4 || ((uintptr_t)y & 15) || acc || bias || in == GEMV_IN_NORM))
         return false;
     const int grid = n < di.sms ? n : di.sms;
     const int rows = quant * ((n / quant + grid - 1) / grid);
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
-    auto pick = [&](const auto &t) { return push->npeers ? t.push[in] : t.f[in][acc]; };
+    auto pick = [&](const auto &t) { return push->nlines ? t.push[in] : t.f[in][acc]; };
     xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? pick(xreg_table<1024, 4, 1, true>())
                                                       : pick(xreg_table<1024, 4, 1>()))
                                        : pick(xreg_table<1024, 4, 2>()))
@@ -810,7 +814,7 @@ extern "C" int ls_gemv_push(float *y, const uint16_t *W, const float *x, int n, 
     shapes_from_env();
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
     const int in = swiglu ? GEMV_IN_SWIGLU : GEMV_IN_PLAIN;
-    if (push && push->npeers > 0 && g_xreg && k % 8 == 0 && ((uintptr_t)W & 15) == 0 &&
+    if (push && push->nlines > 0 && g_xreg && k % 8 == 0 && ((uintptr_t)W & 15) == 0 &&
         ((uintptr_t)x & 15) == 0 &&
         xreg_launch(y, W, x, nullptr, n, k, in, 0, nullptr, 0.0f, di, dev, smem_max,
                     (cudaStream_t)stream, push))

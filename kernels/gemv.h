@@ -41,9 +41,9 @@ void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, 
                 int swiglu, const float *norm_w, float eps, int accumulate, void *stream);
 
 /* One position, y = W . x (swiglu: of silu(gate) * up as ls_gemv_swiglu), with y also pushed
- * into the peers' LL areas for the fused all-reduce that follows (allreduce.h: ls_ar_push;
- * NULL or no peers: nothing to push). Returns 1 when it pushed, so that
- * ls_allreduce_residual_rmsnorm_pushed must follow on every rank's stream; 0 when the shape or
+ * into every rank's LL area for the fused all-reduce that follows (allreduce.h: ls_ar_push;
+ * NULL or no lines: nothing to push). Returns 1 when it pushed, so that
+ * ls_allreduce_residual_rmsnorm_pulled must follow on this rank's stream; 0 when the shape or
  * setting keeps it on a kernel that does not push (y is computed all the same). */
 struct ls_ar_push;
 int ls_gemv_push(float *y, const uint16_t *W, const float *x, int n, int k, int swiglu,

@@ -376,15 +376,16 @@ static int ar_push_on(void)
     return on;
 }
 
-static void cu_matmul_allreduce_rmsnorm(struct ls_comm *comm, float *partial, const float *in,
-                                        const void *W, int T, int k, int n, int swiglu, float *x,
-                                        float *normed, const float *w, float eps)
+static void cu_matmul_allreduce_rmsnorm(struct ls_comm *comm, int site, float *partial,
+                                        const float *in, const void *W, int T, int k, int n,
+                                        int swiglu, float *x, float *normed, const float *w,
+                                        float eps)
 {
     struct ls_ar_push push;
-    if (T == 1 && ar_push_on() && ls_comm_custom_push_target(comm, n, &push)) {
+    if (T == 1 && ar_push_on() && ls_comm_custom_push_target(comm, n, site, &push)) {
         /* the GEMV runs either way; it pushes where its kernel can */
         if (ls_gemv_push(partial, W, in, n, k, swiglu, &push, stream_get())) {
-            ls_comm_residual_rmsnorm_pushed(comm, partial, x, x, normed, w, n, eps, stream_get());
+            ls_comm_residual_rmsnorm_pulled(comm, site, x, x, normed, w, n, eps, stream_get());
             return;
         }
     } else if (swiglu) {

@@ -220,8 +220,9 @@ static void alloc_buffers(struct custom *m)
     CHECK_CUDA(cudaMalloc(&m->mybuf, bytes));
     /* flags must start below every epoch: zero, and finished before any peer can write */
     CHECK_CUDA(cudaMemset(m->mybuf, 0, bytes));
-    CHECK_CUDA(cudaMalloc(&m->ctl, sizeof(struct ls_ar_ctl)));
-    CHECK_CUDA(cudaMemset(m->ctl, 0, sizeof(struct ls_ar_ctl)));
+    /* the epoch counter, then the pushing GEMVs' call-site words (allreduce.h), all zero */
+    CHECK_CUDA(cudaMalloc(&m->ctl, ls_ar_ctl_bytes()));
+    CHECK_CUDA(cudaMemset(m->ctl, 0, ls_ar_ctl_bytes()));
     CHECK_CUDA(cudaHostAlloc((void **)&m->err, sizeof *m->err, cudaHostAllocMapped));
     memset((void *)m->err, 0, sizeof *m->err);
     void *dev_err = NULL;
@@ -559,26 +560,26 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
     ls_residual_rmsnorm(partial, x, out, normed, w, rows, dim, eps, (enum ls_ar_dtype)t, stream);
 }
 
-int ls_comm_custom_push_target(struct ls_comm *c, int dim, struct ls_ar_push *p)
+int ls_comm_custom_push_target(struct ls_comm *c, int dim, int site, struct ls_ar_push *p)
 {
-    p->npeers = 0;
+    p->nlines = 0;
     if (!is_custom(c) || dim <= 0) return 0;
     struct custom *m = c->impl;
     /* the same choice as ls_comm_residual_rmsnorm's: the fused one-shot, then its LL form */
     if (!m->info.enabled || (size_t)dim * sizeof(float) > m->info.oneshot_max) return 0;
-    return ls_ar_push_target(&m->st, (size_t)dim, p);
+    return ls_ar_push_target(&m->st, (size_t)dim, site, p);
 }
 
-void ls_comm_residual_rmsnorm_pushed(struct ls_comm *c, const float *partial, const float *x,
-                                     float *out, float *normed, const float *w, int dim, float eps,
+void ls_comm_residual_rmsnorm_pulled(struct ls_comm *c, int site, const float *x, float *out,
+                                     float *normed, const float *w, int dim, float eps,
                                      void *stream)
 {
     struct ls_ar_push p;
-    if (!ls_comm_custom_push_target(c, dim, &p))
-        ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm_pushed",
-               "the communicator takes no pushed all-reduce of this size");
-    ls_allreduce_residual_rmsnorm_pushed(&((struct custom *)c->impl)->st, partial, x, out, normed,
-                                         w, dim, eps, stream);
+    if (!ls_comm_custom_push_target(c, dim, site, &p))
+        ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm_pulled",
+               "the communicator takes no pulled all-reduce of this size or site");
+    ls_allreduce_residual_rmsnorm_pulled(&((struct custom *)c->impl)->st, site, x, out, normed, w,
+                                         dim, eps, stream);
 }
 
 #else /* CPU-only build: no custom path; callers need no #ifdef */
@@ -623,18 +624,18 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
     ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm", "this build has no CUDA backend");
 }
 
-int ls_comm_custom_push_target(struct ls_comm *c, int dim, struct ls_ar_push *p)
+int ls_comm_custom_push_target(struct ls_comm *c, int dim, int site, struct ls_ar_push *p)
 {
-    (void)c, (void)dim, (void)p;
+    (void)c, (void)dim, (void)site, (void)p;
     return 0;
 }
 
-void ls_comm_residual_rmsnorm_pushed(struct ls_comm *c, const float *partial, const float *x,
-                                     float *out, float *normed, const float *w, int dim, float eps,
+void ls_comm_residual_rmsnorm_pulled(struct ls_comm *c, int site, const float *x, float *out,
+                                     float *normed, const float *w, int dim, float eps,
                                      void *stream)
 {
-    (void)c, (void)partial, (void)x, (void)out, (void)normed, (void)w, (void)dim, (void)eps,
+    (void)c, (void)site, (void)x, (void)out, (void)normed, (void)w, (void)dim, (void)eps,
         (void)stream;
-    ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm_pushed", "this build has no CUDA backend");
+    ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm_pulled", "this build has no CUDA backend");
 }
 #endif

@@ -177,15 +177,15 @@ static int fused_tp1(const struct ls_engine *e)
  * the norm after it. One rank (fused_tp1): x only; the norms are taken inside the matmuls. */
 /* a row-parallel matmul (swiglu: of gate | up) into e->proj, all-reduced over the ranks,
  * added to the residual stream e->x, and e->xn = rmsnorm(e->x) * norm */
-static void matmul_allreduce(struct ls_engine *e, const float *in, const void *W, int T, int k,
-                             int swiglu, const float *norm)
+static void matmul_allreduce(struct ls_engine *e, int site, const float *in, const void *W, int T,
+                             int k, int swiglu, const float *norm)
 {
     const struct ls_backend *be = e->be;
     const int D = e->m->cfg.dim;
     const float eps = e->m->cfg.norm_eps;
     if (be->matmul_allreduce_rmsnorm) {
-        be->matmul_allreduce_rmsnorm(e->comm, e->proj, in, W, T, k, D, swiglu, e->x, e->xn, norm,
-                                     eps);
+        be->matmul_allreduce_rmsnorm(e->comm, site, e->proj, in, W, T, k, D, swiglu, e->x, e->xn,
+                                     norm, eps);
         return;
     }
     if (swiglu)
@@ -223,12 +223,12 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
         return;
     }
     /* o, then the TP all-reduce of the attention output, + residual, + the MLP's RMSNorm */
-    matmul_allreduce(e, e->att, L->wo, T, qd, 0, L->ffn_norm);
+    matmul_allreduce(e, 2 * l, e->att, L->wo, T, qd, 0, L->ffn_norm);
 
     be->matmul(e->gu, e->xn, L->w_gu, NULL, T, D, 2 * F);
     /* down, then the TP all-reduce of the MLP output, + residual, + the next layer's (or the
      * final) RMSNorm */
-    matmul_allreduce(e, e->gu, L->w_down, T, F, 1, next_norm);
+    matmul_allreduce(e, 2 * l + 1, e->gu, L->w_down, T, F, 1, next_norm);
 }
 
 /* LM head of the last position (xn holds the final norm already); every rank's vocab slice
