@@ -924,7 +924,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
         for (size_t u = threadIdx.x; u < nu; u += blockDim.x)
             for (int r = 0; r < st.size; r++) ll_clear(lines + r * lslot + u * 32);
     }
-    if (threadIdx.x == 0 && !s_fail) site[1] = e;
+    if (s_fail) return; /* e is stale: the epoch stays where it is (later launches see abort) */
+    if (threadIdx.x == 0) site[1] = e;
     end(st, e);
 }
 
