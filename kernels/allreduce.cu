@@ -14,7 +14,6 @@
 //   in order in fp32; bf16 is rounded once, round-to-nearest-even like NCCL's bf16 add.
 #include "config.h"
 #include "allreduce.h"
-#include "ll.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
 
@@ -189,7 +188,8 @@ static __device__ void record_timeout(const ls_ar_state &st, int peer, int phase
 
 /* The bounded spin's check, made every 1024 polls: false once a sibling block gave up (the
  * abort flag) or the wait since t0 has passed timeout_ns (recorded here). */
-static __device__ __forceinline__ bool spin_on(const ls_ar_state &st, volatile unsigned *abort_flag,
+static __device__ __forceinline__ bool spin_on(const ls_ar_state &st,
+                                               volatile unsigned *abort_flag,
                                                unsigned long long t0, int peer, int phase,
                                                epoch_t e)
 {
@@ -275,6 +275,23 @@ static __device__ __forceinline__ E sum_elems(const ls_ar_state &st, E own, cons
 
 /* ---- LL: the flag travels in every 8 bytes of data (see allreduce.h) ---- */
 
+/* never 0 (a consumed line is zeroed), and e, e + 1, e + 2 differ */
+static __device__ __forceinline__ uint32_t ll_flag(epoch_t e)
+{
+    return (uint32_t)(e % 0xffffffffull) + 1u;
+}
+
+/* unit v as the two lines at dst (a peer's buffer): {x, f, y, f} and {z, f, w, f} */
+static __device__ __forceinline__ void ll_push(char *dst, uint4 v, uint32_t f)
+{
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(v.x), "r"(f),
+                 "r"(v.y), "r"(f)
+                 : "memory");
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(dst + 16), "r"(v.z),
+                 "r"(f), "r"(v.w), "r"(f)
+                 : "memory");
+}
+
 static __device__ __forceinline__ uint4 ll_load(const char *p)
 {
     uint4 v;
@@ -329,9 +346,10 @@ static __device__ __forceinline__ Unit<E> load_unit_padded(const E *p, size_t u,
 /* unit u of our contribution summed with every peer's, pulled from our LL area (rank r's lines
  * at area + r * lslot); the lines stay until ll_clear. *ok is cleared on a timeout. */
 template <typename E, bool AL>
-static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own, size_t u,
-                                                      size_t n, const char *area, size_t lslot,
-                                                      uint32_t f, epoch_t e, bool *ok)
+static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own,
+                                                      size_t u, size_t n, const char *area,
+                                                      size_t lslot, uint32_t f, epoch_t e,
+                                                      bool *ok)
 {
     Unit<E> x[LS_AR_MAX_RANKS];
 #pragma unroll
@@ -669,7 +687,7 @@ template <typename E, bool VEC> struct SumLL {
 
 /* One row: out = x + a (rounded), then normed = (out * scale) * w with scale from the sum of
  * squares of the rounded out. Thread t owns units t, t + T, ... and then tail element t. */
-template <typename E, bool VEC, typename A, bool XCG = false>
+template <typename E, bool VEC, typename A>
 static __device__ __forceinline__ void residual_rmsnorm_row(const A &a, const E *x, E *out,
                                                             E *normed, const E *w, int dim,
                                                             float eps, float *sh)
@@ -678,16 +696,7 @@ static __device__ __forceinline__ void residual_rmsnorm_row(const A &a, const E 
     const size_t nv = (size_t)dim / V;
     float ss = 0.0f;
     for (size_t u = threadIdx.x; u < nv; u += blockDim.x) {
-        const Unit<E> av = a.unit(u);
-        Unit<E> xv;
-        if (!XCG) {
-            xv = load_unit<E, VEC>(x, u);
-        } else if (VEC) { /* x from L2: see pulled_ll_kernel */
-            xv = load_peer_unit<E>(reinterpret_cast<const char *>(x + u * V));
-        } else {
-#pragma unroll
-            for (int k = 0; k < V; k++) xv.e[k] = load_peer(x + u * V + k);
-        }
+        const Unit<E> av = a.unit(u), xv = load_unit<E, VEC>(x, u);
         Unit<E> o;
 #pragma unroll
         for (int k = 0; k < V; k++) {
@@ -698,8 +707,7 @@ static __device__ __forceinline__ void residual_rmsnorm_row(const A &a, const E 
         store_unit<E, VEC>(out, u, o);
     }
     for (size_t i = nv * V + threadIdx.x; i < (size_t)dim; i += blockDim.x) {
-        const E xi = XCG ? load_peer(x + i) : x[i];
-        const E o = Elt<E>::fromf(Elt<E>::tof(xi) + Elt<E>::tof(a.elem(i)));
+        const E o = Elt<E>::fromf(Elt<E>::tof(x[i]) + Elt<E>::tof(a.elem(i)));
         const float f = Elt<E>::tof(o);
         ss += f * f;
         out[i] = o;
@@ -740,8 +748,9 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
  * is returned and the epoch written: the other way round, nvcc 13.0 compiles fused_kernel's
  * vector push loop with an extra branch and register moves. */
 template <typename E, bool VEC, bool PAD>
-static __device__ __forceinline__ Unit<E>
-fused_begin(const ls_ar_state &st, const E *partial, int dim, epoch_t *s_e, int *s_fail, epoch_t *e)
+static __device__ __forceinline__ Unit<E> fused_begin(const ls_ar_state &st, const E *partial,
+                                                      int dim, epoch_t *s_e, int *s_fail,
+                                                      epoch_t *e)
 {
     pdl_launch_dependents();
     pdl_wait();
@@ -856,76 +865,6 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
                     if (r != st.rank) ll_clear(lines + r * lslot + u * 32);
         }
     }
-    end(st, e);
-}
-
-/* ---- pulled: after a GEMV that pushed every rank's lines (allreduce.h, ls_ar_push) ---- */
-
-/* Every rank's contribution, this rank's included, from the LL lines in our area; x is read
- * from L2 (.cg): it was written before the GEMV's wait, and this kernel does not wait. */
-struct PullLL {
-    const ls_ar_state *st;
-    const char *lines; /* our LL area; rank r's lines at lines + r * lslot */
-    size_t lslot;
-    uint32_t f;
-    epoch_t e;
-    __device__ __forceinline__ Unit<float> unit(size_t u) const
-    {
-        Unit<float> x[LS_AR_MAX_RANKS];
-#pragma unroll
-        for (int r = 0; r < LS_AR_MAX_RANKS; r++)
-            if (r < st->size && !ll_pull(*st, lines + r * lslot + u * 32, f, r, e, &x[r].v))
-                x[r].v = make_uint4(0, 0, 0, 0);
-        return sum_units<float>(x, st->size);
-    }
-    __device__ __forceinline__ float elem(size_t i) const
-    {
-        const size_t u = i / 4;
-        return unit(u).e[i - u * 4];
-    }
-};
-
-/* One block, one f32 row of dim (a multiple of 4) elements. No griddepcontrol.wait: thread 0
- * spins (bounded) until the GEMV publishes this call's epoch in site[0] (!= site[1], the last
- * consumed); then as fused_ll_kernel's reduce and norm over every rank's lines, the lines
- * zeroed, site[1] = e and the epoch advanced. */
-template <bool VEC>
-static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
-    pulled_ll_kernel(const __grid_constant__ ls_ar_state st, unsigned long long *site,
-                     const float *x, float *out, float *normed, const float *w, int dim, float eps)
-{
-    __shared__ epoch_t s_e;
-    __shared__ int s_fail;
-    __shared__ float sh[33];
-    pdl_launch_dependents();
-    if (threadIdx.x == 0) {
-        volatile unsigned long long *sw = site;
-        volatile ls_ar_ctl *c = ctl_of(st);
-        int fail = c->abort != 0;
-        unsigned long long t0 = 0;
-        for (unsigned n = 1; !fail && sw[0] == sw[1]; n++)
-            if ((n & 1023) == 0) {
-                if (t0 == 0) t0 = global_ns();
-                /* the GEMV of this call never came: on this rank, so no peer to name */
-                if (!spin_on(st, &c->abort, t0, st.rank, 2, sw[1] + 1)) fail = 1;
-            }
-        s_e = sw[0];
-        s_fail = fail;
-    }
-    __syncthreads();
-    const epoch_t e = s_e;
-    if (!s_fail) {
-        const size_t nu = (size_t)dim / 4;
-        const size_t lslot = ls_ar_ll_slot(nu);
-        char *lines =
-            static_cast<char *>(st.buf[st.rank]) + st.ll_off + (size_t)(e & 1) * st.ll_bytes;
-        const PullLL a{&st, lines, lslot, ll_flag(e), e};
-        residual_rmsnorm_row<float, VEC, PullLL, true>(a, x, out, normed, w, dim, eps, sh);
-        for (size_t u = threadIdx.x; u < nu; u += blockDim.x)
-            for (int r = 0; r < st.size; r++) ll_clear(lines + r * lslot + u * 32);
-    }
-    if (s_fail) return; /* e is stale: the epoch stays where it is (later launches see abort) */
-    if (threadIdx.x == 0) site[1] = e;
     end(st, e);
 }
 
@@ -1069,16 +1008,12 @@ static void fused_launch(const ls_ar_state *st, const void *partial, const void 
     const size_t units = (size_t)rows * ls_ar_units((size_t)dim, sizeof(E));
     const bool vec = norm_vec(partial, x, out, normed, w, dim, sizeof(E));
     const bool ll = ls_ar_use_ll(st, (size_t)rows * dim * sizeof(E), units);
+    void (*k)(ls_ar_state, const E *, const E *, E *, E *, const E *, int, int, float) =
+        ll ? (vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>)
+           : (vec ? fused_kernel<E, true> : fused_kernel<E, false>);
     const int grid = rows < st->max_blocks ? rows : st->max_blocks;
-    if (ll) {
-        pdl_launch(vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>, grid,
-                   LS_AR_NORM_THREADS, 0, s, *st, (const E *)partial, (const E *)x, (E *)out,
-                   (E *)normed, (const E *)w, rows, dim, eps);
-        return;
-    }
-    pdl_launch(vec ? fused_kernel<E, true> : fused_kernel<E, false>, grid, LS_AR_NORM_THREADS, 0, s,
-               *st, (const E *)partial, (const E *)x, (E *)out, (E *)normed, (const E *)w, rows,
-               dim, eps);
+    pdl_launch(k, grid, LS_AR_NORM_THREADS, 0, s, *st, (const E *)partial, (const E *)x, (E *)out,
+               (E *)normed, (const E *)w, rows, dim, eps);
 }
 
 extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, const void *partial,
@@ -1096,24 +1031,6 @@ extern "C" void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, cons
     else
         fused_launch<bf16_bits>(st, partial, x, out, normed, w, rows, dim, eps,
                                 (cudaStream_t)stream);
-    CHECK_CUDA(cudaGetLastError());
-}
-
-extern "C" void ls_allreduce_residual_rmsnorm_pulled(const struct ls_ar_state *st, int site,
-                                                     const void *x, void *out, void *normed,
-                                                     const void *w, int dim, float eps,
-                                                     void *stream)
-{
-    const char *what = "ls_allreduce_residual_rmsnorm_pulled";
-    check_norm_args(1, dim, out, normed, what);
-    check_args(st, LS_AR_F32, ls_ar_oneshot_need(st->size, (size_t)dim, 4), (size_t)dim, what);
-    struct ls_ar_push p;
-    if (!ls_ar_push_target(st, (size_t)dim, site, &p))
-        ls_die(__FILE__, __LINE__, what, "no LL push target for this size or site");
-    const bool vec = norm_vec(x, x, out, normed, w, dim, 4);
-    pdl_launch(vec ? pulled_ll_kernel<true> : pulled_ll_kernel<false>, 1, LS_AR_NORM_THREADS, 0,
-               (cudaStream_t)stream, *st, p.site, (const float *)x, (float *)out, (float *)normed,
-               (const float *)w, dim, eps);
     CHECK_CUDA(cudaGetLastError());
 }
 

@@ -91,9 +91,9 @@ struct ls_ar_ctl {
 
 /* written by the first block that times out, in host-mapped memory; code last */
 struct ls_ar_err {
-    volatile int code;            /* 0: none; 1: a peer's flag never came */
+    volatile int code; /* 0: none; 1: a peer's flag never came */
     int rank, peer, block, phase; /* phase 0, 1: flag exchanges; 2: LL lines */
-    unsigned long long epoch;     /* which all-reduce (1 = the first after create) */
+    unsigned long long epoch; /* which all-reduce (1 = the first after create) */
     unsigned long long waited_ns;
 };
 
@@ -156,55 +156,6 @@ void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, const void *par
 /* The same step without the all-reduce (a already summed), for other communicators */
 void ls_residual_rmsnorm(const void *a, const void *x, void *out, void *normed, const void *w,
                          int rows, int dim, float eps, enum ls_ar_dtype t, void *stream);
-
-/* The row-parallel GEMV before a fused all-reduce may push its own output (its epilogue, as
- * each block's rows are summed) as LL lines into every rank's LL area, its own rank's included,
- * so that the all-reduce kernel after it needs nothing from that GEMV but the lines: it does not
- * wait for the GEMV's grid to complete (PDL's griddepcontrol.wait, which would include the
- * GEMV's remote stores), it spins on the lines. Its epoch comes from the GEMV too: the GEMV reads
- * ctl's epoch after its own wait (every earlier all-reduce has ended then) and publishes e in
- * its call site's word pair (site[0] = e); the all-reduce spins until site[0] differs from
- * site[1], the epoch it consumed last at that site, and sets site[1] = e at its end. A call site
- * (one all-reduce of the decode step: layer and which) is used once per step, so the two words
- * alternate strictly. The kernels after the all-reduce wait for it as usual; every other input
- * of the all-reduce (the residual) was written before the GEMV's wait. */
-#define LS_AR_MAX_SITES 1024
-/* bytes of the ctl allocation: struct ls_ar_ctl, then LS_AR_MAX_SITES word pairs */
-static inline LS_AR_HD size_t ls_ar_ctl_bytes(void)
-{
-    return 64 + (size_t)LS_AR_MAX_SITES * 16;
-}
-struct ls_ar_push {
-    int nlines;                  /* 0: push nothing */
-    char *line[LS_AR_MAX_RANKS]; /* rank q's LL area 0 at this rank's slot, q = 0 .. size-1 */
-    size_t area_bytes;           /* area 1 = area 0 + area_bytes (by epoch parity) */
-    const struct ls_ar_ctl *ctl; /* this rank's epoch (read, never advanced, by the GEMV) */
-    unsigned long long *site;    /* this call site's words: [0] pushed epoch, [1] consumed */
-};
-/* fills *p and returns 1 when the fused all-reduce of one f32 row of count elements goes over
- * LL lines (ls_allreduce_residual_rmsnorm_pulled may then follow a pushing GEMV), count is a
- * whole number of 16-byte units and 0 <= site < LS_AR_MAX_SITES; else 0 */
-static inline int ls_ar_push_target(const struct ls_ar_state *st, size_t count, int site,
-                                    struct ls_ar_push *p)
-{
-    const size_t units = ls_ar_units(count, 4);
-    p->nlines = 0;
-    if (st->size < 2 || count % 4 || site < 0 || site >= LS_AR_MAX_SITES ||
-        !ls_ar_use_ll(st, count * 4, units))
-        return 0;
-    const size_t mine = st->ll_off + (size_t)st->rank * ls_ar_ll_slot(units);
-    for (int q = 0; q < st->size; q++) p->line[p->nlines++] = (char *)st->buf[q] + mine;
-    p->area_bytes = st->ll_bytes;
-    p->ctl = (const struct ls_ar_ctl *)st->ctl;
-    p->site = (unsigned long long *)((char *)st->ctl + 64) + 2 * (size_t)site;
-    return 1;
-}
-/* ls_allreduce_residual_rmsnorm (out = x + allreduce(partial), normed) after a GEMV that pushed
- * partial at `site` (one f32 row, as ls_ar_push_target allowed): equal to it bitwise; the
- * kernel only pulls, and starts without waiting for the GEMV */
-void ls_allreduce_residual_rmsnorm_pulled(const struct ls_ar_state *st, int site, const void *x,
-                                          void *out, void *normed, const void *w, int dim,
-                                          float eps, void *stream);
 
 /* Reachability probe: for every peer q, store a pattern into q's probe slot for this rank,
  * fence, read it back; bad[q] (device, zeroed by the caller) counts mismatched words. */

@@ -29,8 +29,6 @@
 // written after it.
 #include "config.h"
 #include "gemv.h"
-#include "allreduce.h"
-#include "ll.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
 
@@ -337,12 +335,11 @@ static __global__ void __launch_bounds__(NT, MINB)
 // contiguous range per warp. Each (row, warp) sum goes to shared memory; after one barrier the
 // row's slots are added in slot order (fixed, so results are reproducible). NORM: the block
 // first reduces the sum of squares (one barrier). U row-batches of CM loads each in flight.
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool PUSH = false>
+template <int NT, int U, int CM, int IN, bool ACC, bool TR>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
-                     const float *__restrict__ nw, float eps,
-                     const __grid_constant__ ls_ar_push push)
+                     const float *__restrict__ nw, float eps)
 {
     constexpr int NW = NT / 32;
     constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
@@ -352,11 +349,8 @@ static __global__ void __launch_bounds__(NT, 1)
     __shared__ float red[NW];
     const int K8 = k >> 3, S = (K8 + 31) >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // pushing: blocks take whole 4-row units (n % 4 == 0), each pushed as one LL unit
-    constexpr int quant = PUSH ? 4 : 1;
-    const int nq = n / quant;
-    const int r0 = quant * (int)((long long)blockIdx.x * nq / gridDim.x);
-    const int r1 = quant * (int)((long long)(blockIdx.x + 1) * nq / gridDim.x);
+    const int r0 = (int)((long long)blockIdx.x * n / gridDim.x);
+    const int r1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
     const int rows = r1 - r0;
     const int slots = S < NW ? S : NW, G = NW / slots, g = warp / slots, slot = warp - g * slots;
     const int ps = slots | 1;
@@ -482,38 +476,12 @@ static __global__ void __launch_bounds__(NT, 1)
         }
     }
     __syncthreads();
-    auto row_out = [&](int r) {
+    for (int r = threadIdx.x; r < rows; r += NT) {
         float sum = 0.0f;
         for (int c = 0; c < slots; c++) sum += psum[r * ps + c];
         const float b = bias ? bias[r0 + r] : 0.0f;
         float *yp = y + r0 + r;
-        return ACC ? *yp + (sum + b) : sum + b;
-    };
-    if (!PUSH) {
-        for (int r = threadIdx.x; r < rows; r += NT) y[r0 + r] = row_out(r);
-        return;
-    }
-    // y's unit u (rows 4u..4u+3) stored here and pushed to every rank (this one too) as LL
-    // lines of the all-reduce that follows, which does not wait for this kernel (allreduce.h,
-    // ls_ar_push). Its epoch: the last finished one's + 1 (that one ended before this kernel's
-    // wait), published in the call site's word. After an abort the peers may be gone: nothing
-    // is pushed.
-    const volatile ls_ar_ctl *c = push.ctl;
-    const unsigned long long e = c->epoch + 1;
-    const bool dead = c->abort != 0;
-    const uint32_t f = ll_flag(e);
-    if (blockIdx.x == 0 && threadIdx.x == 0 && !dead)
-        *reinterpret_cast<volatile unsigned long long *>(push.site) = e;
-    const size_t area = (size_t)(e & 1) * push.area_bytes;
-    for (int u = threadIdx.x; u * 4 < rows; u += NT) {
-        const float4 v =
-            make_float4(row_out(4 * u), row_out(4 * u + 1), row_out(4 * u + 2), row_out(4 * u + 3));
-        *reinterpret_cast<float4 *>(y + r0 + 4 * u) = v;
-        if (dead) continue;
-        const uint4 bits = make_uint4(__float_as_uint(v.x), __float_as_uint(v.y),
-                                      __float_as_uint(v.z), __float_as_uint(v.w));
-        for (int p = 0; p < push.nlines; p++)
-            ll_push(push.line[p] + area + (size_t)(r0 / 4 + u) * 32, bits, f);
+        *yp = ACC ? *yp + (sum + b) : sum + b;
     }
 }
 
@@ -677,14 +645,14 @@ static bool attr_first(const void *fn, int dev, cudaFuncAttribute attr, int valu
     return true;
 }
 
-template <typename F> static void set_smem_attr(F fn, int dev, int optin)
+static void set_smem_attr(gemv_fn fn, int dev, int optin)
 {
     if (!attr_first((const void *)fn, dev, cudaFuncAttributeMaxDynamicSharedMemorySize, optin))
         return;
     // the kernel's static shared memory (the norm's block sums) counts against the same limit
     cudaFuncAttributes fa;
-    CHECK_CUDA(cudaFuncGetAttributes(&fa, (const void *)fn));
-    CHECK_CUDA(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CHECK_CUDA(cudaFuncGetAttributes(&fa, fn));
+    CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     optin - (int)fa.sharedSizeBytes));
 }
 
@@ -692,11 +660,8 @@ template <typename F> static void set_smem_attr(F fn, int dev, int optin)
 // flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
 // with 8 loads (up to 128 registers; LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4 (64
 // registers, CM <= 2; 2, and 3, the default, with TR: two batches in flight)
-typedef void (*xreg_fn)(float *, const uint4 *, const float *, const float *, int, int,
-                        const float *, float, ls_ar_push);
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
-    xreg_fn f[3][2];
-    xreg_fn push[3]; // pushing its rows (ls_ar_push): plain or SwiGLU input, y stored
+    gemv_fn f[3][2];
 };
 
 template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
@@ -708,9 +673,7 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR>}},
-        {gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>, nullptr,
-         gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, true>}};
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR>}}};
     return t;
 }
 
@@ -718,33 +681,25 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
 // shape's limit, the per-row sums in shared memory); false: the caller takes another path
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const dev_info &di,
-                        int dev, size_t smem_max, cudaStream_t s, const ls_ar_push *push = nullptr)
+                        int dev, size_t smem_max, cudaStream_t s)
 {
     const int nt = g_xreg >= 2 ? 1024 : 512;
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
-    ls_ar_push no_push = {};
-    if (!push) push = &no_push;
-    const int quant = push->nlines ? 4 : 1;
-    // a pushing kernel stores y whole (no accumulate, no bias), in 16-byte units
-    if (push->nlines && (n % 4 || ((uintptr_t)y & 15) || acc || bias || in == GEMV_IN_NORM))
-        return false;
-    const int grid = n < di.sms ? n : di.sms;
-    const int rows = quant * ((n / quant + grid - 1) / grid);
+    const int grid = n < di.sms ? n : di.sms, rows = (n + grid - 1) / grid;
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
-    auto pick = [&](const auto &t) { return push->nlines ? t.push[in] : t.f[in][acc]; };
-    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? pick(xreg_table<1024, 4, 1, true>())
-                                                      : pick(xreg_table<1024, 4, 1>()))
-                                       : pick(xreg_table<1024, 4, 2>()))
-                 : cm == 1  ? pick(xreg_table<512, 8, 1>())
-                 : cm == 2  ? pick(xreg_table<512, 8, 2>())
-                            : pick(xreg_table<512, 8, 4>());
+    gemv_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
+                                                      : xreg_table<1024, 4, 1>().f[in][acc])
+                                       : xreg_table<1024, 4, 2>().f[in][acc])
+                 : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
+                 : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
+                            : xreg_table<512, 8, 4>().f[in][acc];
     set_smem_attr(fn, dev, di.smem_optin);
     pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
-               eps, *push);
+               eps);
     return true;
 }
 
@@ -803,24 +758,6 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         pdl_launch(fn, grid, 512u, gemv_smem(tc, k, 512), s, y + (size_t)t0 * n, (const uint4 *)W,
                    xt, bias, n, k, nw, eps);
     }
-}
-
-extern "C" int ls_gemv_push(float *y, const uint16_t *W, const float *x, int n, int k, int swiglu,
-                            const struct ls_ar_push *push, void *stream)
-{
-    if (n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_push", "n and k must be >= 1");
-    int dev;
-    struct dev_info di = dev_info_get(&dev);
-    shapes_from_env();
-    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    const int in = swiglu ? GEMV_IN_SWIGLU : GEMV_IN_PLAIN;
-    if (push && push->nlines > 0 && g_xreg && k % 8 == 0 && ((uintptr_t)W & 15) == 0 &&
-        ((uintptr_t)x & 15) == 0 &&
-        xreg_launch(y, W, x, nullptr, n, k, in, 0, nullptr, 0.0f, di, dev, smem_max,
-                    (cudaStream_t)stream, push))
-        return 1;
-    gemv_launch(y, W, x, nullptr, 1, n, k, swiglu != 0, nullptr, 0.0f, 0, stream);
-    return 0;
 }
 
 extern "C" void ls_gemv(float *y, const uint16_t *W, const float *x, const float *bias, int T,

@@ -40,15 +40,6 @@ void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *b
 void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, int T, int n, int k,
                 int swiglu, const float *norm_w, float eps, int accumulate, void *stream);
 
-/* One position, y = W . x (swiglu: of silu(gate) * up as ls_gemv_swiglu), with y also pushed
- * into every rank's LL area for the fused all-reduce that follows (allreduce.h: ls_ar_push;
- * NULL or no lines: nothing to push). Returns 1 when it pushed, so that
- * ls_allreduce_residual_rmsnorm_pulled must follow on this rank's stream; 0 when the shape or
- * setting keeps it on a kernel that does not push (y is computed all the same). */
-struct ls_ar_push;
-int ls_gemv_push(float *y, const uint16_t *W, const float *x, int n, int k, int swiglu,
-                 const struct ls_ar_push *push, void *stream);
-
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above
  * (overrides LOCKSTEP_GEMV=S,M,L); returns the small one's name, NULL for an index out of range.

@@ -76,14 +76,6 @@ struct ls_backend {
      * what follows it, fused where the communicator can (the custom all-reduce) */
     void (*allreduce_add_rmsnorm)(struct ls_comm *comm, float *partial, float *x, float *normed,
                                   const float *w, int rows, int dim, float eps);
-    /* The row-parallel matmul and that step in one (NULL: not offered; the engine composes
-     * matmul or matmul_swiglu into partial [T][n], then allreduce_add_rmsnorm): where it can,
-     * the matmul pushes its output to every rank itself and the all-reduce only pulls. site:
-     * which all-reduce of the step this is (each used once per step; see comm_custom.h) */
-    void (*matmul_allreduce_rmsnorm)(struct ls_comm *comm, int site, float *partial,
-                                     const float *in, const void *W, int T, int k, int n,
-                                     int swiglu, float *x, float *normed, const float *w,
-                                     float eps);
     /* *out = index of the largest of x[n], lowest on ties */
     void (*argmax)(int *out, const float *x, int n);
     /* *out = the token drawn from logits[n] at temperature (> 0), top_k, top_p and min_p (0, 1

@@ -9,7 +9,6 @@
 #include "backend.h"
 #include "check.h"
 #include "comm_custom.h"
-#include "kernels/allreduce.h"
 #include "kernels/attention.h"
 #include "kernels/bandwidth.h"
 #include "kernels/elementwise.h"
@@ -319,8 +318,8 @@ static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *po
                        int interleaved, const float *q_norm, const float *k_norm, float eps)
 {
     float *q = qkv, *k = qkv + (size_t)hq * hd, *v = qkv + (size_t)(hq + hkv) * hd;
-    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx, interleaved,
-               q_norm, k_norm, eps, stream_get());
+    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx,
+               interleaved, q_norm, k_norm, eps, stream_get());
 }
 
 static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
@@ -363,37 +362,6 @@ static void cu_allreduce_add_rmsnorm(struct ls_comm *comm, float *partial, float
                                      const float *w, int rows, int dim, float eps)
 {
     ls_comm_residual_rmsnorm(comm, partial, x, x, normed, w, rows, dim, eps, LS_F32, stream_get());
-}
-
-/* LOCKSTEP_AR_PUSH=0: the row-parallel GEMV never pushes (the all-reduce kernel does) */
-static int ar_push_on(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("LOCKSTEP_AR_PUSH");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
-}
-
-static void cu_matmul_allreduce_rmsnorm(struct ls_comm *comm, int site, float *partial,
-                                        const float *in, const void *W, int T, int k, int n,
-                                        int swiglu, float *x, float *normed, const float *w,
-                                        float eps)
-{
-    struct ls_ar_push push;
-    if (T == 1 && ar_push_on() && ls_comm_custom_push_target(comm, n, site, &push)) {
-        /* the GEMV runs either way; it pushes where its kernel can */
-        if (ls_gemv_push(partial, W, in, n, k, swiglu, &push, stream_get())) {
-            ls_comm_residual_rmsnorm_pulled(comm, site, x, x, normed, w, n, eps, stream_get());
-            return;
-        }
-    } else if (swiglu) {
-        cu_matmul_swiglu(partial, in, W, T, k, n);
-    } else {
-        cu_matmul(partial, in, W, NULL, T, k, n);
-    }
-    cu_allreduce_add_rmsnorm(comm, partial, x, normed, w, T, n, eps);
 }
 
 static void cu_argmax(int *out, const float *x, int n)
@@ -474,7 +442,6 @@ const struct ls_backend ls_backend_cuda = {
     .attention = cu_attention,
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,
-    .matmul_allreduce_rmsnorm = cu_matmul_allreduce_rmsnorm,
     .argmax = cu_argmax,
     .sample = cu_sample,
     .sample_ws = ls_sample_workspace,

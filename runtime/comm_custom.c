@@ -220,9 +220,8 @@ static void alloc_buffers(struct custom *m)
     CHECK_CUDA(cudaMalloc(&m->mybuf, bytes));
     /* flags must start below every epoch: zero, and finished before any peer can write */
     CHECK_CUDA(cudaMemset(m->mybuf, 0, bytes));
-    /* the epoch counter, then the pushing GEMVs' call-site words (allreduce.h), all zero */
-    CHECK_CUDA(cudaMalloc(&m->ctl, ls_ar_ctl_bytes()));
-    CHECK_CUDA(cudaMemset(m->ctl, 0, ls_ar_ctl_bytes()));
+    CHECK_CUDA(cudaMalloc(&m->ctl, sizeof(struct ls_ar_ctl)));
+    CHECK_CUDA(cudaMemset(m->ctl, 0, sizeof(struct ls_ar_ctl)));
     CHECK_CUDA(cudaHostAlloc((void **)&m->err, sizeof *m->err, cudaHostAllocMapped));
     memset((void *)m->err, 0, sizeof *m->err);
     void *dev_err = NULL;
@@ -447,8 +446,8 @@ struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
     m->st.data_bytes = data_bytes_for(c->size, max_bytes);
     /* the LL areas after the data areas: LL lines never share memory with raw data */
     m->st.ll_off = LS_AR_DATA_OFF + 2 * m->st.data_bytes;
-    m->st.ll_bytes =
-        m->st.ll_max ? (size_t)c->size * ls_ar_ll_slot(ls_ar_units(m->st.ll_max, 1)) : 0;
+    m->st.ll_bytes = m->st.ll_max ? (size_t)c->size * ls_ar_ll_slot(ls_ar_units(m->st.ll_max, 1))
+                                  : 0;
 
     char *why = in->why;
     const size_t wl = sizeof in->why;
@@ -497,9 +496,7 @@ int ls_comm_custom_check(struct ls_comm *c, char *err, size_t errlen)
              "never arrived "
              "(it exited, hangs, or called a different sequence of collectives)",
              e->rank, e->epoch, e->block,
-             e->phase == 2 ? "LL lines"
-             : e->phase    ? "second exchange"
-                           : "first exchange",
+             e->phase == 2 ? "LL lines" : e->phase ? "second exchange" : "first exchange",
              (double)e->waited_ns * 1e-9, e->peer);
     return 1;
 }
@@ -560,28 +557,6 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
     ls_residual_rmsnorm(partial, x, out, normed, w, rows, dim, eps, (enum ls_ar_dtype)t, stream);
 }
 
-int ls_comm_custom_push_target(struct ls_comm *c, int dim, int site, struct ls_ar_push *p)
-{
-    p->nlines = 0;
-    if (!is_custom(c) || dim <= 0) return 0;
-    struct custom *m = c->impl;
-    /* the same choice as ls_comm_residual_rmsnorm's: the fused one-shot, then its LL form */
-    if (!m->info.enabled || (size_t)dim * sizeof(float) > m->info.oneshot_max) return 0;
-    return ls_ar_push_target(&m->st, (size_t)dim, site, p);
-}
-
-void ls_comm_residual_rmsnorm_pulled(struct ls_comm *c, int site, const float *x, float *out,
-                                     float *normed, const float *w, int dim, float eps,
-                                     void *stream)
-{
-    struct ls_ar_push p;
-    if (!ls_comm_custom_push_target(c, dim, site, &p))
-        ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm_pulled",
-               "the communicator takes no pulled all-reduce of this size or site");
-    ls_allreduce_residual_rmsnorm_pulled(&((struct custom *)c->impl)->st, site, x, out, normed, w,
-                                         dim, eps, stream);
-}
-
 #else /* CPU-only build: no custom path; callers need no #ifdef */
 
 struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
@@ -622,20 +597,5 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
     (void)c, (void)partial, (void)x, (void)out, (void)normed, (void)w, (void)rows, (void)dim,
         (void)eps, (void)t, (void)stream;
     ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm", "this build has no CUDA backend");
-}
-
-int ls_comm_custom_push_target(struct ls_comm *c, int dim, int site, struct ls_ar_push *p)
-{
-    (void)c, (void)dim, (void)site, (void)p;
-    return 0;
-}
-
-void ls_comm_residual_rmsnorm_pulled(struct ls_comm *c, int site, const float *x, float *out,
-                                     float *normed, const float *w, int dim, float eps,
-                                     void *stream)
-{
-    (void)c, (void)site, (void)x, (void)out, (void)normed, (void)w, (void)dim, (void)eps,
-        (void)stream;
-    ls_die(__FILE__, __LINE__, "ls_comm_residual_rmsnorm_pulled", "this build has no CUDA backend");
 }
 #endif

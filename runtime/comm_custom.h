@@ -81,17 +81,4 @@ void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, v
                               void *normed, const void *w, int rows, int dim, float eps,
                               enum ls_dtype t, void *stream);
 
-/* The GEMV before that step may push its output to every rank itself (kernels/allreduce.h,
- * ls_ar_push; kernels/gemv.h, ls_gemv_push): 1 with *p filled when ls_comm_residual_rmsnorm of
- * one f32 row of dim elements on c takes the fused kernel over LL lines and site (the call
- * site: one all-reduce of the decode step, 0 .. LS_AR_MAX_SITES - 1, used once per step) is in
- * range, else 0 (any other comm, CPU builds). After a GEMV that pushed,
- * ls_comm_residual_rmsnorm_pulled takes the step at the same site instead (same result,
- * bitwise: it only pulls, and does not wait for the GEMV to complete). */
-struct ls_ar_push;
-int ls_comm_custom_push_target(struct ls_comm *c, int dim, int site, struct ls_ar_push *p);
-void ls_comm_residual_rmsnorm_pulled(struct ls_comm *c, int site, const float *x, float *out,
-                                     float *normed, const float *w, int dim, float eps,
-                                     void *stream);
-
 #endif

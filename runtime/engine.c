@@ -175,26 +175,6 @@ static int fused_tp1(const struct ls_engine *e)
  * exit x holds the new residual stream and xn = rmsnorm(x) * next_norm (the next layer's
  * attn_norm, or the final norm): each residual add is fused with the all-reduce before it and
  * the norm after it. One rank (fused_tp1): x only; the norms are taken inside the matmuls. */
-/* a row-parallel matmul (swiglu: of gate | up) into e->proj, all-reduced over the ranks,
- * added to the residual stream e->x, and e->xn = rmsnorm(e->x) * norm */
-static void matmul_allreduce(struct ls_engine *e, int site, const float *in, const void *W, int T,
-                             int k, int swiglu, const float *norm)
-{
-    const struct ls_backend *be = e->be;
-    const int D = e->m->cfg.dim;
-    const float eps = e->m->cfg.norm_eps;
-    if (be->matmul_allreduce_rmsnorm) {
-        be->matmul_allreduce_rmsnorm(e->comm, site, e->proj, in, W, T, k, D, swiglu, e->x, e->xn,
-                                     norm, eps);
-        return;
-    }
-    if (swiglu)
-        be->matmul_swiglu(e->proj, in, W, T, k, D);
-    else
-        be->matmul(e->proj, in, W, NULL, T, k, D);
-    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, norm, T, D, eps);
-}
-
 static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const float *next_norm)
 {
     const struct ls_backend *be = e->be;
@@ -222,13 +202,14 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
         be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 1);
         return;
     }
-    /* o, then the TP all-reduce of the attention output, + residual, + the MLP's RMSNorm */
-    matmul_allreduce(e, 2 * l, e->att, L->wo, T, qd, 0, L->ffn_norm);
+    be->matmul(e->proj, e->att, L->wo, NULL, T, qd, D);
+    /* TP all-reduce of the attention output, + residual, + the MLP's RMSNorm */
+    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, L->ffn_norm, T, D, eps);
 
     be->matmul(e->gu, e->xn, L->w_gu, NULL, T, D, 2 * F);
-    /* down, then the TP all-reduce of the MLP output, + residual, + the next layer's (or the
-     * final) RMSNorm */
-    matmul_allreduce(e, 2 * l + 1, e->gu, L->w_down, T, F, 1, next_norm);
+    be->matmul_swiglu(e->proj, e->gu, L->w_down, T, F, D);
+    /* TP all-reduce of the MLP output, + residual, + the next layer's (or the final) RMSNorm */
+    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, next_norm, T, D, eps);
 }
 
 /* LM head of the last position (xn holds the final norm already); every rank's vocab slice

@@ -16,8 +16,6 @@
  *    bitwise rank 0's result.
  *  - fused residual + RMSNorm against float64 (relative L2 error < 1e-5 f32, < 8e-3 bf16),
  *    bitwise equal to one-shot + ls_residual_rmsnorm, in place (out == x) and not.
- *  - the GEMV that pushes its rows itself (run_push): its pulling all-reduce bitwise equal to
- *    the one that pushes, eager and in a graph, with PDL off and on.
  *  - graph: one-shot, two-shot, fused and bf16 all-reduces captured in one CUDA graph and
  *    replayed --replays times back to back; integer-valued data make every sum exact, and
  *    accumulators prove every replay ran every all-reduce once.
@@ -33,7 +31,6 @@
  * kill the job first on its own, which also passes: the job must never hang. */
 #include "config.h"
 #include "kernels/allreduce.h"
-#include "kernels/gemv.h"
 #include "runtime/check.h"
 #include "runtime/comm.h"
 #include "runtime/comm_custom.h"
@@ -782,144 +779,6 @@ static void run_graph(uint64_t seed, int replays)
     free(h_got4);
 }
 
-/* ---- the row-parallel GEMV that pushes its rows itself (ls_gemv_push) ---- */
-
-/* Per shape, with programmatic dependent launch off and on: the GEMV pushes its output to every
- * rank's LL lines and ls_comm_residual_rmsnorm_pulled only pulls, without waiting for the GEMV
- * (with PDL on it may start while the GEMV runs); then the same partial goes through the
- * all-reduce that pushes by itself into a second residual stream. Eager 10 times,
- * then a graph of both replayed: the two residual streams and norms must stay bitwise equal
- * (they start equal and each call adds the same all-reduced partial), equal on every rank, and
- * the pushed partial must be the GEMV's (against ls_gemv, rel. L2 < 1e-6: the row split
- * differs, so the order of a row's sums may too). */
-static void run_push(uint64_t seed, int replays)
-{
-    static const struct {
-        int dim, k, swiglu;
-    } shapes[] = {{4096, 4096, 0}, {4096, 7168, 1}, {4096, 14336, 1},
-                  {1000, 512, 0},  {576, 768, 1},   {8192, 3584, 1}};
-    const float eps = 1e-5f;
-    if (!g_st) {
-        report(0, "pushing GEMV: custom path is off");
-        return;
-    }
-    struct verdict v_push, v_same, v_ranks, v_gemv;
-    verdict_init(&v_push);
-    verdict_init(&v_same);
-    verdict_init(&v_ranks);
-    verdict_init(&v_gemv);
-    int skipped = 0;
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int dim = shapes[si].dim, k = shapes[si].k, sw = shapes[si].swiglu;
-        const size_t kin = (size_t)(sw ? 2 : 1) * k;
-        struct ls_ar_push push;
-        const int site = (int)si; /* one call site per shape */
-        if (!ls_comm_custom_push_target(g_custom, dim, site, &push)) {
-            /* the engine's message (4096 f32) must be one */
-            if (dim == 4096) verdict_fail(&v_push, "dim %d: no push target", dim);
-            skipped++;
-            continue;
-        }
-        const uint64_t sd = seed + 7001 * si;
-        uint16_t *h_W = xmalloc((size_t)dim * k * 2);
-        float *h_in = xmalloc(kin * 4), *h_x = xmalloc((size_t)dim * 4),
-              *h_w = xmalloc((size_t)dim * 4);
-        for (size_t i = 0; i < (size_t)dim * k; i++)
-            h_W[i] = f2bf(uniform(sd, 10 + (uint64_t)g_rank, i) * 0.05f);
-        for (size_t i = 0; i < kin; i++) h_in[i] = uniform(sd, 20 + (uint64_t)g_rank, i);
-        for (int i = 0; i < dim; i++) {
-            h_x[i] = uniform(sd, 30, (size_t)i); /* the residual: the same on every rank */
-            h_w[i] = 1.0f + 0.5f * uniform(sd, 31, (size_t)i);
-        }
-        uint16_t *d_W = dmalloc((size_t)dim * k * 2);
-        float *d_in = dmalloc(kin * 4), *d_p = dmalloc((size_t)dim * 4),
-              *d_q = dmalloc((size_t)dim * 4), *d_ra = dmalloc((size_t)dim * 4),
-              *d_rb = dmalloc((size_t)dim * 4), *d_na = dmalloc((size_t)dim * 4),
-              *d_nb = dmalloc((size_t)dim * 4), *d_w = dmalloc((size_t)dim * 4);
-        to_dev(d_W, h_W, (size_t)dim * k * 2);
-        to_dev(d_in, h_in, kin * 4);
-        to_dev(d_ra, h_x, (size_t)dim * 4);
-        to_dev(d_rb, h_x, (size_t)dim * 4);
-        to_dev(d_w, h_w, (size_t)dim * 4);
-        float *ha = xmalloc((size_t)dim * 4), *hb = xmalloc((size_t)dim * 4);
-        /* the reference partial, from the GEMV that does not push; the all-reduce that pushes
-         * by itself reads it (not the pushing GEMV's y, which the pulling all-reduce does not
-         * wait for) */
-        if (sw)
-            ls_gemv_swiglu(d_q, d_W, d_in, NULL, 1, dim, k, g_stream);
-        else
-            ls_gemv(d_q, d_W, d_in, NULL, 1, dim, k, g_stream);
-        sync_or_die("ls_gemv");
-        for (int pdl = 0; pdl < 2; pdl++) {
-            ls_kernels_set_pdl(pdl);
-            int pushed = 1;
-            /* one step: the pushing GEMV and the pulling all-reduce, then the same partial
-             * through the all-reduce that pushes by itself */
-            for (int it = 0; it < 10 && pushed; it++) {
-                pushed = ls_gemv_push(d_p, d_W, d_in, dim, k, sw, &push, g_stream);
-                if (!pushed) break;
-                ls_comm_residual_rmsnorm_pulled(g_custom, site, d_ra, d_ra, d_na, d_w, dim, eps,
-                                                g_stream);
-                ls_allreduce_residual_rmsnorm(g_st, d_q, d_rb, d_rb, d_nb, d_w, 1, dim, eps,
-                                              LS_AR_F32, g_stream);
-            }
-            if (!pushed) {
-                verdict_fail(&v_push, "dim %d k %d: the GEMV did not push", dim, k);
-                sync_or_die("pushing GEMV");
-                continue;
-            }
-            v_push.cases++;
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            CHECK_CUDA(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
-            ls_gemv_push(d_p, d_W, d_in, dim, k, sw, &push, g_stream);
-            ls_comm_residual_rmsnorm_pulled(g_custom, site, d_ra, d_ra, d_na, d_w, dim, eps,
-                                            g_stream);
-            ls_allreduce_residual_rmsnorm(g_st, d_q, d_rb, d_rb, d_nb, d_w, 1, dim, eps, LS_AR_F32,
-                                          g_stream);
-            CHECK_CUDA(cudaStreamEndCapture(g_stream, &graph));
-            CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-            const int n = replays / 10 > 0 ? replays / 10 : 1;
-            for (int r = 0; r < n; r++) CHECK_CUDA(cudaGraphLaunch(exec, g_stream));
-            sync_or_die("pushing GEMV in a graph");
-            CHECK_CUDA(cudaGraphExecDestroy(exec));
-            CHECK_CUDA(cudaGraphDestroy(graph));
-            for (int which = 0; which < 2; which++) {
-                to_host(ha, which ? d_na : d_ra, (size_t)dim * 4);
-                to_host(hb, which ? d_nb : d_rb, (size_t)dim * 4);
-                v_same.cases++;
-                v_ranks.cases++;
-                if (memcmp(ha, hb, (size_t)dim * 4))
-                    verdict_fail(&v_same, "dim %d k %d pdl %d: %s differs", dim, k, pdl,
-                                 which ? "normed" : "residual");
-                if (!same_on_all_ranks(ha, (size_t)dim * 4))
-                    verdict_fail(&v_ranks, "dim %d k %d pdl %d: %s differs from rank 0's", dim, k,
-                                 pdl, which ? "normed" : "residual");
-            }
-            /* the pushed partial is the GEMV's, bitwise (a row's sum does not depend on which
-             * block takes it) */
-            to_host(ha, d_p, (size_t)dim * 4);
-            to_host(hb, d_q, (size_t)dim * 4);
-            v_gemv.cases++;
-            if (memcmp(ha, hb, (size_t)dim * 4))
-                verdict_fail(&v_gemv, "dim %d k %d pdl %d: the pushed partial differs", dim, k,
-                             pdl);
-        }
-        ls_kernels_set_pdl(0);
-        free(h_W), free(h_in), free(h_x), free(h_w), free(ha), free(hb);
-        void *frees[] = {d_W, d_in, d_p, d_q, d_ra, d_rb, d_na, d_nb, d_w};
-        for (size_t j = 0; j < sizeof frees / sizeof frees[0]; j++) cudaFree(frees[j]);
-    }
-    verdict_report(&v_push, "pushing GEMV: pushes at every LL size (%d shapes not LL, skipped)",
-                   skipped);
-    verdict_report(&v_same,
-                   "pushing GEMV + pulling all-reduce == all-reduce that pushes, bitwise, "
-                   "eager and %d graph replays",
-                   replays / 10);
-    verdict_report(&v_ranks, "pushing GEMV: every rank holds rank 0's result");
-    verdict_report(&v_gemv, "pushing GEMV: its output is the GEMV's, bitwise");
-}
-
 /* ---- latency sweep ---- */
 
 enum op_kind { OP_ROUTED, OP_ONESHOT, OP_TWOSHOT, OP_NCCL };
@@ -1178,7 +1037,8 @@ int main(int argc, char **argv)
                "%.1f MiB registered per rank\n",
                g_size, info.enabled ? "on" : "OFF (", info.enabled ? "" : info.why,
                info.enabled ? "" : ")", info.ll_max, info.oneshot_max, info.twoshot_max,
-               info.max_bytes, info.threads, info.max_blocks, info.fence_all, info.timeout_s,
+               info.max_bytes,
+               info.threads, info.max_blocks, info.fence_all, info.timeout_s,
                (double)info.buffer_bytes / (double)MIB);
         fflush(stdout);
     }
@@ -1192,7 +1052,6 @@ int main(int argc, char **argv)
             run_sums(seed);
             run_fused(seed);
             run_graph(seed, replays);
-            run_push(seed, replays);
         }
         if (sweep) run_sweep(seed, max_mb, sweep_t);
     }
