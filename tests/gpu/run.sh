@@ -4,7 +4,7 @@
 #   fetched here with ../shared/device/fetch-debs.sh .debs)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
 # smollm2 (after carry1), peer, bench, longctx, shapes, ab, bench70, scaling (#6),
-# allreduce, hang, lab. Each stage's log is
+# allreduce, hang, lab, ncu. Each stage's log is
 # $OUT/<stage>.log; a short table of results is printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
@@ -173,6 +173,22 @@ PY
         done
     done
     return $ok
+}
+
+# Nsight Compute on decode steps, one rank (8B shape, TP=1): every kernel of NCU_COUNT launches
+# after NCU_SKIP (the 3-token prefill's ~200), each replayed alone for its counters (so no PDL
+# overlap: durations are isolated ones), with the speed-of-light, warp-state and launch
+# sections, as CSV. Not yet run on the device (written in the seventh session).
+stage_ncu() {
+    local ncu
+    ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
+    [ -n "$ncu" ] || { echo "ncu not found"; return 1; }
+    mpi -np 1 "$ncu" --clock-control none --graph-profiling node --launch-skip "${NCU_SKIP:-200}" \
+        --launch-count "${NCU_COUNT:-200}" --section SpeedOfLight --section WarpStateStats \
+        --section LaunchStats --csv --page details \
+        build-gpu/lockstep generate --gpu --dummy llama-3.1-8b --prompt-ids 1,2,3 -n 3 --quiet \
+        >"$OUT/ncu.csv" || return 1
+    wc -l "$OUT/ncu.csv"
 }
 
 # the GEMV launch-shape lab (kernels/lab): every shape of the 8B model and its TP=2 halves
