@@ -475,30 +475,38 @@ static __global__ void __launch_bounds__(PF_THREADS)
     }
 }
 
-// positions per chunk at least: ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK (8 .. 4096) for experiments;
-// read once, so that the split count and the kernels agree. LOCKSTEP_ATT_WIDE=0|1 forces the
-// kernel's short-context (wide-iteration) form off or on (default: by the cache length).
-static int g_min_chunk, g_wide = -1;
+// The decode split's shape, read from the environment once (so that the split count and the
+// kernels agree): positions per chunk at least ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK (8 .. 4096)
+// for experiments; LOCKSTEP_ATT_WIDE=0|1 forces the kernel's short-context (wide-iteration) form
+// off or on (-1, the default: by the cache length). ls_attention_set_decode_shape overrides both.
+static struct {
+    int read, min_chunk, wide;
+} g_shape = {0, ATT_MIN_CHUNK, -1};
+
+static void shape_from_env(void)
+{
+    if (g_shape.read) return;
+    g_shape.read = 1;
+    const char *e = getenv("LOCKSTEP_ATT_CHUNK");
+    const int v = e ? atoi(e) : 0;
+    if (v >= 8 && v <= 4096) g_shape.min_chunk = v;
+    const char *w = getenv("LOCKSTEP_ATT_WIDE");
+    if (w && (w[0] == '0' || w[0] == '1') && !w[1]) g_shape.wide = w[0] - '0';
+}
 
 static int min_chunk(void)
 {
-    if (!g_min_chunk) {
-        const char *e = getenv("LOCKSTEP_ATT_CHUNK");
-        int v = e ? atoi(e) : 0;
-        g_min_chunk = v >= 8 && v <= 4096 ? v : ATT_MIN_CHUNK;
-        const char *w = getenv("LOCKSTEP_ATT_WIDE");
-        if (w && (w[0] == '0' || w[0] == '1') && !w[1]) g_wide = w[0] - '0';
-    }
-    return g_min_chunk;
+    shape_from_env();
+    return g_shape.min_chunk;
 }
 
 extern "C" void ls_attention_set_decode_shape(int chunk, int wide, int *old_chunk, int *old_wide)
 {
-    const int mc = min_chunk();
-    if (old_chunk) *old_chunk = mc;
-    if (old_wide) *old_wide = g_wide;
-    g_min_chunk = chunk >= 8 && chunk <= 4096 ? chunk : ATT_MIN_CHUNK;
-    g_wide = wide < 0 ? -1 : wide != 0;
+    shape_from_env();
+    if (old_chunk) *old_chunk = g_shape.min_chunk;
+    if (old_wide) *old_wide = g_shape.wide;
+    g_shape.min_chunk = chunk >= 8 && chunk <= 4096 ? chunk : ATT_MIN_CHUNK;
+    g_shape.wide = wide < 0 ? -1 : wide != 0;
 }
 
 static int device_sms(void)
@@ -552,6 +560,13 @@ template <int LG> static decode_fn pick_decode_g(int gm, bool wide)
     }
 }
 
+// the short-context form for a cache of max_ctx positions
+static bool wide_form(int max_ctx)
+{
+    shape_from_env();
+    return g_shape.wide >= 0 ? g_shape.wide != 0 : max_ctx <= ATT_WIDE_CTX;
+}
+
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
                                     int max_ctx, int nsplit, int fresh, float *workspace,
@@ -567,7 +582,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
-    const bool wide = g_wide >= 0 ? g_wide != 0 : max_ctx <= ATT_WIDE_CTX;
+    const bool wide = wide_form(max_ctx);
     decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
                    : lg == 16 ? pick_decode_g<16>(gm, wide)
                               : pick_decode_g<32>(gm, wide);
