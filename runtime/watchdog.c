@@ -111,9 +111,9 @@ void ls_watchdog_arm(const char *what, long n)
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
         if (pthread_create(&t, &a, watch, NULL) != 0) {
             pthread_attr_destroy(&a);
+            wd.timeout = 0; /* under the lock, as every other write of the state */
             pthread_mutex_unlock(&wd.mu);
             ls_warn("the step watchdog could not start (pthread_create); running without it");
-            wd.timeout = 0;
             return;
         }
         pthread_attr_destroy(&a);
