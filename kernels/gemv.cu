@@ -36,7 +36,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define GEMV_MAX_T 8
 // static shared memory of the fast kernel at most: the norm's block sums, 32 warps x 8 positions
