@@ -30,6 +30,8 @@
 #include "config.h"
 #include "gemv.h"
 #include "pdl.cuh"
+#include "rope.h"
+#include "rope.cuh"
 #include "runtime/check.h"
 
 #include <cuda_runtime.h>
@@ -323,6 +325,27 @@ static __global__ void __launch_bounds__(NT, MINB)
     }
 }
 
+// RoPE and the KV-cache store in the QKV GEMV's epilogue (ls_gemv_rope_kv; T = 1). The rows
+// are q (q_rows), then k (up to qk_rows), then v. The kernel visits "logical" rows in which each
+// rotation pair is two neighbours (2i, 2i + 1), so a block's even-aligned row range holds whole
+// pairs; in the NEOX form (pairs i, i + hd/2 of a head) logical row 2i + s of a q or k head is
+// the matrix's row i + s * hd/2 (rope_row), read and written there: the layout of W, y and the
+// cache is unchanged. Results are bitwise those of the GEMV followed by ls_rope_kv.
+#define GEMV_ROPE_PAIRS 64 // pairs per block at most (their angles live in shared memory)
+struct gemv_rope {
+    uint16_t *kc, *vc;     // this layer's cache, [hkv][max_ctx][hd] bf16
+    const int *pos;        // pos[0]: the position
+    const float *inv_freq; // [hd/2]
+    int q_rows, qk_rows, hd_shift, max_ctx, interleaved;
+};
+
+static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
+{
+    if (rp.interleaved || l >= rp.qk_rows) return l;
+    const int d = l & ((1 << rp.hd_shift) - 1);
+    return l - d + (d >> 1) + ((d & 1) << (rp.hd_shift - 1));
+}
+
 // Column-resident x (T = 1; LOCKSTEP_GEMV_XREG=0 turns it off). The read-only lab kernel of
 // the GEMV's shape reads QKV's bytes at 92% of the roofline where the GEMV above reaches 75%: its
 // loss is its own work after the PDL wait (x staged through shared memory by the whole block,
@@ -334,11 +357,11 @@ static __global__ void __launch_bounds__(NT, MINB)
 // contiguous range per warp. Each (row, warp) sum goes to shared memory; after one barrier the
 // row's slots are added in slot order (fixed, so results are reproducible). NORM: the block
 // first reduces the sum of squares (one barrier). U row-batches of CM loads each in flight.
-template <int NT, int U, int CM, int IN, bool ACC, bool TR>
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
-                     const float *__restrict__ nw, float eps)
+                     const float *__restrict__ nw, float eps, const gemv_rope rp)
 {
     constexpr int NW = NT / 32;
     constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
@@ -346,10 +369,14 @@ static __global__ void __launch_bounds__(NT, 1)
     // distinct banks (an even one put 16 or 32 lanes on one bank)
     extern __shared__ float psum[];
     __shared__ float red[NW];
+    __shared__ float2 rcs[RP ? GEMV_ROPE_PAIRS : 1]; // RP: each pair's (cos, sin)
     const int K8 = k >> 3, S = (K8 + 31) >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r0 = (int)((long long)blockIdx.x * n / gridDim.x);
-    const int r1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
+    // RP: whole pairs per block
+    const int r0 = RP ? 2 * (int)((long long)blockIdx.x * (n / 2) / gridDim.x)
+                      : (int)((long long)blockIdx.x * n / gridDim.x);
+    const int r1 = RP ? 2 * (int)((long long)(blockIdx.x + 1) * (n / 2) / gridDim.x)
+                      : (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
     const int rows = r1 - r0;
     const int slots = S < NW ? S : NW, G = NW / slots, g = warp / slots, slot = warp - g * slots;
     const int ps = slots | 1;
@@ -369,14 +396,26 @@ static __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
         for (int i = 0; i < U; i++) {
             const int r = g + (first + i) * G;
+            const uint4 *wr = RP ? W + (size_t)rope_row(rp, r0 + r) * K8 : Wb + (size_t)r * K8;
 #pragma unroll
             for (int j = 0; j < CM; j++)
-                wv[i][j] = active && r < rows && q[j] >= 0 ? ld_weights(Wb + (size_t)r * K8 + q[j])
+                wv[i][j] = active && r < rows && q[j] >= 0 ? ld_weights(wr + q[j])
                                                            : make_uint4(0, 0, 0, 0);
         }
     };
     uint4 next[U][CM];
     load(next, 0); // weights depend on no earlier kernel: in flight during the wait
+    if (RP) {
+        // the angles: the position and inv_freq are written by no kernel of this step
+        for (int t = threadIdx.x; t < rows / 2; t += NT) {
+            const int l = r0 + 2 * t;
+            float sn = 0.0f, cs = 1.0f;
+            if (l < rp.qk_rows)
+                sincosf((float)rp.pos[0] * rp.inv_freq[(l & ((1 << rp.hd_shift) - 1)) >> 1], &sn,
+                        &cs);
+            rcs[t] = make_float2(cs, sn);
+        }
+    }
     pdl_wait();
     const int my_rows = active && g < rows ? (rows - g + G - 1) / G : 0;
     uint4 cur[U][CM]; // TR: batch b while b + 1 is in flight
@@ -475,12 +514,43 @@ static __global__ void __launch_bounds__(NT, 1)
         }
     }
     __syncthreads();
-    for (int r = threadIdx.x; r < rows; r += NT) {
-        float sum = 0.0f;
-        for (int c = 0; c < slots; c++) sum += psum[r * ps + c];
-        const float b = bias ? bias[r0 + r] : 0.0f;
-        float *yp = y + r0 + r;
-        *yp = ACC ? *yp + (sum + b) : sum + b;
+    if constexpr (RP) {
+        const int p = rp.pos[0], hd = 1 << rp.hd_shift;
+        const bool store = p >= 0 && p < rp.max_ctx;
+        for (int t = threadIdx.x; t < rows / 2; t += NT) {
+            const int l = r0 + 2 * t, i0 = rope_row(rp, l), i1 = rope_row(rp, l + 1);
+            float v0 = 0.0f, v1 = 0.0f;
+            for (int c = 0; c < slots; c++) v0 += psum[2 * t * ps + c];
+            for (int c = 0; c < slots; c++) v1 += psum[(2 * t + 1) * ps + c];
+            v0 += bias ? bias[i0] : 0.0f;
+            v1 += bias ? bias[i1] : 0.0f;
+            const int base = l & ~(hd - 1); // the head's first row
+            if (l < rp.qk_rows) {
+                const float2 a = rcs[t];
+                rope_rotate(v0, v1, a.x, a.y);
+                if (l >= rp.q_rows && store) {
+                    uint16_t *kc =
+                        rp.kc + ((size_t)((base - rp.q_rows) >> rp.hd_shift) * rp.max_ctx + p) * hd;
+                    kc[i0 - base] = rope_bf16(v0);
+                    kc[i1 - base] = rope_bf16(v1);
+                }
+            } else if (store) {
+                uint16_t *vc =
+                    rp.vc + ((size_t)((base - rp.qk_rows) >> rp.hd_shift) * rp.max_ctx + p) * hd;
+                vc[i0 - base] = rope_bf16(v0);
+                vc[i1 - base] = rope_bf16(v1);
+            }
+            y[i0] = v0;
+            y[i1] = v1;
+        }
+    } else {
+        for (int r = threadIdx.x; r < rows; r += NT) {
+            float sum = 0.0f;
+            for (int c = 0; c < slots; c++) sum += psum[r * ps + c];
+            const float b = bias ? bias[r0 + r] : 0.0f;
+            float *yp = y + r0 + r;
+            *yp = ACC ? *yp + (sum + b) : sum + b;
+        }
     }
 }
 
@@ -644,10 +714,9 @@ static bool attr_first(const void *fn, int dev, cudaFuncAttribute attr, int valu
     return true;
 }
 
-static void set_smem_attr(gemv_fn fn, int dev, int optin)
+static void set_smem_attr(const void *fn, int dev, int optin)
 {
-    if (!attr_first((const void *)fn, dev, cudaFuncAttributeMaxDynamicSharedMemorySize, optin))
-        return;
+    if (!attr_first(fn, dev, cudaFuncAttributeMaxDynamicSharedMemorySize, optin)) return;
     // the kernel's static shared memory (the norm's block sums) counts against the same limit
     cudaFuncAttributes fa;
     CHECK_CUDA(cudaFuncGetAttributes(&fa, fn));
@@ -659,46 +728,55 @@ static void set_smem_attr(gemv_fn fn, int dev, int optin)
 // flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
 // with 8 loads (up to 128 registers; LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4 (64
 // registers, CM <= 2; 2, and 3, the default, with TR: two batches in flight)
+// [input form][output: 0 y =, 1 y +=, 2 y = with RoPE and the cache store (plain or norm input)]
+typedef void (*xreg_fn)(float *, const uint4 *, const float *, const float *, int, int,
+                        const float *, float, const gemv_rope);
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
-    gemv_fn f[3][2];
+    xreg_fn f[3][3];
 };
 
 template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
 {
     constexpr int U = L / CM;
     static const xreg_fns<NT, L, CM, TR> t = {
-        {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR>},
-         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR>},
-         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR>}}};
+        {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr}}};
     return t;
 }
 
 // launches the column-resident kernel when the shape suits it (columns per warp within the
 // shape's limit, the per-row sums in shared memory); false: the caller takes another path
+// acc: 0 y =, 1 y +=, 2 RoPE and the cache store (rp; n even, whole pairs per block)
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const dev_info &di,
-                        int dev, size_t smem_max, cudaStream_t s)
+                        int dev, size_t smem_max, cudaStream_t s, const gemv_rope &rp = {})
 {
     const int nt = g_xreg >= 2 ? 1024 : 512;
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
-    const int grid = n < di.sms ? n : di.sms, rows = (n + grid - 1) / grid;
+    const int units = acc == 2 ? n / 2 : n; // rows, or pairs of rows
+    const int grid = units < di.sms ? units : di.sms;
+    const int rows = (acc == 2 ? 2 : 1) * ((units + grid - 1) / grid);
+    if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
-    gemv_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
+    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
                                                       : xreg_table<1024, 4, 1>().f[in][acc])
                                        : xreg_table<1024, 4, 2>().f[in][acc])
                  : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
                  : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
                             : xreg_table<512, 8, 4>().f[in][acc];
-    set_smem_attr(fn, dev, di.smem_optin);
+    set_smem_attr((const void *)fn, dev, di.smem_optin);
     pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
-               eps);
+               eps, rp);
     return true;
 }
 
@@ -735,7 +813,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         int fit = (int)((size_t)di.smem_per_sm / (smem + GEMV_STATIC_SMEM + 1024));
         int per_sm = fit < 1 ? 1 : fit < sh.minb ? fit : sh.minb;
         long long g = (long long)di.sms * per_sm;
-        set_smem_attr(fn, dev, di.smem_optin);
+        set_smem_attr((const void *)fn, dev, di.smem_optin);
         pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W, x,
                    bias, n, k, nw, eps);
         return;
@@ -753,7 +831,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
             continue;
         }
         gemv_fn fn = multi_fns(tc).f[in][acc];
-        set_smem_attr(fn, dev, di.smem_optin);
+        set_smem_attr((const void *)fn, dev, di.smem_optin);
         pdl_launch(fn, grid, 512u, gemv_smem(tc, k, 512), s, y + (size_t)t0 * n, (const uint4 *)W,
                    xt, bias, n, k, nw, eps);
     }
@@ -778,6 +856,36 @@ extern "C" void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const fl
     if (swiglu && norm_w)
         ls_die(__FILE__, __LINE__, "ls_gemv_ex", "a SwiGLU input takes no RMSNorm");
     gemv_launch(y, W, x, bias, T, n, k, swiglu != 0, norm_w, eps, accumulate, stream);
+}
+
+extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *bias,
+                                int k, const float *norm_w, float eps, int hq, int hkv, int hd,
+                                uint16_t *kcache, uint16_t *vcache, const int *pos,
+                                const float *inv_freq, int max_ctx, int interleaved, void *stream)
+{
+    if (k < 1 || hq < 1 || hkv < 1 || hd < 2 || hd % 2 || hd > 256)
+        ls_die(__FILE__, __LINE__, "ls_gemv_rope_kv",
+               "expected k >= 1, hq >= 1, hkv >= 1 and an even head_dim <= 256");
+    const int n = (hq + 2 * hkv) * hd;
+    cudaStream_t s = (cudaStream_t)stream;
+    int dev;
+    struct dev_info di = dev_info_get(&dev);
+    shapes_from_env();
+    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
+    const bool fast = k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
+                      (!norm_w || ((uintptr_t)norm_w & 15) == 0) && (hd & (hd - 1)) == 0;
+    if (fast && g_xreg) {
+        int sh = 0;
+        while ((1 << sh) < hd) sh++;
+        const gemv_rope rp = {kcache,          vcache, pos,     inv_freq,        hq * hd,
+                              (hq + hkv) * hd, sh,     max_ctx, interleaved != 0};
+        if (xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
+                        eps, di, dev, smem_max, s, rp))
+            return;
+    }
+    gemv_launch(qkv, W, x, bias, 1, n, k, false, norm_w, eps, 0, stream);
+    ls_rope_kv(qkv, qkv + (size_t)hq * hd, qkv + (size_t)(hq + hkv) * hd, n, n, kcache, vcache, pos,
+               inv_freq, 1, hq, hkv, hd, max_ctx, interleaved, nullptr, nullptr, 0.0f, stream);
 }
 
 extern "C" int ls_gemv_shapes(void)

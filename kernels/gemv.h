@@ -40,6 +40,17 @@ void ls_gemv_swiglu(float *y, const uint16_t *W, const float *gu, const float *b
 void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, int T, int n, int k,
                 int swiglu, const float *norm_w, float eps, int accumulate, void *stream);
 
+/* The QKV projection of one position with RoPE and the KV-cache store in its epilogue:
+ * qkv[(hq + 2 hkv) * hd] = W . x (+ bias), x normed first when norm_w is set (as ls_gemv_ex),
+ * then exactly ls_rope_kv(q = qkv, k = qkv + hq*hd, v = qkv + (hq + hkv)*hd, T = 1, no q/k
+ * norms) at position pos[0]: the same bits as those two calls, which it makes itself where the
+ * one-kernel form does not apply (head_dim not a power of two, unaligned or too wide inputs,
+ * the column-resident kernel off). kcache, vcache: this layer's cache, as in rope.h. */
+void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *bias, int k,
+                     const float *norm_w, float eps, int hq, int hkv, int hd, uint16_t *kcache,
+                     uint16_t *vcache, const int *pos, const float *inv_freq, int max_ctx,
+                     int interleaved, void *stream);
+
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above
  * (overrides LOCKSTEP_GEMV=S,M,L); returns the small one's name, NULL for an index out of range.

@@ -5,6 +5,7 @@
 // rotation reads it, ordered by __syncwarp.
 #include "config.h"
 #include "rope.h"
+#include "rope.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
 
@@ -14,12 +15,6 @@
 
 #define ROPE_WARPS 8
 #define ROPE_PAIRS 4 // rotation pairs per lane: head_dim <= 256
-
-static __device__ __forceinline__ uint16_t f_to_bf16(float f)
-{
-    __nv_bfloat16 b = __float2bfloat16_rn(f);
-    return *reinterpret_cast<uint16_t *>(&b);
-}
 
 static __global__ void __launch_bounds__(ROPE_WARPS * 32)
     rope_kv_kernel(float *q, float *k, const float *__restrict__ v, int q_stride, int kv_stride,
@@ -52,7 +47,7 @@ static __global__ void __launch_bounds__(ROPE_WARPS * 32)
         const float *src = v + (size_t)t * kv_stride + (size_t)h * hd;
         if (store) {
             uint16_t *dst = vcache + ((size_t)h * max_ctx + p) * hd;
-            for (int i = lane; i < hd; i += 32) dst[i] = f_to_bf16(src[i]);
+            for (int i = lane; i < hd; i += 32) dst[i] = rope_bf16(src[i]);
         }
         return;
     }
@@ -77,13 +72,13 @@ static __global__ void __launch_bounds__(ROPE_WARPS * 32)
         if (i >= half) break;
         const float s = sn[j], c = cs[j];
         int i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
-        float x0 = x[i0], x1 = x[i1];
-        float y0 = x0 * c - x1 * s, y1 = x1 * c + x0 * s;
+        float y0 = x[i0], y1 = x[i1];
+        rope_rotate(y0, y1, c, s);
         x[i0] = y0;
         x[i1] = y1;
         if (kc) {
-            kc[i0] = f_to_bf16(y0);
-            kc[i1] = f_to_bf16(y1);
+            kc[i0] = rope_bf16(y0);
+            kc[i1] = rope_bf16(y1);
         }
     }
 }

@@ -65,6 +65,14 @@ struct ls_backend {
     void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos,
                     const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
                     int interleaved, const float *q_norm, const float *k_norm, float eps);
+    /* One position: qkv [(hq + 2 hkv) * hd] = the QKV matmul of x (normed by nw first when nw
+     * is set, as matmul_rmsnorm; else as matmul), then rope_kv of it without q/k norms, as one
+     * operation (the CUDA backend: RoPE and the cache store in the GEMV's epilogue; NULL: not
+     * offered) */
+    void (*matmul_rope_kv)(float *qkv, const float *x, const float *nw, float eps, const void *W,
+                           const float *bias, int k, void *kc, void *vc, const int *pos,
+                           const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
+                           int interleaved);
     /* causal attention of the T positions pos[0] .. pos[0] + T - 1 (pos0 is pos[0] as known to
      * the host; a decode step of a graph reads pos instead); q at qkv + t * stride; out
      * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */

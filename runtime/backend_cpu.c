@@ -109,6 +109,25 @@ static void cpu_matmul_residual(float *x, const float *in, const void *W, int T,
 
 static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
                         const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
+                        int interleaved, const float *q_norm, const float *k_norm, float eps);
+
+/* composed: the engine's fused sequence is the same calls on the CPU */
+static void cpu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps,
+                               const void *W, const float *bias, int k, void *kc, void *vc,
+                               const int *pos, const float *inv_freq, int hq, int hkv, int hd,
+                               int max_ctx, int interleaved)
+{
+    const int n = (hq + 2 * hkv) * hd;
+    if (nw)
+        cpu_matmul_rmsnorm(qkv, x, nw, eps, W, bias, 1, k, n);
+    else
+        ref_matmul(qkv, x, W, bias, 1, k, n);
+    cpu_rope_kv(qkv, n, kc, vc, pos, inv_freq, 1, hq, hkv, hd, max_ctx, interleaved, NULL, NULL,
+                0.0f);
+}
+
+static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
+                        const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
                         int interleaved, const float *q_norm, const float *k_norm, float eps)
 {
     (void)max_ctx;
@@ -254,6 +273,7 @@ const struct ls_backend ls_backend_cpu = {
     .matmul_rmsnorm = cpu_matmul_rmsnorm,
     .matmul_residual = cpu_matmul_residual,
     .rope_kv = cpu_rope_kv,
+    .matmul_rope_kv = cpu_matmul_rope_kv,
     .attention = cpu_attention,
     .add = ref_add,
     .allreduce_add_rmsnorm = cpu_allreduce_add_rmsnorm,

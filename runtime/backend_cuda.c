@@ -318,8 +318,17 @@ static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *po
                        int interleaved, const float *q_norm, const float *k_norm, float eps)
 {
     float *q = qkv, *k = qkv + (size_t)hq * hd, *v = qkv + (size_t)(hq + hkv) * hd;
-    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx,
-               interleaved, q_norm, k_norm, eps, stream_get());
+    ls_rope_kv(q, k, v, stride, stride, kc, vc, pos, inv_freq, T, hq, hkv, hd, max_ctx, interleaved,
+               q_norm, k_norm, eps, stream_get());
+}
+
+static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps, const void *W,
+                              const float *bias, int k, void *kc, void *vc, const int *pos,
+                              const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
+                              int interleaved)
+{
+    ls_gemv_rope_kv(qkv, W, x, bias, k, nw, eps, hq, hkv, hd, kc, vc, pos, inv_freq, max_ctx,
+                    interleaved, stream_get());
 }
 
 static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
@@ -439,6 +448,7 @@ const struct ls_backend ls_backend_cuda = {
     .matmul_rmsnorm = cu_matmul_rmsnorm,
     .matmul_residual = cu_matmul_residual,
     .rope_kv = cu_rope_kv,
+    .matmul_rope_kv = cu_matmul_rope_kv,
     .attention = cu_attention,
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,

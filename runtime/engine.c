@@ -171,10 +171,23 @@ static int fused_tp1(const struct ls_engine *e)
     return e->comm->size == 1 && e->be->matmul_rmsnorm && e->be->matmul_residual;
 }
 
+/* RoPE and the KV-cache store inside the QKV matmul (matmul_rope_kv) for one position without
+ * q/k norms, unless LOCKSTEP_ROPE_IN_MATMUL=0 */
+static int rope_in_matmul(const struct ls_engine *e, const struct ls_layer *L, int T)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LOCKSTEP_ROPE_IN_MATMUL");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on && T == 1 && e->be->matmul_rope_kv && !L->q_norm && !L->k_norm;
+}
+
 /* One decoder layer. Tensor-parallel: on entry xn = rmsnorm(x) * attn_norm of this layer; on
  * exit x holds the new residual stream and xn = rmsnorm(x) * next_norm (the next layer's
  * attn_norm, or the final norm): each residual add is fused with the all-reduce before it and
- * the norm after it. One rank (fused_tp1): x only; the norms are taken inside the matmuls. */
+ * the norm after it. One rank (fused_tp1): x only; the norms are taken inside the matmuls.
+ * Decode (one position): RoPE and the cache store inside the QKV matmul (rope_in_matmul). */
 static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const float *next_norm)
 {
     const struct ls_backend *be = e->be;
@@ -188,12 +201,18 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
 
     const int fused = fused_tp1(e);
 
-    if (fused)
-        be->matmul_rmsnorm(e->qkv, e->x, L->attn_norm, eps, L->wqkv, L->bqkv, T, D, stride);
-    else
-        be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
-    be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
-                e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
+    if (rope_in_matmul(e, L, T)) {
+        be->matmul_rope_kv(e->qkv, fused ? e->x : e->xn, fused ? L->attn_norm : NULL, eps, L->wqkv,
+                           L->bqkv, D, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, hq, hkv, hd,
+                           e->max_ctx, rope_il);
+    } else {
+        if (fused)
+            be->matmul_rmsnorm(e->qkv, e->x, L->attn_norm, eps, L->wqkv, L->bqkv, T, D, stride);
+        else
+            be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
+        be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
+                    e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
+    }
     be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
                   e->max_ctx);
     if (fused) {

@@ -688,6 +688,100 @@ static void test_rope(const char *label, int hq, int hkv, int hd, int interleave
            2 * stored);
 }
 
+// The QKV GEMV with RoPE and the cache store in its epilogue (ls_gemv_rope_kv) against the two
+// kernels it replaces (ls_gemv_ex, then ls_rope_kv): qkv and both caches bitwise the same, every
+// other cache entry still poison; and against the CPU reference (rmsnorm, matmul, rope) within
+// the GEMV's tolerance. pdl: x arrives from a kernel that spins first.
+static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bool norm, bool bias,
+                           int interleaved, int p, bool pdl = false)
+{
+    char name[200];
+    snprintf(name, sizeof name, "gemv_rope_kv %s hq=%d hkv=%d hd=%d k=%d%s%s %s pos=%d%s", label,
+             hq, hkv, hd, k, norm ? " norm-in" : "", bias ? " bias" : "",
+             interleaved ? "interleaved" : "neox", p, pdl ? " pdl" : "");
+    const int n = (hq + 2 * hkv) * hd, max_ctx = 2048;
+    const float eps = 1e-5f;
+    std::vector<uint16_t> Wb;
+    std::vector<float> Wf;
+    rand_bf16((size_t)n * k, Wb, Wf);
+    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), b = randv(n, 0.5f);
+    std::vector<float> inv(hd / 2);
+    ref_rope_inv_freq(inv.data(), hd, 500000.0f, LS_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192);
+
+    // reference: the CPU's rmsnorm, matmul and rope
+    std::vector<float> xin(k), ref(n);
+    if (norm)
+        ref_rmsnorm(xin.data(), x.data(), nw.data(), 1, k, eps);
+    else
+        xin = x;
+    ref_matmul(ref.data(), xin.data(), Wf.data(), bias ? b.data() : nullptr, 1, k, n);
+    ref_rope(ref.data(), &p, 1, hq, hd, inv.data(), interleaved);
+    ref_rope(ref.data() + (size_t)hq * hd, &p, 1, hkv, hd, inv.data(), interleaved);
+
+    const size_t csz = (size_t)hkv * max_ctx * hd;
+    dev<uint16_t> dW((size_t)n * k), dkc(csz), dvc(csz), dkc2(csz), dvc2(csz);
+    dev<float> dx(k), dnw(k), db(n), dinv(inv.size()), dy(n), dy2(n);
+    dev<int> dpos(1);
+    dW.up(Wb);
+    dnw.up(nw);
+    db.up(b);
+    dinv.up(inv);
+    dpos.up(&p);
+    for (auto *d : {&dkc, &dvc, &dkc2, &dvc2}) d->poison();
+    dy.poison();
+    dy2.poison();
+    const float *nwp = norm ? dnw.p : nullptr, *bp = bias ? db.p : nullptr;
+    if (pdl) {
+        dev<float> stage(k);
+        stage.up(x);
+        dx.poison();
+        CHECK_CUDA(cudaDeviceSynchronize());
+        ls_kernels_set_pdl(1);
+        spin_then_copy<<<64, 256>>>(dx.p, stage.p, dx.n, 40000);
+        CHECK_CUDA(cudaGetLastError());
+        ls_gemv_rope_kv(dy.p, dW.p, dx.p, bp, k, nwp, eps, hq, hkv, hd, dkc.p, dvc.p, dpos.p,
+                        dinv.p, max_ctx, interleaved, nullptr);
+        ls_kernels_set_pdl(0);
+    } else {
+        dx.up(x);
+        ls_gemv_rope_kv(dy.p, dW.p, dx.p, bp, k, nwp, eps, hq, hkv, hd, dkc.p, dvc.p, dpos.p,
+                        dinv.p, max_ctx, interleaved, nullptr);
+    }
+    CHECK_CUDA(cudaGetLastError());
+    // the two-kernel path
+    ls_gemv_ex(dy2.p, dW.p, dx.p, bp, 1, n, k, 0, nwp, eps, 0, nullptr);
+    ls_rope_kv(dy2.p, dy2.p + (size_t)hq * hd, dy2.p + (size_t)(hq + hkv) * hd, n, n, dkc2.p,
+               dvc2.p, dpos.p, dinv.p, 1, hq, hkv, hd, max_ctx, interleaved, nullptr, nullptr, 0.0f,
+               nullptr);
+    CHECK_CUDA(cudaGetLastError());
+    std::vector<float> y = dy.down(), y2 = dy2.down();
+    std::vector<uint16_t> kc = dkc.down(), vc = dvc.down(), kc2 = dkc2.down(), vc2 = dvc2.down();
+    check(name, compare(y.data(), ref.data(), n), TOL_GEMV, TOL_GEMV);
+    const bool same = memcmp(y.data(), y2.data(), n * sizeof(float)) == 0 && kc == kc2 && vc == vc2;
+    size_t touched = 0;
+    for (size_t i = 0; i < csz; i++) touched += (kc[i] != 0xffff) + (vc[i] != 0xffff);
+    const size_t expect = p >= 0 && p < max_ctx ? 2 * (size_t)hkv * hd : 0;
+    report(same && touched == expect,
+           "%s: qkv and caches bitwise those of gemv + rope_kv (%s); %zu cache entries written, "
+           "%zu expected",
+           name, same ? "equal" : "DIFFER", touched, expect);
+}
+
+static void tests_gemv_rope(void)
+{
+    test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 1500);
+    test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 200, true);
+    test_gemv_rope("llama8b tp2", 16, 4, 128, 4096, false, false, 0, 37);
+    test_gemv_rope("llama8b tp2 norm", 16, 4, 128, 4096, true, false, 0, 2047);
+    test_gemv_rope("llama8b gguf", 32, 8, 128, 4096, true, false, 1, 5);
+    test_gemv_rope("qwen2-like", 14, 2, 64, 896, true, true, 0, 9);
+    test_gemv_rope("smollm2", 9, 3, 64, 576, true, false, 0, 1000);
+    test_gemv_rope("smollm2 tp3", 3, 1, 64, 576, false, false, 1, 0);
+    test_gemv_rope("not stored", 8, 2, 128, 1024, true, false, 0, 5000);
+    test_gemv_rope("hd 80 (two kernels)", 4, 2, 80, 512, true, true, 0, 3);
+    if (!g_quick) test_gemv_rope("llama70b", 64, 8, 128, 8192, true, false, 0, 777);
+}
+
 static void tests_rope(void)
 {
     test_rope("smollm2", 9, 3, 64, 0, false, false, {1000});
@@ -1450,6 +1544,7 @@ int main(int argc, char **argv)
         }
         tests_elementwise();
         tests_rope();
+        tests_gemv_rope();
         tests_attention();
         tests_sample();
         printf("==== %d passed, %d failed\n", g_passed, g_failed);
