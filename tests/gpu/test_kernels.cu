@@ -1356,6 +1356,64 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
     }
 }
 
+// One TP=1 layer of the 8B shape as the engine issues it (norm inside QKV, residual adds inside
+// o and down), with PDL, 8 layers' weights rotating (3.5 GB: no L2 reuse), at context ctx, in
+// five forms: the RoPE kernel, RoPE in the QKV GEMV (ls_gemv_rope_kv), and for the timing of
+// what each kernel costs in the chain (results wrong): no RoPE, no attention, neither.
+static void bench_layer_chain(int ctx)
+{
+    const int hq = 32, hkv = 8, hd = 128, D = 4096, F = 14336, max_ctx = 2048, L = 8;
+    const int nqkv = (hq + 2 * hkv) * hd;
+    const size_t per = (size_t)nqkv * D + (size_t)D * hq * hd + (size_t)2 * F * D + (size_t)D * F;
+    dev<uint16_t> W(per * L);
+    fill_bf16<<<4096, 256>>>(W.p, W.n, 11);
+    const size_t csz = (size_t)hkv * max_ctx * hd;
+    dev<uint16_t> kc(csz), vc(csz);
+    dev<float> x(D), nw(D), qkv(nqkv), att((size_t)hq * hd), gu(2 * F), inv(hd / 2);
+    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
+    CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
+    dev<int> pos(1);
+    int p = ctx - 1;
+    pos.up(&p);
+    std::vector<float> f(hd / 2);
+    for (int i = 0; i < hd / 2; i++) f[i] = powf(500000.0f, -2.0f * i / hd);
+    inv.up(f);
+    fill_bf16<<<2048, 256>>>(kc.p, csz, 3);
+    fill_bf16<<<2048, 256>>>(vc.p, csz, 4);
+    fill_f32<<<64, 256>>>(x.p, x.n, 5);
+    fill_f32<<<64, 256>>>(nw.p, nw.n, 6);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    static const char *forms[] = {"RoPE kernel", "RoPE in QKV", "no RoPE", "no attention",
+                                  "neither"};
+    ls_kernels_set_pdl(1);
+    printf("llama8b TP=1 layer chain, context %d, PDL, 8 layers' weights rotating:", ctx);
+    for (int form = 0; form < 5; form++) {
+        float ms = time_batch(20, L, [&](int i) {
+            const uint16_t *w = W.p + per * (size_t)(i % L);
+            const uint16_t *wo = w + (size_t)nqkv * D, *wgu = wo + (size_t)D * hq * hd,
+                           *wd = wgu + (size_t)2 * F * D;
+            if (form == 1)
+                ls_gemv_rope_kv(qkv.p, w, x.p, nullptr, D, nw.p, 1e-5f, hq, hkv, hd, kc.p, vc.p,
+                                pos.p, inv.p, max_ctx, 0, nullptr);
+            else
+                ls_gemv_ex(qkv.p, w, x.p, nullptr, 1, nqkv, D, 0, nw.p, 1e-5f, 0, nullptr);
+            if (form == 0 || form == 3)
+                ls_rope_kv(qkv.p, qkv.p + hq * hd, qkv.p + (hq + hkv) * hd, nqkv, nqkv, kc.p, vc.p,
+                           pos.p, inv.p, 1, hq, hkv, hd, max_ctx, 0, nullptr, nullptr, 1e-5f,
+                           nullptr);
+            if (form <= 2)
+                ls_attention_decode(att.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit,
+                                    0, ws.p, nullptr);
+            ls_gemv_ex(x.p, wo, att.p, nullptr, 1, D, hq * hd, 0, nullptr, 0.0f, 1, nullptr);
+            ls_gemv_ex(gu.p, wgu, x.p, nullptr, 1, 2 * F, D, 0, nw.p, 1e-5f, 0, nullptr);
+            ls_gemv_ex(x.p, wd, gu.p, nullptr, 1, D, F, 1, nullptr, 0.0f, 1, nullptr);
+        });
+        printf(" %s %.1f us%s", forms[form], ms * 1e3, form < 4 ? ";" : "\n");
+    }
+    ls_kernels_set_pdl(0);
+}
+
 static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
 {
     const int max_ctx = ctx;
@@ -1459,6 +1517,7 @@ static void benchmarks(void)
     for (int ctx : {256, 1024})
         for (int chunk : {16, 32, 64})
             for (int wide : {0, 1}) bench_decode_small(ctx, chunk, wide);
+    for (int ctx : {256, 1024}) bench_layer_chain(ctx);
     bench_decode_attention(32, 8, 128, 4096);
     bench_decode_attention(32, 8, 128, 32768);
     bench_decode_attention(16, 4, 128, 32768);
