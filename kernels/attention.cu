@@ -29,6 +29,7 @@
 #include "pdl.cuh"
 #include "runtime/check.h"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -39,6 +40,9 @@
 #define ATT_MIN_CHUNK 64  // positions
 #define ATT_MAX_SPLIT 512 // chunks: the merge keeps (max, sum) per chunk and q head in sm_o
 #define LOG2E         1.4426950408889634f
+#define ATT_CLUSTER   8 // blocks per cluster (the portable most): the cluster merge's live chunks
+
+namespace cg = cooperative_groups;
 
 static __device__ __forceinline__ float bf16_lo(uint32_t w)
 {
@@ -86,12 +90,13 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_decode_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                        const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
                        const int *__restrict__ pos, int hq, int hd, int group, int max_ctx,
-                       int nsplit, int min_chunk, int fresh, float qscale)
+                       int nsplit, int min_chunk, int fresh, float qscale, int cluster)
 {
     constexpr int PG = 32 / LG;              // positions per warp step
     constexpr int STEP = U * ATT_WARPS * PG; // positions per block per loop iteration
     __shared__ float sm_m[ATT_WARPS][GM], sm_l[ATT_WARPS][GM];
     __shared__ float sm_o[ATT_WARPS][GM][256];
+    __shared__ float sm_cm[GM], sm_cl[GM]; // the cluster merge: this chunk's (max, sum)
 
     // Before the wait: the position (written before this forward's kernels, by a copy or the
     // previous step's graph, so final here) and the first iteration's K/V rows of positions
@@ -108,6 +113,9 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     const int C = chunk_len(n, nsplit, min_chunk);
     const int p_begin = blockIdx.x * C, p_end = min(n, p_begin + C);
     const int live = (n + C - 1) / C; // chunks with p_begin < n (<= nsplit)
+    // launched in clusters of `cluster` chunks and every live chunk in the first: the partials
+    // meet in shared memory (distributed across the cluster), no workspace round trip
+    const bool cm = cluster > 1 && live <= cluster;
     const bool lane_on = c * 8 < hd;
     const uint16_t *K = kcache + (size_t)kvh * max_ctx * hd + c * 8;
     const uint16_t *V = vcache + (size_t)kvh * max_ctx * hd + c * 8;
@@ -130,8 +138,15 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     const int base0 = p_begin + warp * PG;
     if (base0 < p_end) load(base0, true);
     pdl_wait();
-    // past the context: neither counted nor merged
-    if (p_begin >= n) return;
+    // past the context: neither counted nor merged (in the first cluster, the merge's two
+    // barriers are kept)
+    if (p_begin >= n) {
+        if (cm && (int)blockIdx.x < cluster) {
+            cg::this_cluster().sync();
+            cg::this_cluster().sync();
+        }
+        return;
+    }
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) fetch(u, p[u]);
@@ -244,6 +259,13 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         const int h = h0 + g;
         if (nsplit == 1) {
             out[(size_t)h * hd + d] = O / L;
+        } else if (cm) {
+            // O into sm_o[0] (this thread alone read sm_o[*][g][d] above)
+            sm_o[0][g][d] = O;
+            if (d == 0) {
+                sm_cm[g] = M;
+                sm_cl[g] = L;
+            }
         } else {
             size_t slot = (size_t)h * nsplit + blockIdx.x;
             float *wml = ws, *wo = ws + (size_t)hq * nsplit * 2;
@@ -255,6 +277,43 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         }
     }
     if (nsplit == 1) return;
+
+    if (cm) {
+        // the first chunk's block merges the cluster's live chunks in chunk order, reading their
+        // shared memory; the second barrier keeps every block (and its shared memory) until then
+        cg::cluster_group cl = cg::this_cluster();
+        cl.sync();
+        if (blockIdx.x == 0) {
+            __shared__ float sm_sc[GM][ATT_CLUSTER], sm_sl[GM][ATT_CLUSTER], sm_L[GM];
+            for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
+                const int g = i / live, s = i - g * live;
+                sm_sc[g][s] = *cl.map_shared_rank(&sm_cm[g], s);
+                sm_sl[g][s] = *cl.map_shared_rank(&sm_cl[g], s);
+            }
+            __syncthreads();
+            if ((int)threadIdx.x < gb) {
+                const int g = threadIdx.x;
+                float M = -INFINITY, L = 0.0f;
+                for (int s = 0; s < live; s++) M = fmaxf(M, sm_sc[g][s]);
+                for (int s = 0; s < live; s++) {
+                    const float sc = exp2f(sm_sc[g][s] - M);
+                    sm_sc[g][s] = sc;
+                    L = fmaf(sm_sl[g][s], sc, L);
+                }
+                sm_L[g] = L;
+            }
+            __syncthreads();
+            for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
+                const int g = i / hd, d = i - g * hd;
+                float O = 0.0f;
+                for (int s = 0; s < live; s++)
+                    O = fmaf(*cl.map_shared_rank(&sm_o[0][g][d], s), sm_sc[g][s], O);
+                out[(size_t)(h0 + g) * hd + d] = O / sm_L[g];
+            }
+        }
+        cl.sync();
+        return;
+    }
 
     // last block done: the chunk that completes the count of live chunks merges them all
     __shared__ int sm_last;
@@ -480,8 +539,8 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // for experiments; LOCKSTEP_ATT_WIDE=0|1 forces the kernel's short-context (wide-iteration) form
 // off or on (-1, the default: by the cache length). ls_attention_set_decode_shape overrides both.
 static struct {
-    int read, min_chunk, wide;
-} g_shape = {0, ATT_MIN_CHUNK, -1};
+    int read, min_chunk, wide, cluster;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1};
 
 static void shape_from_env(void)
 {
@@ -492,6 +551,16 @@ static void shape_from_env(void)
     if (v >= 8 && v <= 4096) g_shape.min_chunk = v;
     const char *w = getenv("LOCKSTEP_ATT_WIDE");
     if (w && (w[0] == '0' || w[0] == '1') && !w[1]) g_shape.wide = w[0] - '0';
+    const char *cl = getenv("LOCKSTEP_ATT_CLUSTER");
+    if (cl && (cl[0] == '0' || cl[0] == '1') && !cl[1]) g_shape.cluster = cl[0] - '0';
+}
+
+extern "C" int ls_attention_set_cluster(int on)
+{
+    shape_from_env();
+    const int old = g_shape.cluster;
+    g_shape.cluster = on != 0;
+    return old;
 }
 
 static int min_chunk(void)
@@ -538,7 +607,7 @@ extern "C" size_t ls_attention_decode_workspace(int hq, int hd, int nsplit)
 }
 
 typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, const uint16_t *,
-                          const int *, int, int, int, int, int, int, int, float);
+                          const int *, int, int, int, int, int, int, int, float, int);
 
 // U = 8 positions per lane per iteration (one iteration per 64-position chunk at hd 128, but
 // ~240 registers: 2 blocks per SM) for caches of up to ATT_WIDE_CTX positions, U = 2 (~130
@@ -587,10 +656,15 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                    : lg == 16 ? pick_decode_g<16>(gm, wide)
                               : pick_decode_g<32>(gm, wide);
     cudaStream_t s = (cudaStream_t)stream;
-    dim3 grid((unsigned)nsplit, (unsigned)(hkv * ((group + gm - 1) / gm)));
+    // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
+    // nsplit lie past the context) unless turned off
+    shape_from_env();
+    const int cluster = nsplit > 1 && g_shape.cluster ? ATT_CLUSTER : 0;
+    const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
+    dim3 grid((unsigned)gx, (unsigned)(hkv * ((group + gm - 1) / gm)));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
-    pdl_launch(fn, grid, ATT_WARPS * 32, 0, s, out, workspace, q, kcache, vcache, pos, hq, hd,
-               group, max_ctx, nsplit, mc, fresh, qscale);
+    pdl_launch_cluster(fn, grid, ATT_WARPS * 32, 0, s, (unsigned)cluster, out, workspace, q, kcache,
+                       vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale, cluster);
     CHECK_CUDA(cudaGetLastError());
 }
 

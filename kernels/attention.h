@@ -32,6 +32,11 @@ int ls_attention_decode_splits(int hq, int hkv, int max_ctx);
  * length); the old settings to *old_chunk and *old_wide when not NULL. Set before the split count
  * is taken. */
 void ls_attention_set_decode_shape(int chunk, int wide, int *old_chunk, int *old_wide);
+/* experiments and tests: the split decode's blocks launched in clusters of 8 chunks, whose
+ * partials meet in distributed shared memory when every live chunk lies in the first cluster
+ * (contexts of up to 8 chunks), instead of through the workspace and the done-counter (1, the
+ * default; 0 or LOCKSTEP_ATT_CLUSTER=0: never). Returns the previous setting. */
+int ls_attention_set_cluster(int on);
 /* bytes of workspace ls_attention_decode needs (0 when nsplit == 1) */
 size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
 

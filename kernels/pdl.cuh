@@ -36,22 +36,40 @@ static __device__ __forceinline__ void pdl_launch_dependents()
 #endif
 }
 
+// pdl_launch with blocks grouped in clusters of cluster_x along x (grid.x a multiple of it; 0 or
+// 1: no clusters)
 template <typename... Params, typename... Args>
-static void pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                       cudaStream_t stream, Args &&...args)
+static void pdl_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, unsigned cluster_x, Args &&...args)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (ls_pdl_on) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_x > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = cluster_x;
+        attr[n].val.clusterDim.y = 1;
+        attr[n++].val.clusterDim.z = 1;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = ls_pdl_on ? 1 : 0;
+    cfg.numAttrs = n;
     if (ls_carveout >= 0) ls_prefer_carveout(reinterpret_cast<const void *>(kernel));
     CHECK_CUDA(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...));
+}
+
+template <typename... Params, typename... Args>
+static void pdl_launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                       cudaStream_t stream, Args &&...args)
+{
+    pdl_launch_cluster(kernel, grid, block, smem, stream, 1u, static_cast<Args &&>(args)...);
 }
 
 #endif

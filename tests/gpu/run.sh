@@ -32,7 +32,9 @@ stage_build() {
 }
 
 ngpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
-mpi() { mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$@"; }
+# LOCKSTEP_ATT_CLUSTER, when set, reaches every rank (a run may turn the attention's cluster
+# merge off for all stages)
+mpi() { mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE ${LOCKSTEP_ATT_CLUSTER:+-x LOCKSTEP_ATT_CLUSTER} "$@"; }
 
 stage_info() {
     local n

@@ -833,12 +833,15 @@ static void make_decode(int hq, int hkv, int hd, int n, int max_ctx, std::vector
                   kv_of.data());
 }
 
+// appended to the decode tests' names: which merge of the chunks ran
+static const char *g_att_tag = "";
+
 static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
 {
     if (nsplit == 0) nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     char name[128];
-    snprintf(name, sizeof name, "attention_decode hq=%d hkv=%d hd=%d ctx=%d nsplit=%d", hq, hkv, hd,
-             n, nsplit);
+    snprintf(name, sizeof name, "attention_decode hq=%d hkv=%d hd=%d ctx=%d nsplit=%d%s", hq, hkv,
+             hd, n, nsplit, g_att_tag);
     std::vector<uint16_t> kc, vc;
     std::vector<float> q, ref;
     make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, ref);
@@ -916,8 +919,9 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
 {
     const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     char name[128];
-    snprintf(name, sizeof name, "attention_decode pdl hq=%d hkv=%d hd=%d ctx=%d fresh=%d nsplit=%d",
-             hq, hkv, hd, n, fresh, nsplit);
+    snprintf(name, sizeof name,
+             "attention_decode pdl hq=%d hkv=%d hd=%d ctx=%d fresh=%d nsplit=%d%s", hq, hkv, hd, n,
+             fresh, nsplit, g_att_tag);
     std::vector<uint16_t> kc, vc;
     std::vector<float> q, ref;
     make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, ref);
@@ -983,7 +987,30 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
 }
 
+// the decode tests with the cluster merge (contexts of up to 8 chunks) and without it (every
+// split through the workspace); prefill once
+static void tests_decode(void);
 static void tests_attention(void)
+{
+    g_att_tag = " (cluster merge where <= 8 chunks)";
+    tests_decode();
+    const int old = ls_attention_set_cluster(0);
+    g_att_tag = " (workspace merge)";
+    tests_decode();
+    ls_attention_set_cluster(old);
+    g_att_tag = "";
+    test_prefill(9, 3, 64, 0, 37, false);
+    test_prefill(6, 2, 64, 50, 5, true);
+    test_prefill(3, 1, 64, 10, 1, false);
+    test_prefill(4, 1, 256, 3, 40, true);
+    test_prefill(16, 4, 128, 33, 70, true);
+    if (!g_quick) {
+        test_prefill(32, 8, 128, 0, 128, true);
+        test_prefill(32, 8, 128, 100, 300, false);
+    }
+}
+
+static void tests_decode(void)
 {
     const int mc = g_quick ? 1024 : 8192;
     // group 3 (SmolLM2) and its TP=2 shards, group 4 (Llama-8B), 6, 8, 16 (two blocks per KV
@@ -1030,15 +1057,6 @@ static void tests_attention(void)
         test_decode(16, 4, 128, 4097, 8192, 0);
         test_decode(9, 3, 64, 8000, 8192, 0);
         test_decode(8, 1, 128, 40000, 65536, 0); // one block row: ~528 live chunks to merge
-    }
-    test_prefill(9, 3, 64, 0, 37, false);
-    test_prefill(6, 2, 64, 50, 5, true);
-    test_prefill(3, 1, 64, 10, 1, false);
-    test_prefill(4, 1, 256, 3, 40, true);
-    test_prefill(16, 4, 128, 33, 70, true);
-    if (!g_quick) {
-        test_prefill(32, 8, 128, 0, 128, true);
-        test_prefill(32, 8, 128, 100, 300, false);
     }
 }
 
@@ -1513,11 +1531,23 @@ static void benchmarks(void)
 
     printf("\n");
     for (int ctx : {256, 1024, 4096}) bench_decode_small(ctx);
+    {
+        const int old = ls_attention_set_cluster(0);
+        printf("without the cluster merge:\n");
+        for (int ctx : {256, 1024}) bench_decode_small(ctx);
+        ls_attention_set_cluster(old);
+    }
     // the split's shape at short contexts: fewer positions per chunk, more blocks
     for (int ctx : {256, 1024})
         for (int chunk : {16, 32, 64})
             for (int wide : {0, 1}) bench_decode_small(ctx, chunk, wide);
     for (int ctx : {256, 1024}) bench_layer_chain(ctx);
+    {
+        const int old = ls_attention_set_cluster(0);
+        printf("without the cluster merge:\n");
+        for (int ctx : {256, 1024}) bench_layer_chain(ctx);
+        ls_attention_set_cluster(old);
+    }
     bench_decode_attention(32, 8, 128, 4096);
     bench_decode_attention(32, 8, 128, 32768);
     bench_decode_attention(16, 4, 128, 32768);
