@@ -13,7 +13,12 @@
 // block of the live chunks to arrive merges all of them in a fixed order, writes the output and
 // sets the counter back to 0 (so one kernel per decode step, and graph replays find it zeroed;
 // the caller zeroes the workspace once when it allocates it). Every reduction has a fixed order,
-// so results are reproducible and do not depend on which block arrives last.
+// so results are reproducible and do not depend on which block arrives last. The blocks are
+// launched in clusters of ATT_CLUSTER chunks: when every live chunk lies in the first cluster
+// (short contexts), each block leaves its partial in its own shared memory, and after a cluster
+// barrier the first chunk's block reads the others' through distributed shared memory and
+// merges them in chunk order (no workspace, fence or counter); a second barrier keeps the
+// cluster's blocks until it has.
 //
 // The chunk length is computed on the device from the context length, never below
 // min_chunk positions (ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK); chunks past the end of the context

@@ -7,7 +7,9 @@
  * (KV head, <= 8 of its q heads, chunk) reads the chunk's K and V once for all those q heads and
  * leaves a partial softmax (max, sum, unnormalised output) in a workspace; the last block of a
  * (KV head, q heads) to finish (an atomic counter in the workspace, reset by that block) merges
- * the chunks in order, so a step is one kernel. The workspace must be zeroed once after it is
+ * the chunks in order, so a step is one kernel. When all live chunks fit one cluster of 8 blocks
+ * (short contexts) they merge through distributed shared memory instead (no workspace round
+ * trip). The workspace must be zeroed once after it is
  * allocated; every launch leaves its counters at zero. The context length is read from the device
  * (pos), and the grid depends only on nsplit, so a decode step can be captured once in a CUDA graph
  * and replayed.

@@ -33,6 +33,11 @@ for x, y in zip(a["ids"], b["ids"]):
     same += 1
 top_a = max(va, key=lambda k: (va[k], -k))
 top_b = max(vb, key=lambda k: (vb[k], -k))
-print(f"logits over {len(keys)} ids: rel err {err:.3e} (tol {tol:g}); top-1 {top_a} vs {top_b}; "
+# where the top-1 differ, each side's logits of both ids: the margin that rounding crossed
+tie = ""
+if top_a != top_b:
+    tie = (f" (A: {va[top_a]:.4f} vs {va.get(top_b, float('nan')):.4f}, "
+           f"B: {vb.get(top_a, float('nan')):.4f} vs {vb[top_b]:.4f})")
+print(f"logits over {len(keys)} ids: rel err {err:.3e} (tol {tol:g}); top-1 {top_a} vs {top_b}{tie}; "
       f"{same} of {min(len(a['ids']), len(b['ids']))} greedy tokens agree")
 sys.exit(0 if err <= tol and same >= need and len(keys) > 0 else 1)
