@@ -177,16 +177,19 @@ PY
     return $ok
 }
 
-# Nsight Compute on decode steps, one rank (8B shape, TP=1): every kernel of NCU_COUNT launches
-# after NCU_SKIP (the 3-token prefill's ~200), each replayed alone for its counters (so no PDL
-# overlap: durations are isolated ones), with the speed-of-light, warp-state and launch
-# sections, as CSV. Not yet run on the device (written in the seventh session).
+# Nsight Compute on decode steps, one rank (8B shape, TP=1): NCU_COUNT launches of the decode
+# kernels (NCU_KERNELS, a name regex) after NCU_SKIP (the 3-token prefill's), each replayed alone
+# for its counters (so no PDL overlap: durations are isolated ones), with the speed-of-light,
+# warp-state and launch sections, as CSV; the step watchdog off (each kernel is replayed many
+# times). Its one run so far (eighth session, call 1, 200 kernels unfiltered) printed nothing
+# within 90 s: give it a few minutes, or fewer kernels.
 stage_ncu() {
     local ncu
     ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
     [ -n "$ncu" ] || { echo "ncu not found"; return 1; }
-    mpi -np 1 "$ncu" --clock-control none --graph-profiling node --launch-skip "${NCU_SKIP:-200}" \
-        --launch-count "${NCU_COUNT:-200}" --section SpeedOfLight --section WarpStateStats \
+    LOCKSTEP_STEP_TIMEOUT=0 mpi -x LOCKSTEP_STEP_TIMEOUT -np 1 "$ncu" --clock-control none --graph-profiling node \
+        --kernel-name regex:"${NCU_KERNELS:-gemv|attn_decode}" --launch-skip "${NCU_SKIP:-161}" \
+        --launch-count "${NCU_COUNT:-161}" --section SpeedOfLight --section WarpStateStats \
         --section LaunchStats --csv --page details \
         build-gpu/lockstep generate --gpu --dummy llama-3.1-8b --prompt-ids 1,2,3 -n 3 --quiet \
         >"$OUT/ncu.csv" || return 1
