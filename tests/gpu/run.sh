@@ -178,7 +178,7 @@ PY
 }
 
 # Nsight Compute on decode steps, one rank (8B shape, TP=1): NCU_COUNT launches of the decode
-# kernels (NCU_KERNELS, a name regex) after NCU_SKIP (the 3-token prefill's), each replayed alone
+# kernels (NCU_KERNELS, a name regex) after NCU_SKIP (the 3-token prefill's 129 GEMVs), each replayed alone
 # for its counters (so no PDL overlap: durations are isolated ones), with the speed-of-light,
 # warp-state and launch sections, as CSV; the step watchdog off (each kernel is replayed many
 # times). Its one run so far (eighth session, call 1, 200 kernels unfiltered) printed nothing
@@ -188,7 +188,7 @@ stage_ncu() {
     ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
     [ -n "$ncu" ] || { echo "ncu not found"; return 1; }
     LOCKSTEP_STEP_TIMEOUT=0 mpi -x LOCKSTEP_STEP_TIMEOUT -np 1 "$ncu" --clock-control none --graph-profiling node \
-        --kernel-name regex:"${NCU_KERNELS:-gemv|attn_decode}" --launch-skip "${NCU_SKIP:-161}" \
+        --kernel-name regex:"${NCU_KERNELS:-gemv|attn_decode}" --launch-skip "${NCU_SKIP:-129}" \
         --launch-count "${NCU_COUNT:-161}" --section SpeedOfLight --section WarpStateStats \
         --section LaunchStats --csv --page details \
         build-gpu/lockstep generate --gpu --dummy llama-3.1-8b --prompt-ids 1,2,3 -n 3 --quiet \
