@@ -323,7 +323,7 @@ int main(void)
     CHECK_CUDA(cudaDeviceGetAttribute(&g_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     g_70b = getenv("LAB_70B") != nullptr;
     for (const variant &v : variants)
-        if (v.fn) set_smem_attr(v.fn, dev, g_smem_optin);
+        if (v.fn) set_smem_attr((const void *)v.fn, dev, g_smem_optin);
     double roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
     printf("streaming read 4 GiB: %.0f GB/s\n", roof);
     read_patterns();
