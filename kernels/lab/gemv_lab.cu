@@ -11,6 +11,7 @@
 //   NT/MINB/U     the same kernel with NT threads, MINB blocks per SM, U loads per lane
 #include "../bandwidth.cu"
 #include "../gemv.cu"
+#include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
 
 #include <algorithm>
 #include <stdio.h>
