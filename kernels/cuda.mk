@@ -8,8 +8,18 @@ liblockstep_a_SOURCES += \
 	kernels/gemm.cu kernels/gemm.h \
 	kernels/gemv.cu kernels/gemv.h \
 	kernels/norm.cu kernels/norm.h \
-	kernels/rope.cu kernels/rope.h \
+	kernels/rope.cu kernels/rope.h kernels/rope.cuh \
 	kernels/sample.cu kernels/sample.h
 endif
-# kernel experiments: built and run by hand on a GPU machine (kernels/lab/run.sh)
+# kernel experiments: run by hand on a GPU machine (kernels/lab/run.sh); `make check` in a CUDA
+# build compiles the lab (it includes the kernel sources), so a change there cannot break it
 EXTRA_DIST += kernels/lab/README.md kernels/lab/run.sh kernels/lab/gemv_lab.cu
+if HAVE_CUDA
+check_DATA = kernels/lab/gemv_lab.built
+CLEANFILES += kernels/lab/gemv_lab.built
+kernels/lab/gemv_lab.built: $(top_srcdir)/kernels/lab/gemv_lab.cu $(liblockstep_a_SOURCES)
+	@$(MKDIR_P) kernels/lab
+	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -Xcompiler -fopenmp -I$(top_srcdir) -I$(top_srcdir)/kernels \
+		-I$(top_builddir) $(CUDA_CFLAGS) $(top_srcdir)/kernels/lab/gemv_lab.cu -o kernels/lab/gemv_lab -lgomp && touch $@
+CLEANFILES += kernels/lab/gemv_lab
+endif
