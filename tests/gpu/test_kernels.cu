@@ -212,6 +212,27 @@ static __global__ void spin_then_copy(float *dst, const float *src, size_t n, lo
         dst[i] = src[i];
 }
 
+// x into dx, then run(): with pdl, x arrives from a kernel that lets run's kernel launch at once
+// and spins ~20 us before it writes: a kernel that read x before waiting for it would see poison
+template <typename F>
+static void with_input(dev<float> &dx, const std::vector<float> &x, bool pdl, F run)
+{
+    if (!pdl) {
+        dx.up(x);
+        run();
+        return;
+    }
+    dev<float> stage(dx.n);
+    stage.up(x);
+    dx.poison();
+    CHECK_CUDA(cudaDeviceSynchronize());
+    ls_kernels_set_pdl(1);
+    spin_then_copy<<<64, 256>>>(dx.p, stage.p, dx.n, 40000);
+    CHECK_CUDA(cudaGetLastError());
+    run();
+    ls_kernels_set_pdl(0);
+}
+
 /* -------------------------------------------------------------------- GEMV ---- */
 
 // tolerance: both sides accumulate in fp32 and differ only in summation order (expected
@@ -249,22 +270,7 @@ static void test_gemv(const char *label, int n, int k, int T, bool bias, bool sw
         else
             ls_gemv(dy.p, dW.p + w_offset, dx.p, bias ? db.p : nullptr, T, n, k, nullptr);
     };
-    if (pdl) {
-        // x arrives from a kernel that first spins ~20 us: a GEMV that read x before waiting
-        // for it would see the poison
-        dev<float> stage((size_t)T * kin);
-        stage.up(x);
-        dx.poison();
-        CHECK_CUDA(cudaDeviceSynchronize());
-        ls_kernels_set_pdl(1);
-        spin_then_copy<<<64, 256>>>(dx.p, stage.p, dx.n, 40000);
-        CHECK_CUDA(cudaGetLastError());
-        run();
-        ls_kernels_set_pdl(0);
-    } else {
-        dx.up(x);
-        run();
-    }
+    with_input(dx, x, pdl, run);
     CHECK_CUDA(cudaGetLastError());
     std::vector<float> y = dy.down();
     check(name, compare(y.data(), ref.data(), y.size()), TOL_GEMV, TOL_GEMV);
@@ -731,22 +737,10 @@ static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bo
     dy.poison();
     dy2.poison();
     const float *nwp = norm ? dnw.p : nullptr, *bp = bias ? db.p : nullptr;
-    if (pdl) {
-        dev<float> stage(k);
-        stage.up(x);
-        dx.poison();
-        CHECK_CUDA(cudaDeviceSynchronize());
-        ls_kernels_set_pdl(1);
-        spin_then_copy<<<64, 256>>>(dx.p, stage.p, dx.n, 40000);
-        CHECK_CUDA(cudaGetLastError());
+    with_input(dx, x, pdl, [&] {
         ls_gemv_rope_kv(dy.p, dW.p, dx.p, bp, k, nwp, eps, hq, hkv, hd, dkc.p, dvc.p, dpos.p,
                         dinv.p, max_ctx, interleaved, nullptr);
-        ls_kernels_set_pdl(0);
-    } else {
-        dx.up(x);
-        ls_gemv_rope_kv(dy.p, dW.p, dx.p, bp, k, nwp, eps, hq, hkv, hd, dkc.p, dvc.p, dpos.p,
-                        dinv.p, max_ctx, interleaved, nullptr);
-    }
+    });
     CHECK_CUDA(cudaGetLastError());
     // the two-kernel path
     ls_gemv_ex(dy2.p, dW.p, dx.p, bp, 1, n, k, 0, nwp, eps, 0, nullptr);
@@ -1319,6 +1313,31 @@ static void bench_gemv(const gemv_shape &s, int T, FILE *csv)
     fflush(stdout);
 }
 
+// one Llama-8B layer's decode attention state for the benches: a cache of max_ctx positions
+// (random bf16), the split's workspace, the position ctx - 1 and the RoPE frequencies
+struct decode_state {
+    static constexpr int hq = 32, hkv = 8, hd = 128;
+    const int max_ctx, nsplit;
+    dev<uint16_t> kc, vc;
+    dev<float> ws, inv;
+    dev<int> pos;
+    decode_state(int ctx, int max_ctx_)
+        : max_ctx(max_ctx_), nsplit(ls_attention_decode_splits(hq, hkv, max_ctx_)),
+          kc((size_t)hkv * max_ctx_ * hd), vc((size_t)hkv * max_ctx_ * hd),
+          ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1), inv(hd / 2), pos(1)
+    {
+        CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
+        int p = ctx - 1;
+        pos.up(&p);
+        std::vector<float> f(hd / 2);
+        for (int i = 0; i < hd / 2; i++) f[i] = powf(500000.0f, -2.0f * i / hd);
+        inv.up(f);
+        fill_bf16<<<2048, 256>>>(kc.p, kc.n, 3);
+        fill_bf16<<<2048, 256>>>(vc.p, vc.n, 4);
+        CHECK_CUDA(cudaDeviceSynchronize());
+    }
+};
+
 // the small kernels between the QKV and O projections of one Llama-8B decode layer (RoPE + KV
 // write, attention), back to back with PDL as in the decode graph: per-layer latency at context
 // ctx
@@ -1328,22 +1347,13 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
     if (chunk) ls_attention_set_decode_shape(chunk, wide, &old_chunk, &old_wide);
     // the cache of a short-context run (2048, the kernel's wide-iteration form) or just the
     // context (its long-context form)
-    const int hq = 32, hkv = 8, hd = 128, max_ctx = ctx < 2048 ? 2048 : ctx;
+    decode_state st(ctx, ctx < 2048 ? 2048 : ctx);
+    const int hq = st.hq, hkv = st.hkv, hd = st.hd, max_ctx = st.max_ctx, nsplit = st.nsplit;
     const int stride = (hq + 2 * hkv) * hd;
-    const size_t csz = (size_t)hkv * max_ctx * hd;
-    dev<uint16_t> kc(csz), vc(csz);
-    dev<float> qkv(stride), out((size_t)hq * hd), inv(hd / 2);
-    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
-    CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
-    dev<int> pos(1);
-    int p = ctx - 1;
-    pos.up(&p);
-    std::vector<float> f(hd / 2);
-    for (int i = 0; i < hd / 2; i++) f[i] = powf(500000.0f, -2.0f * i / hd);
-    inv.up(f);
-    fill_bf16<<<2048, 256>>>(kc.p, csz, 3);
-    fill_bf16<<<2048, 256>>>(vc.p, csz, 4);
+    dev<uint16_t> &kc = st.kc, &vc = st.vc;
+    dev<float> &ws = st.ws, &inv = st.inv;
+    dev<int> &pos = st.pos;
+    dev<float> qkv(stride), out((size_t)hq * hd);
     fill_f32<<<64, 256>>>(qkv.p, qkv.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
     auto rope = [&] {
@@ -1380,25 +1390,17 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
 // what each kernel costs in the chain (results wrong): no RoPE, no attention, neither.
 static void bench_layer_chain(int ctx)
 {
-    const int hq = 32, hkv = 8, hd = 128, D = 4096, F = 14336, max_ctx = 2048, L = 8;
+    decode_state st(ctx, 2048);
+    const int hq = st.hq, hkv = st.hkv, hd = st.hd, max_ctx = st.max_ctx, nsplit = st.nsplit;
+    const int D = 4096, F = 14336, L = 8;
     const int nqkv = (hq + 2 * hkv) * hd;
     const size_t per = (size_t)nqkv * D + (size_t)D * hq * hd + (size_t)2 * F * D + (size_t)D * F;
     dev<uint16_t> W(per * L);
     fill_bf16<<<4096, 256>>>(W.p, W.n, 11);
-    const size_t csz = (size_t)hkv * max_ctx * hd;
-    dev<uint16_t> kc(csz), vc(csz);
-    dev<float> x(D), nw(D), qkv(nqkv), att((size_t)hq * hd), gu(2 * F), inv(hd / 2);
-    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
-    CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
-    dev<int> pos(1);
-    int p = ctx - 1;
-    pos.up(&p);
-    std::vector<float> f(hd / 2);
-    for (int i = 0; i < hd / 2; i++) f[i] = powf(500000.0f, -2.0f * i / hd);
-    inv.up(f);
-    fill_bf16<<<2048, 256>>>(kc.p, csz, 3);
-    fill_bf16<<<2048, 256>>>(vc.p, csz, 4);
+    dev<uint16_t> &kc = st.kc, &vc = st.vc;
+    dev<float> &ws = st.ws, &inv = st.inv;
+    dev<int> &pos = st.pos;
+    dev<float> x(D), nw(D), qkv(nqkv), att((size_t)hq * hd), gu(2 * F);
     fill_f32<<<64, 256>>>(x.p, x.n, 5);
     fill_f32<<<64, 256>>>(nw.p, nw.n, 6);
     CHECK_CUDA(cudaDeviceSynchronize());
