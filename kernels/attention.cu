@@ -49,6 +49,26 @@
 
 namespace cg = cooperative_groups;
 
+// Clusters exist from sm_90 on; the host launches clusters only on devices that have them, so on
+// older targets these are never reached
+static __device__ __forceinline__ void cluster_sync()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::this_cluster().sync();
+#endif
+}
+
+// the same variable in the shared memory of the cluster's block `rank`
+static __device__ __forceinline__ const float *cluster_peer(const float *p, int rank)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cg::this_cluster().map_shared_rank(p, rank);
+#else
+    (void)rank;
+    return p;
+#endif
+}
+
 static __device__ __forceinline__ float bf16_lo(uint32_t w)
 {
     return __uint_as_float(w << 16);
@@ -147,8 +167,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     // barriers are kept)
     if (p_begin >= n) {
         if (cm && (int)blockIdx.x < cluster) {
-            cg::this_cluster().sync();
-            cg::this_cluster().sync();
+            cluster_sync();
+            cluster_sync();
         }
         return;
     }
@@ -286,14 +306,13 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     if (cm) {
         // the first chunk's block merges the cluster's live chunks in chunk order, reading their
         // shared memory; the second barrier keeps every block (and its shared memory) until then
-        cg::cluster_group cl = cg::this_cluster();
-        cl.sync();
+        cluster_sync();
         if (blockIdx.x == 0) {
             __shared__ float sm_sc[GM][ATT_CLUSTER], sm_sl[GM][ATT_CLUSTER], sm_L[GM];
             for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
                 const int g = i / live, s = i - g * live;
-                sm_sc[g][s] = *cl.map_shared_rank(&sm_cm[g], s);
-                sm_sl[g][s] = *cl.map_shared_rank(&sm_cl[g], s);
+                sm_sc[g][s] = *cluster_peer(&sm_cm[g], s);
+                sm_sl[g][s] = *cluster_peer(&sm_cl[g], s);
             }
             __syncthreads();
             if ((int)threadIdx.x < gb) {
@@ -312,11 +331,11 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
                 const int g = i / hd, d = i - g * hd;
                 float O = 0.0f;
                 for (int s = 0; s < live; s++)
-                    O = fmaf(*cl.map_shared_rank(&sm_o[0][g][d], s), sm_sc[g][s], O);
+                    O = fmaf(*cluster_peer(&sm_o[0][g][d], s), sm_sc[g][s], O);
                 out[(size_t)(h0 + g) * hd + d] = O / sm_L[g];
             }
         }
-        cl.sync();
+        cluster_sync();
         return;
     }
 
@@ -583,6 +602,18 @@ extern "C" void ls_attention_set_decode_shape(int chunk, int wide, int *old_chun
     g_shape.wide = wide < 0 ? -1 : wide != 0;
 }
 
+// whether the current device launches thread-block clusters (sm_90 and later)
+static bool device_clusters(void)
+{
+    static signed char known[64]; // 0 unknown, 1 yes, -1 no
+    int dev, v = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    if (dev >= 0 && dev < 64 && known[dev]) return known[dev] > 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, dev));
+    if (dev >= 0 && dev < 64) known[dev] = v ? 1 : -1;
+    return v != 0;
+}
+
 static int device_sms(void)
 {
     int dev, sms;
@@ -664,7 +695,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off
     shape_from_env();
-    const int cluster = nsplit > 1 && g_shape.cluster ? ATT_CLUSTER : 0;
+    const int cluster = nsplit > 1 && g_shape.cluster && device_clusters() ? ATT_CLUSTER : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)(hkv * ((group + gm - 1) / gm)));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;

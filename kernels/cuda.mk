@@ -15,7 +15,15 @@ endif
 # build compiles the lab (it includes the kernel sources), so a change there cannot break it
 EXTRA_DIST += kernels/lab/README.md kernels/lab/run.sh kernels/lab/gemv_lab.cu
 if HAVE_CUDA
-check_DATA = kernels/lab/gemv_lab.built
+# ... and the attention kernels for sm_80 too (--with-cuda-arch=sm_80 is offered; they use
+# thread-block clusters where the device has them)
+check_DATA = kernels/attention.sm80.o
+CLEANFILES += kernels/attention.sm80.o
+kernels/attention.sm80.o: $(top_srcdir)/kernels/attention.cu $(top_srcdir)/kernels/attention.h $(top_srcdir)/kernels/pdl.cuh
+	@$(MKDIR_P) kernels
+	$(AM_V_GEN)$(NVCC) $(subst $(CUDA_ARCH_FLAGS),,$(NVCC_FLAGS)) -gencode=arch=compute_80,code=sm_80 \
+		-I$(top_srcdir) -I$(top_srcdir)/kernels -I$(top_builddir) $(CUDA_CFLAGS) -c $< -o $@
+check_DATA += kernels/lab/gemv_lab.built
 CLEANFILES += kernels/lab/gemv_lab.built
 kernels/lab/gemv_lab.built: $(top_srcdir)/kernels/lab/gemv_lab.cu $(liblockstep_a_SOURCES)
 	@$(MKDIR_P) kernels/lab
