@@ -561,7 +561,8 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // The decode split's shape, read from the environment once (so that the split count and the
 // kernels agree): positions per chunk at least ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK (8 .. 4096)
 // for experiments; LOCKSTEP_ATT_WIDE=0|1 forces the kernel's short-context (wide-iteration) form
-// off or on (-1, the default: by the cache length). ls_attention_set_decode_shape overrides both.
+// off or on (-1, the default: by the cache length); ls_attention_set_decode_shape overrides
+// both. LOCKSTEP_ATT_CLUSTER=0 turns the cluster merge off (ls_attention_set_cluster).
 static struct {
     int read, min_chunk, wide, cluster;
 } g_shape = {0, ATT_MIN_CHUNK, -1, 1};
@@ -693,8 +694,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                               : pick_decode_g<32>(gm, wide);
     cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
-    // nsplit lie past the context) unless turned off
-    shape_from_env();
+    // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
     const int cluster = nsplit > 1 && g_shape.cluster && device_clusters() ? ATT_CLUSTER : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)(hkv * ((group + gm - 1) / gm)));

@@ -780,6 +780,14 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     return true;
 }
 
+// the fast kernels' conditions: whole 16-byte chunks per row, 16-byte aligned W, x and norm
+// weights, and one position's x within the staged-x kernel's shared memory
+static bool fast_path(const uint16_t *W, const float *x, const float *nw, int k, size_t smem_max)
+{
+    return k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
+           (!nw || ((uintptr_t)nw & 15) == 0) && gemv_smem(1, k, 1024) <= smem_max;
+}
+
 static void gemv_launch(float *y, const uint16_t *W, const float *x, const float *bias, int T,
                         int n, int k, bool swiglu, const float *nw, float eps, int accumulate,
                         void *stream)
@@ -794,9 +802,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
     const int acc = accumulate != 0;
     // dynamic shared memory a block may take: the opt-in limit less the static block sums
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    bool fast = k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
-                (!nw || ((uintptr_t)nw & 15) == 0) && gemv_smem(1, k, 1024) <= smem_max;
-    if (!fast) {
+    if (!fast_path(W, x, nw, k, smem_max)) {
         pdl_launch(gemv_generic_kernel, (unsigned)((n + 7) / 8), 256u, (size_t)0, s, y, W, x, bias,
                    T, n, k, (int)swiglu, nw, eps, acc);
         return;
@@ -872,9 +878,7 @@ extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, c
     struct dev_info di = dev_info_get(&dev);
     shapes_from_env();
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    const bool fast = k % 8 == 0 && ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 &&
-                      (!norm_w || ((uintptr_t)norm_w & 15) == 0) && (hd & (hd - 1)) == 0;
-    if (fast && g_xreg) {
+    if (fast_path(W, x, norm_w, k, smem_max) && (hd & (hd - 1)) == 0 && g_xreg) {
         int sh = 0;
         while ((1 << sh) < hd) sh++;
         const gemv_rope rp = {kcache,          vcache, pos,     inv_freq,        hq * hd,

@@ -109,7 +109,20 @@ static void cpu_matmul_residual(float *x, const float *in, const void *W, int T,
 
 static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
                         const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
-                        int interleaved, const float *q_norm, const float *k_norm, float eps);
+                        int interleaved, const float *q_norm, const float *k_norm, float eps)
+{
+    (void)max_ctx;
+    for (int t = 0; t < T; t++) {
+        float *q = qkv + (size_t)t * stride, *k = q + (size_t)hq * hd, *v = k + (size_t)hkv * hd;
+        if (q_norm) ref_rmsnorm(q, q, q_norm, hq, hd, eps);
+        if (k_norm) ref_rmsnorm(k, k, k_norm, hkv, hd, eps);
+        ref_rope(q, &pos[t], 1, hq, hd, inv_freq, interleaved);
+        ref_rope(k, &pos[t], 1, hkv, hd, inv_freq, interleaved);
+        size_t row = (size_t)pos[t] * hkv * hd;
+        memcpy((float *)kc + row, k, (size_t)hkv * hd * sizeof(float));
+        memcpy((float *)vc + row, v, (size_t)hkv * hd * sizeof(float));
+    }
+}
 
 /* composed: the engine's fused sequence is the same calls on the CPU */
 static void cpu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps,
@@ -124,23 +137,6 @@ static void cpu_matmul_rope_kv(float *qkv, const float *x, const float *nw, floa
         ref_matmul(qkv, x, W, bias, 1, k, n);
     cpu_rope_kv(qkv, n, kc, vc, pos, inv_freq, 1, hq, hkv, hd, max_ctx, interleaved, NULL, NULL,
                 0.0f);
-}
-
-static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
-                        const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
-                        int interleaved, const float *q_norm, const float *k_norm, float eps)
-{
-    (void)max_ctx;
-    for (int t = 0; t < T; t++) {
-        float *q = qkv + (size_t)t * stride, *k = q + (size_t)hq * hd, *v = k + (size_t)hkv * hd;
-        if (q_norm) ref_rmsnorm(q, q, q_norm, hq, hd, eps);
-        if (k_norm) ref_rmsnorm(k, k, k_norm, hkv, hd, eps);
-        ref_rope(q, &pos[t], 1, hq, hd, inv_freq, interleaved);
-        ref_rope(k, &pos[t], 1, hkv, hd, inv_freq, interleaved);
-        size_t row = (size_t)pos[t] * hkv * hd;
-        memcpy((float *)kc + row, k, (size_t)hkv * hd * sizeof(float));
-        memcpy((float *)vc + row, v, (size_t)hkv * hd * sizeof(float));
-    }
 }
 
 static void cpu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
