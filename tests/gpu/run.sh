@@ -244,6 +244,7 @@ stage_longctx() {
 
 # decode of the 8B shape under each setting of AB (space-separated VAR=value, '-' for none), at
 # TP=1 and, with 2 GPUs, TP=2 with the custom all-reduce: an A/B of a switch in one call
+# (AB_PROMPT, AB_GEN: the prompt and generated lengths, 128 and 256 unless set)
 stage_ab() {
     local v tp n x kv a
     n=$(ngpus)
@@ -260,7 +261,8 @@ stage_ab() {
             (
                 [ "$v" != - ] && for a in "${kv[@]}"; do export "${a?}"; done
                 mpi "${x[@]}" -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b \
-                    --prompt-len 128 --gen 256 --json "$OUT/ab-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
+                    --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" \
+                    --json "$OUT/ab-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
                     grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
             )
             echo
