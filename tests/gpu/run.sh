@@ -181,8 +181,8 @@ PY
 # kernels (NCU_KERNELS, a name regex) after NCU_SKIP (the 3-token prefill's 129 GEMVs), each replayed alone
 # for its counters (so no PDL overlap: durations are isolated ones), with the speed-of-light,
 # warp-state and launch sections, as CSV; the step watchdog off (each kernel is replayed many
-# times). Its one run so far (eighth session, call 1, 200 kernels unfiltered) printed nothing
-# within 90 s: give it a few minutes, or fewer kernels.
+# times). NCU_COUNT=15 (three layers' five kernels) took 22 s in the ninth session; the default
+# 161 (all 32 layers) a few minutes.
 stage_ncu() {
     local ncu
     ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
