@@ -244,12 +244,13 @@ stage_longctx() {
 
 # decode of the 8B shape under each setting of AB (space-separated VAR=value, '-' for none), at
 # TP=1 and, with 2 GPUs, TP=2 with the custom all-reduce: an A/B of a switch in one call
-# (AB_PROMPT, AB_GEN: the prompt and generated lengths, 128 and 256 unless set)
+# (AB_PROMPT, AB_GEN: the prompt and generated lengths, 128 and 256 unless set; AB_MODEL: another
+# --dummy preset, e.g. llama-3.1-70b with AB_TP=2; AB_TP: the TP degrees, "1 2" unless set)
 stage_ab() {
     local v tp n x kv a
     n=$(ngpus)
     for v in ${AB:--}; do
-        for tp in 1 2; do
+        for tp in ${AB_TP:-1 2}; do
             [ "$tp" -gt "$n" ] && continue
             echo -n "TP=$tp $v: "
             # v: - (defaults) or VAR=val[,VAR=val...]
@@ -260,9 +261,9 @@ stage_ab() {
             fi
             (
                 [ "$v" != - ] && for a in "${kv[@]}"; do export "${a?}"; done
-                mpi "${x[@]}" -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b \
+                mpi "${x[@]}" -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy "${AB_MODEL:-llama-3.1-8b}" \
                     --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" \
-                    --json "$OUT/ab-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
+                    --json "$OUT/ab-${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
                     grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
             )
             echo
