@@ -183,7 +183,7 @@ PY
 # warp-state and launch sections, as CSV; the step watchdog off (each kernel is replayed many
 # times). NCU_COUNT=15 (three layers' five kernels) took 22 s in the ninth session; the default
 # 161 (all 32 layers) a few minutes.
-# The cache holds NCU_CTX positions (384, as `bench --prompt-len 128 --gen 256` sizes it, so the
+# The cache holds NCU_CTX positions (401, as `bench --prompt-len 128 --gen 256` sizes it, so the
 # attention takes the form the bench runs; the ninth session's run had 4096, the long-context
 # form).
 stage_ncu() {
@@ -195,7 +195,7 @@ stage_ncu() {
         --launch-count "${NCU_COUNT:-161}" --section SpeedOfLight --section WarpStateStats \
         --section LaunchStats --csv --page details \
         build-gpu/lockstep generate --gpu --dummy llama-3.1-8b --prompt-ids 1,2,3 -n 3 --quiet \
-        --max-context "${NCU_CTX:-384}" >"$OUT/ncu.csv" || return 1
+        --max-context "${NCU_CTX:-401}" >"$OUT/ncu.csv" || return 1
     wc -l "$OUT/ncu.csv"
 }
 
