@@ -245,10 +245,10 @@ stage_longctx() {
         --json "$OUT/bench-8b-tp2-4k.json"
 }
 
-# decode of the 8B shape under each setting of AB (space-separated VAR=value, '-' for none), at
-# TP=1 and, with 2 GPUs, TP=2 with the custom all-reduce: an A/B of a switch in one call
-# (AB_PROMPT, AB_GEN: the prompt and generated lengths, 128 and 256 unless set; AB_MODEL: another
-# --dummy preset, e.g. llama-3.1-70b with AB_TP=2; AB_TP: the TP degrees, "1 2" unless set)
+# decode under each setting of AB (space-separated VAR=value, '-' for none), at each TP degree of
+# AB_TP ("1 2"; those above the GPU count skipped) with the custom all-reduce: an A/B of a switch
+# in one call. AB_MODEL: the --dummy preset (llama-3.1-8b; e.g. llama-3.1-70b with AB_TP=2);
+# AB_PROMPT, AB_GEN: the prompt and generated lengths (128, 256)
 stage_ab() {
     local v tp n x kv a
     n=$(ngpus)
