@@ -355,9 +355,17 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // warp (g, slot) takes columns slot, slot + slots, ... (CM at most) of rows g, g + G, ... The
 // block still reads whole rows in order (G rows per step), which the lab measured as fast as one
 // contiguous range per warp. Each (row, warp) sum goes to shared memory; after one barrier the
-// row's slots are added in slot order (fixed, so results are reproducible). NORM: the block
-// first reduces the sum of squares (one barrier). U row-batches of CM loads each in flight.
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP>
+// row's slots are added in slot order (fixed, so results are reproducible). U row-batches of CM
+// loads each in flight.
+// NORM: rmsnorm(x) * nw = scale * (x * nw), so the products take x * nw and the scale multiplies
+// each row's sum in the epilogue; the sum of squares comes from the x that the warps of row
+// group 0 load anyway (every input once), added in slot order after the barrier the epilogue
+// has anyway. (Until the tenth session the block first reduced the sum of squares over x loaded
+// for it, and scaled x: an L2 round trip and a barrier more between the wait and the first
+// product; 8B TP=1 decode 4.136 -> 4.057 ms without them.)
+// YP (with ACC): each thread loads the y it adds to right after the wait, with x, so the
+// epilogue has no dependent load (LOCKSTEP_GEMV_YPRE=0: loaded in the epilogue).
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool YP = false>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
@@ -417,6 +425,8 @@ static __global__ void __launch_bounds__(NT, 1)
         }
     }
     pdl_wait();
+    float yr = 0.0f; // YP: y[r0 + threadIdx.x], the residual this thread adds to
+    if (YP && (int)threadIdx.x < rows) yr = y[r0 + threadIdx.x];
     const int my_rows = active && g < rows ? (rows - g + G - 1) / G : 0;
     uint4 cur[U][CM]; // TR: batch b while b + 1 is in flight
     if (TR) {
@@ -427,24 +437,7 @@ static __global__ void __launch_bounds__(NT, 1)
         if (U < my_rows) load(next, U);
     }
 
-    float scale = 1.0f;
-    if (NORM) {
-        const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        float ss = 0.0f;
-        for (int i = threadIdx.x; i < (k >> 2); i += NT) {
-            const float4 v = x4[i];
-            ss = fmaf(v.x, v.x, ss);
-            ss = fmaf(v.y, v.y, ss);
-            ss = fmaf(v.z, v.z, ss);
-            ss = fmaf(v.w, v.w, ss);
-        }
-        ss = warp_sum(ss);
-        if (lane == 0) red[warp] = ss;
-        __syncthreads();
-        float t = 0.0f;
-        for (int i = 0; i < NW; i++) t += red[i];
-        scale = 1.0f / sqrtf(t / (float)k + eps);
-    }
+    float ss = 0.0f; // NORM: this lane's share of the sum of squares
     // the x of this lane's chunks: 8 consecutive inputs each
     float4 xa[CM], xb[CM];
 #pragma unroll
@@ -464,11 +457,14 @@ static __global__ void __launch_bounds__(NT, 1)
             xb[j] = x4[2 * q[j] + 1];
             if (NORM) {
                 const float4 *w4 = reinterpret_cast<const float4 *>(nw);
-                const float4 wa = w4[2 * q[j]], wb = w4[2 * q[j] + 1];
-                xa[j] = make_float4((xa[j].x * scale) * wa.x, (xa[j].y * scale) * wa.y,
-                                    (xa[j].z * scale) * wa.z, (xa[j].w * scale) * wa.w);
-                xb[j] = make_float4((xb[j].x * scale) * wb.x, (xb[j].y * scale) * wb.y,
-                                    (xb[j].z * scale) * wb.z, (xb[j].w * scale) * wb.w);
+                const float4 a = xa[j], b = xb[j], wa = w4[2 * q[j]], wb = w4[2 * q[j] + 1];
+                if (g == 0) {
+                    ss = fmaf(a.x, a.x, ss), ss = fmaf(a.y, a.y, ss), ss = fmaf(a.z, a.z, ss);
+                    ss = fmaf(a.w, a.w, ss), ss = fmaf(b.x, b.x, ss), ss = fmaf(b.y, b.y, ss);
+                    ss = fmaf(b.z, b.z, ss), ss = fmaf(b.w, b.w, ss);
+                }
+                xa[j] = make_float4(a.x * wa.x, a.y * wa.y, a.z * wa.z, a.w * wa.w);
+                xb[j] = make_float4(b.x * wb.x, b.y * wb.y, b.z * wb.z, b.w * wb.w);
             }
         }
     }
@@ -513,7 +509,17 @@ static __global__ void __launch_bounds__(NT, 1)
             }
         }
     }
+    if (NORM) {
+        ss = warp_sum(ss);
+        if (g == 0 && lane == 0) red[slot] = ss;
+    }
     __syncthreads();
+    float scale = 1.0f;
+    if (NORM) {
+        float t = 0.0f;
+        for (int c = 0; c < slots; c++) t += red[c];
+        scale = 1.0f / sqrtf(t / (float)k + eps);
+    }
     if constexpr (RP) {
         const int p = rp.pos[0], hd = 1 << rp.hd_shift;
         const bool store = p >= 0 && p < rp.max_ctx;
@@ -522,6 +528,10 @@ static __global__ void __launch_bounds__(NT, 1)
             float v0 = 0.0f, v1 = 0.0f;
             for (int c = 0; c < slots; c++) v0 += psum[2 * t * ps + c];
             for (int c = 0; c < slots; c++) v1 += psum[(2 * t + 1) * ps + c];
+            if (NORM) { // never contracted with the bias: equal to the plain form's
+                v0 = __fmul_rn(v0, scale);
+                v1 = __fmul_rn(v1, scale);
+            }
             v0 += bias ? bias[i0] : 0.0f;
             v1 += bias ? bias[i1] : 0.0f;
             const int base = l & ~(hd - 1); // the head's first row
@@ -547,9 +557,11 @@ static __global__ void __launch_bounds__(NT, 1)
         for (int r = threadIdx.x; r < rows; r += NT) {
             float sum = 0.0f;
             for (int c = 0; c < slots; c++) sum += psum[r * ps + c];
+            if (NORM) sum = __fmul_rn(sum, scale);
             const float b = bias ? bias[r0 + r] : 0.0f;
             float *yp = y + r0 + r;
-            *yp = ACC ? *yp + (sum + b) : sum + b;
+            const float prev = !ACC ? 0.0f : YP && r == (int)threadIdx.x ? yr : *yp;
+            *yp = ACC ? prev + (sum + b) : sum + b;
         }
     }
 }
@@ -663,6 +675,9 @@ static int g_shapes_set;
 // 4.252 ms at TP=1, 2.856 at TP=2), 2 (1024 threads, one batch: 4.283 / 2.852), 1 (512
 // threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
+// the column-resident kernel's y += : 1 (the default) y loaded right after the wait, 0
+// (LOCKSTEP_GEMV_YPRE=0) in the epilogue
+static int g_ypre = 1;
 
 static void shapes_from_env(void)
 {
@@ -670,6 +685,8 @@ static void shapes_from_env(void)
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
     if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
+    const char *yp = getenv("LOCKSTEP_GEMV_YPRE");
+    if (yp && (yp[0] == '0' || yp[0] == '1') && !yp[1]) g_ypre = yp[0] - '0';
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
@@ -728,11 +745,12 @@ static void set_smem_attr(const void *fn, int dev, int optin)
 // flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
 // with 8 loads (up to 128 registers; LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4 (64
 // registers, CM <= 2; 2, and 3, the default, with TR: two batches in flight)
-// [input form][output: 0 y =, 1 y +=, 2 y = with RoPE and the cache store (plain or norm input)]
+// [input form][output: 0 y =, 1 y +=, 2 y = with RoPE and the cache store (plain or norm input),
+// 3 y += with y loaded in the epilogue (LOCKSTEP_GEMV_YPRE=0)]
 typedef void (*xreg_fn)(float *, const uint4 *, const float *, const float *, int, int,
                         const float *, float, const gemv_rope);
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
-    xreg_fn f[3][3];
+    xreg_fn f[3][4];
 };
 
 template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
@@ -740,13 +758,16 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
     constexpr int U = L / CM;
     static const xreg_fns<NT, L, CM, TR> t = {
         {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false, true>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false, true>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr}}};
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false, true>, nullptr,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>}}};
     return t;
 }
 
@@ -761,6 +782,7 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
+    const int out = acc == 1 && !g_ypre ? 3 : acc;
     const int units = acc == 2 ? n / 2 : n; // rows, or pairs of rows
     const int grid = units < di.sms ? units : di.sms;
     const int rows = (acc == 2 ? 2 : 1) * ((units + grid - 1) / grid);
@@ -768,12 +790,12 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
-    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
-                                                      : xreg_table<1024, 4, 1>().f[in][acc])
-                                       : xreg_table<1024, 4, 2>().f[in][acc])
-                 : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
-                 : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
-                            : xreg_table<512, 8, 4>().f[in][acc];
+    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][out]
+                                                      : xreg_table<1024, 4, 1>().f[in][out])
+                                       : xreg_table<1024, 4, 2>().f[in][out])
+                 : cm == 1  ? xreg_table<512, 8, 1>().f[in][out]
+                 : cm == 2  ? xreg_table<512, 8, 2>().f[in][out]
+                            : xreg_table<512, 8, 4>().f[in][out];
     set_smem_attr((const void *)fn, dev, di.smem_optin);
     pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
                eps, rp);
@@ -914,6 +936,14 @@ extern "C" int ls_gemv_set_xreg(int on)
     shapes_from_env();
     const int old = g_xreg;
     g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
+    return old;
+}
+
+extern "C" int ls_gemv_set_ypre(int on)
+{
+    shapes_from_env();
+    const int old = g_ypre;
+    g_ypre = on != 0;
     return old;
 }
 
