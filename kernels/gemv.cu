@@ -363,9 +363,7 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // has anyway. (Until the tenth session the block first reduced the sum of squares over x loaded
 // for it, and scaled x: an L2 round trip and a barrier more between the wait and the first
 // product; 8B TP=1 decode 4.136 -> 4.057 ms without them.)
-// YP (with ACC): each thread loads the y it adds to right after the wait, with x, so the
-// epilogue has no dependent load (LOCKSTEP_GEMV_YPRE=0: loaded in the epilogue).
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool YP = false>
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
@@ -425,8 +423,6 @@ static __global__ void __launch_bounds__(NT, 1)
         }
     }
     pdl_wait();
-    float yr = 0.0f; // YP: y[r0 + threadIdx.x], the residual this thread adds to
-    if (YP && (int)threadIdx.x < rows) yr = y[r0 + threadIdx.x];
     const int my_rows = active && g < rows ? (rows - g + G - 1) / G : 0;
     uint4 cur[U][CM]; // TR: batch b while b + 1 is in flight
     if (TR) {
@@ -560,8 +556,7 @@ static __global__ void __launch_bounds__(NT, 1)
             if (NORM) sum = __fmul_rn(sum, scale);
             const float b = bias ? bias[r0 + r] : 0.0f;
             float *yp = y + r0 + r;
-            const float prev = !ACC ? 0.0f : YP && r == (int)threadIdx.x ? yr : *yp;
-            *yp = ACC ? prev + (sum + b) : sum + b;
+            *yp = ACC ? *yp + (sum + b) : sum + b;
         }
     }
 }
@@ -675,9 +670,6 @@ static int g_shapes_set;
 // 4.252 ms at TP=1, 2.856 at TP=2), 2 (1024 threads, one batch: 4.283 / 2.852), 1 (512
 // threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
-// the column-resident kernel's y += : 1 (the default) y loaded right after the wait, 0
-// (LOCKSTEP_GEMV_YPRE=0) in the epilogue
-static int g_ypre = 1;
 
 static void shapes_from_env(void)
 {
@@ -685,8 +677,6 @@ static void shapes_from_env(void)
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
     if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
-    const char *yp = getenv("LOCKSTEP_GEMV_YPRE");
-    if (yp && (yp[0] == '0' || yp[0] == '1') && !yp[1]) g_ypre = yp[0] - '0';
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
@@ -745,12 +735,11 @@ static void set_smem_attr(const void *fn, int dev, int optin)
 // flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
 // with 8 loads (up to 128 registers; LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4 (64
 // registers, CM <= 2; 2, and 3, the default, with TR: two batches in flight)
-// [input form][output: 0 y =, 1 y +=, 2 y = with RoPE and the cache store (plain or norm input),
-// 3 y += with y loaded in the epilogue (LOCKSTEP_GEMV_YPRE=0)]
+// [input form][output: 0 y =, 1 y +=, 2 y = with RoPE and the cache store (plain or norm input)]
 typedef void (*xreg_fn)(float *, const uint4 *, const float *, const float *, int, int,
                         const float *, float, const gemv_rope);
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
-    xreg_fn f[3][4];
+    xreg_fn f[3][3];
 };
 
 template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
@@ -758,16 +747,13 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
     constexpr int U = L / CM;
     static const xreg_fns<NT, L, CM, TR> t = {
         {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false, true>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false>},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false, true>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false, true>, nullptr,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>}}};
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr}}};
     return t;
 }
 
@@ -782,7 +768,6 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
-    const int out = acc == 1 && !g_ypre ? 3 : acc;
     const int units = acc == 2 ? n / 2 : n; // rows, or pairs of rows
     const int grid = units < di.sms ? units : di.sms;
     const int rows = (acc == 2 ? 2 : 1) * ((units + grid - 1) / grid);
@@ -790,12 +775,12 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
-    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][out]
-                                                      : xreg_table<1024, 4, 1>().f[in][out])
-                                       : xreg_table<1024, 4, 2>().f[in][out])
-                 : cm == 1  ? xreg_table<512, 8, 1>().f[in][out]
-                 : cm == 2  ? xreg_table<512, 8, 2>().f[in][out]
-                            : xreg_table<512, 8, 4>().f[in][out];
+    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
+                                                      : xreg_table<1024, 4, 1>().f[in][acc])
+                                       : xreg_table<1024, 4, 2>().f[in][acc])
+                 : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
+                 : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
+                            : xreg_table<512, 8, 4>().f[in][acc];
     set_smem_attr((const void *)fn, dev, di.smem_optin);
     pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
                eps, rp);
@@ -936,14 +921,6 @@ extern "C" int ls_gemv_set_xreg(int on)
     shapes_from_env();
     const int old = g_xreg;
     g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
-    return old;
-}
-
-extern "C" int ls_gemv_set_ypre(int on)
-{
-    shapes_from_env();
-    const int old = g_ypre;
-    g_ypre = on != 0;
     return old;
 }
 

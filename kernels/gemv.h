@@ -64,11 +64,6 @@ const char *ls_gemv_set_shapes(int small, int medium, int large);
  * setting. */
 int ls_gemv_set_xreg(int on);
 
-/* The column-resident kernel's y += (the residual add at TP = 1): 1 (default) each block loads
- * its rows of y right after its wait, 0 (or LOCKSTEP_GEMV_YPRE=0) in its epilogue. Same results.
- * Returns the previous setting. */
-int ls_gemv_set_ypre(int on);
-
 /* Programmatic dependent launch for every kernel family of this project (default off; see
  * pdl.cuh): when on, a kernel may start while the previous one in the stream is finishing. A
  * GEMV issues its first weight loads (which depend on nothing) before it waits

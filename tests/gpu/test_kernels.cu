@@ -411,12 +411,7 @@ static void tests_gemv(void)
         test_gemv_fused(nm(""), 3000, 4096, 1, 2);
         test_gemv_fused(nm(" cm2"), 1000, 7168, 1, 3);
         test_gemv(nm(" cm4 falls back"), 600, 14336, 1, false, true);
-        // y += with y loaded in the epilogue (LOCKSTEP_GEMV_YPRE=0) and right after the wait
-        // (the default) where a block has more rows than threads
-        const int yp = ls_gemv_set_ypre(0);
-        test_gemv_fused(nm(" y in epilogue"), 3000, 4096, 1, 2);
-        test_gemv_fused(nm(" cm2 y in epilogue"), 1000, 7168, 1, 3);
-        ls_gemv_set_ypre(yp);
+        // y += where a block has more rows than threads
         test_gemv_fused(nm(" rows > threads"), 150000, 64, 1, 2);
         ls_gemv_set_xreg(xreg);
     }
