@@ -31,6 +31,7 @@
 // O += P V. Key tiles stop at the last query of the block.
 #include "config.h"
 #include "attention.h"
+#include "device.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
 
@@ -603,31 +604,11 @@ extern "C" void ls_attention_set_decode_shape(int chunk, int wide, int *old_chun
     g_shape.wide = wide < 0 ? -1 : wide != 0;
 }
 
-// whether the current device launches thread-block clusters (sm_90 and later)
-static bool device_clusters(void)
-{
-    static signed char known[64]; // 0 unknown, 1 yes, -1 no
-    int dev, v = 0;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    if (dev >= 0 && dev < 64 && known[dev]) return known[dev] > 0;
-    CHECK_CUDA(cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, dev));
-    if (dev >= 0 && dev < 64) known[dev] = v ? 1 : -1;
-    return v != 0;
-}
-
-static int device_sms(void)
-{
-    int dev, sms;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-}
-
 extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
 {
     if (hkv < 1 || hq < hkv || max_ctx < 1) return 1;
     int group = hq / hkv, blocks = hkv * ((group + ATT_MAX_G - 1) / ATT_MAX_G);
-    int want = (4 * device_sms() + blocks - 1) / blocks; // ~4 blocks per SM
+    int want = (4 * ls_device_get().sms + blocks - 1) / blocks; // ~4 blocks per SM
     const int mc = min_chunk();
     int most = (max_ctx + mc - 1) / mc;
     if (most > ATT_MAX_SPLIT) most = ATT_MAX_SPLIT;
@@ -695,7 +676,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
-    const int cluster = nsplit > 1 && g_shape.cluster && device_clusters() ? ATT_CLUSTER : 0;
+    const int cluster = nsplit > 1 && g_shape.cluster && ls_device_get().clusters ? ATT_CLUSTER : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)(hkv * ((group + gm - 1) / gm)));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;

@@ -3,6 +3,7 @@
 // loop with 4 independent loads per thread per iteration, XOR-folded so the compiler keeps them.
 #include "config.h"
 #include "bandwidth.h"
+#include "device.cuh"
 #include "runtime/check.h"
 
 #include <cuda_runtime.h>
@@ -56,9 +57,7 @@ static int cmp_float(const void *a, const void *b)
 
 extern "C" void ls_stream_read(const void *buf, size_t bytes, unsigned *sink, void *stream)
 {
-    int dev, sms;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = ls_device_get().sms;
     stream_read_kernel<<<sms * BW_BLOCKS_PER_SM, BW_THREADS, 0, (cudaStream_t)stream>>>(
         (const uint4 *)buf, bytes / 16, sink);
     CHECK_CUDA(cudaGetLastError());

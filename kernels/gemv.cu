@@ -29,6 +29,7 @@
 // written after it.
 #include "config.h"
 #include "gemv.h"
+#include "device.cuh"
 #include "pdl.cuh"
 #include "rope.h"
 #include "rope.cuh"
@@ -38,6 +39,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GEMV_MAX_T 8
 // static shared memory of the fast kernel at most: the norm's block sums, 32 warps x 8 positions
@@ -105,6 +107,11 @@ static __device__ __forceinline__ float silu_mul(float g, float u)
     return g / (1.0f + expf(-g)) * u;
 }
 
+template <bool FAST> static __device__ __forceinline__ float silu_mul_t(float g, float u)
+{
+    return FAST ? __fdividef(g, 1.0f + __expf(-g)) * u : silu_mul(g, u);
+}
+
 // acc += dot(8 bf16 weights, 8 fp32 inputs), in element order
 static __device__ __forceinline__ float dot8(uint4 w, float4 a, float4 b, float acc)
 {
@@ -147,6 +154,10 @@ static __device__ __forceinline__ void block_sums(float (&v)[T], float *red)
 // IN: the input's form (GEMV_IN_*), ACC: y += instead of y = (compile-time, so the plain kernel
 // carries no extra registers).
 enum { GEMV_IN_PLAIN, GEMV_IN_NORM, GEMV_IN_SWIGLU };
+// the column-resident kernel's SwiGLU input with __expf and __fdividef (LOCKSTEP_GEMV_SILU=fast,
+// an experiment: whether the ~20 instructions of each input's exact silu, every block doing all
+// k of them after its wait, cost time; the fast form has the same two MUFU operations)
+enum { GEMV_IN_SWIGLU_FAST = 3 };
 
 template <int NT, int MINB, int U, int T, int IN, bool ACC>
 static __global__ void __launch_bounds__(NT, MINB)
@@ -370,7 +381,8 @@ static __global__ void __launch_bounds__(NT, 1)
                      const float *__restrict__ nw, float eps, const gemv_rope rp)
 {
     constexpr int NW = NT / 32;
-    constexpr bool SWIGLU = IN == GEMV_IN_SWIGLU, NORM = IN == GEMV_IN_NORM;
+    constexpr bool FAST = IN == GEMV_IN_SWIGLU_FAST, SWIGLU = FAST || IN == GEMV_IN_SWIGLU,
+                   NORM = IN == GEMV_IN_NORM;
     // [rows][ps], ps = slots | 1: an odd stride, so the epilogue's lanes (a row each) read
     // distinct banks (an even one put 16 or 32 lanes on one bank)
     extern __shared__ float psum[];
@@ -444,10 +456,10 @@ static __global__ void __launch_bounds__(NT, 1)
         if (SWIGLU) {
             const float4 g0 = x4[2 * q[j]], g1 = x4[2 * q[j] + 1];
             const float4 u0 = x4[(k >> 2) + 2 * q[j]], u1 = x4[(k >> 2) + 2 * q[j] + 1];
-            xa[j] = make_float4(silu_mul(g0.x, u0.x), silu_mul(g0.y, u0.y), silu_mul(g0.z, u0.z),
-                                silu_mul(g0.w, u0.w));
-            xb[j] = make_float4(silu_mul(g1.x, u1.x), silu_mul(g1.y, u1.y), silu_mul(g1.z, u1.z),
-                                silu_mul(g1.w, u1.w));
+            xa[j] = make_float4(silu_mul_t<FAST>(g0.x, u0.x), silu_mul_t<FAST>(g0.y, u0.y),
+                                silu_mul_t<FAST>(g0.z, u0.z), silu_mul_t<FAST>(g0.w, u0.w));
+            xb[j] = make_float4(silu_mul_t<FAST>(g1.x, u1.x), silu_mul_t<FAST>(g1.y, u1.y),
+                                silu_mul_t<FAST>(g1.z, u1.z), silu_mul_t<FAST>(g1.w, u1.w));
         } else {
             xa[j] = x4[2 * q[j]];
             xb[j] = x4[2 * q[j] + 1];
@@ -531,20 +543,16 @@ static __global__ void __launch_bounds__(NT, 1)
             v0 += bias ? bias[i0] : 0.0f;
             v1 += bias ? bias[i1] : 0.0f;
             const int base = l & ~(hd - 1); // the head's first row
-            if (l < rp.qk_rows) {
+            const bool k_or_q = l < rp.qk_rows;
+            if (k_or_q) {
                 const float2 a = rcs[t];
                 rope_rotate(v0, v1, a.x, a.y);
-                if (l >= rp.q_rows && store) {
-                    uint16_t *kc =
-                        rp.kc + ((size_t)((base - rp.q_rows) >> rp.hd_shift) * rp.max_ctx + p) * hd;
-                    kc[i0 - base] = rope_bf16(v0);
-                    kc[i1 - base] = rope_bf16(v1);
-                }
-            } else if (store) {
-                uint16_t *vc =
-                    rp.vc + ((size_t)((base - rp.qk_rows) >> rp.hd_shift) * rp.max_ctx + p) * hd;
-                vc[i0 - base] = rope_bf16(v0);
-                vc[i1 - base] = rope_bf16(v1);
+            }
+            if (store && l >= rp.q_rows) { // a k or v head: this position's row of its cache
+                const int head = (base - (k_or_q ? rp.q_rows : rp.qk_rows)) >> rp.hd_shift;
+                uint16_t *row = (k_or_q ? rp.kc : rp.vc) + ((size_t)head * rp.max_ctx + p) * hd;
+                row[i0 - base] = rope_bf16(v0);
+                row[i1 - base] = rope_bf16(v1);
             }
             y[i0] = v0;
             y[i1] = v1;
@@ -595,27 +603,6 @@ static __global__ void gemv_generic_kernel(float *__restrict__ y, const uint16_t
             *yp = accumulate ? *yp + v : v;
         }
     }
-}
-
-struct dev_info {
-    int sms, smem_optin, smem_per_sm;
-};
-
-static struct dev_info dev_info_get(int *dev_out)
-{
-    static struct dev_info cache[64];
-    int dev;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    *dev_out = dev;
-    if (dev < 0 || dev >= 64) dev = 63;
-    if (cache[dev].sms == 0) {
-        CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].smem_optin,
-                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].sms, cudaDevAttrMultiProcessorCount, dev));
-        CHECK_CUDA(cudaDeviceGetAttribute(&cache[dev].smem_per_sm,
-                                          cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    }
-    return cache[dev];
 }
 
 // Launch shapes (kernels/lab/gemv_lab.cu times the alternatives). T > 1 keeps T accumulators
@@ -670,6 +657,7 @@ static int g_shapes_set;
 // 4.252 ms at TP=1, 2.856 at TP=2), 2 (1024 threads, one batch: 4.283 / 2.852), 1 (512
 // threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
+static int g_silu_fast; // LOCKSTEP_GEMV_SILU=fast: GEMV_IN_SWIGLU_FAST (experiment)
 
 static void shapes_from_env(void)
 {
@@ -677,6 +665,8 @@ static void shapes_from_env(void)
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
     if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
+    const char *sf = getenv("LOCKSTEP_GEMV_SILU");
+    if (sf) g_silu_fast = !strcmp(sf, "fast");
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&
@@ -735,11 +725,12 @@ static void set_smem_attr(const void *fn, int dev, int optin)
 // flight (U = L / CM row batches of CM columns), CM columns per warp (1, 2 or 4): 512 threads
 // with 8 loads (up to 128 registers; LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4 (64
 // registers, CM <= 2; 2, and 3, the default, with TR: two batches in flight)
-// [input form][output: 0 y =, 1 y +=, 2 y = with RoPE and the cache store (plain or norm input)]
+// [input form (GEMV_IN_*, GEMV_IN_SWIGLU_FAST)][output: 0 y =, 1 y +=, 2 y = with RoPE and the
+// cache store (plain or norm input)]
 typedef void (*xreg_fn)(float *, const uint4 *, const float *, const float *, int, int,
                         const float *, float, const gemv_rope);
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
-    xreg_fn f[3][3];
+    xreg_fn f[4][3];
 };
 
 template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
@@ -753,7 +744,9 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr}}};
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, false, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false>, nullptr}}};
     return t;
 }
 
@@ -761,13 +754,14 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
 // shape's limit, the per-row sums in shared memory); false: the caller takes another path
 // acc: 0 y =, 1 y +=, 2 RoPE and the cache store (rp; n even, whole pairs per block)
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
-                        int k, int in, int acc, const float *nw, float eps, const dev_info &di,
+                        int k, int in, int acc, const float *nw, float eps, const ls_device &di,
                         int dev, size_t smem_max, cudaStream_t s, const gemv_rope &rp = {})
 {
     const int nt = g_xreg >= 2 ? 1024 : 512;
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
+    if (in == GEMV_IN_SWIGLU && g_silu_fast) in = GEMV_IN_SWIGLU_FAST;
     const int units = acc == 2 ? n / 2 : n; // rows, or pairs of rows
     const int grid = units < di.sms ? units : di.sms;
     const int rows = (acc == 2 ? 2 : 1) * ((units + grid - 1) / grid);
@@ -801,8 +795,8 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
 {
     if (T < 1 || n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv", "T, n and k must be >= 1");
     cudaStream_t s = (cudaStream_t)stream;
-    int dev;
-    struct dev_info di = dev_info_get(&dev);
+    const ls_device di = ls_device_get();
+    const int dev = di.id;
     shapes_from_env();
     if (swiglu) nw = nullptr;
     const int in = swiglu ? GEMV_IN_SWIGLU : nw ? GEMV_IN_NORM : GEMV_IN_PLAIN;
@@ -881,8 +875,8 @@ extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, c
                "expected k >= 1, hq >= 1, hkv >= 1 and an even head_dim <= 256");
     const int n = (hq + 2 * hkv) * hd;
     cudaStream_t s = (cudaStream_t)stream;
-    int dev;
-    struct dev_info di = dev_info_get(&dev);
+    const ls_device di = ls_device_get();
+    const int dev = di.id;
     shapes_from_env();
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
     if (fast_path(W, x, norm_w, k, smem_max) && (hd & (hd - 1)) == 0 && g_xreg) {
@@ -921,6 +915,14 @@ extern "C" int ls_gemv_set_xreg(int on)
     shapes_from_env();
     const int old = g_xreg;
     g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
+    return old;
+}
+
+extern "C" int ls_gemv_set_silu_fast(int on)
+{
+    shapes_from_env();
+    const int old = g_silu_fast;
+    g_silu_fast = on != 0;
     return old;
 }
 

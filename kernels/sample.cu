@@ -22,6 +22,7 @@
 // block passes over k * SMs tokens.
 #include "config.h"
 #include "sample.h"
+#include "device.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
 
@@ -520,9 +521,7 @@ extern "C" int ls_sample_set_prefilter(int on)
 static int prefilter_blocks(int n, int top_k)
 {
     if (!g_prefilter || top_k <= 0 || n < 8192) return 0;
-    int dev, sms;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = ls_device_get().sms;
     long long most = (long long)n / (4LL * top_k);
     int b = most < sms ? (int)most : sms;
     return b >= 4 ? b : 0;
