@@ -154,9 +154,11 @@ static __device__ __forceinline__ void block_sums(float (&v)[T], float *red)
 // IN: the input's form (GEMV_IN_*), ACC: y += instead of y = (compile-time, so the plain kernel
 // carries no extra registers).
 enum { GEMV_IN_PLAIN, GEMV_IN_NORM, GEMV_IN_SWIGLU };
-// the column-resident kernel's SwiGLU input with __expf and __fdividef (LOCKSTEP_GEMV_SILU=fast,
-// an experiment: whether the ~20 instructions of each input's exact silu, every block doing all
-// k of them after its wait, cost time; the fast form has the same two MUFU operations)
+// the column-resident kernel's SwiGLU input with __expf and __fdividef (the default; ~1e-6
+// relative from the exact expression, LOCKSTEP_GEMV_SILU=exact): every block computes all k of
+// its inputs after its wait, and the exact silu's ~20 instructions each (the fast form has the
+// same two MUFU operations and a few FMULs) cost 8B TP=1 decode 0.05 ms (4.045 vs 3.996 ms in the
+// tenth session's call 5; TP=2, with half the inputs per lane, 2.756 vs 2.759)
 enum { GEMV_IN_SWIGLU_FAST = 3 };
 
 template <int NT, int MINB, int U, int T, int IN, bool ACC>
@@ -657,7 +659,7 @@ static int g_shapes_set;
 // 4.252 ms at TP=1, 2.856 at TP=2), 2 (1024 threads, one batch: 4.283 / 2.852), 1 (512
 // threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
-static int g_silu_fast; // LOCKSTEP_GEMV_SILU=fast: GEMV_IN_SWIGLU_FAST (experiment)
+static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 
 static void shapes_from_env(void)
 {
@@ -666,7 +668,7 @@ static void shapes_from_env(void)
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
     if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
-    if (sf) g_silu_fast = !strcmp(sf, "fast");
+    if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
     int a, b, c;
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && a >= 0 && b >= 0 && c >= 0 &&

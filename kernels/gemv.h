@@ -64,9 +64,9 @@ const char *ls_gemv_set_shapes(int small, int medium, int large);
  * setting. */
 int ls_gemv_set_xreg(int on);
 
-/* Experiment: the column-resident kernel's SwiGLU input with fast intrinsics (__expf,
- * __fdividef; ~1e-6 relative from the exact form) when on (or LOCKSTEP_GEMV_SILU=fast); default
- * off. Returns the previous setting. */
+/* The column-resident kernel's SwiGLU input: 1 (default) with fast intrinsics (__expf,
+ * __fdividef; ~1e-6 relative from the exact expression), 0 (or LOCKSTEP_GEMV_SILU=exact) the
+ * exact one, as every other path computes it. Returns the previous setting. */
 int ls_gemv_set_silu_fast(int on);
 
 /* Programmatic dependent launch for every kernel family of this project (default off; see

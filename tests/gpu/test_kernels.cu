@@ -413,11 +413,13 @@ static void tests_gemv(void)
         test_gemv(nm(" cm4 falls back"), 600, 14336, 1, false, true);
         // y += where a block has more rows than threads
         test_gemv_fused(nm(" rows > threads"), 150000, 64, 1, 2);
-        // the SwiGLU input with fast intrinsics (LOCKSTEP_GEMV_SILU=fast), g over a wide range
-        const int fast = ls_gemv_set_silu_fast(1);
-        test_gemv_fused(nm(" cm2 fast silu"), 1000, 7168, 1, 3);
-        test_gemv(nm(" fast silu"), 700, 4096, 1, false, true);
-        ls_gemv_set_silu_fast(fast);
+        // the SwiGLU input with fast intrinsics (the default) and exact (LOCKSTEP_GEMV_SILU=exact)
+        for (int fast = 1; fast >= 0; fast--) {
+            const int old = ls_gemv_set_silu_fast(fast);
+            test_gemv_fused(nm(fast ? " cm2 fast silu" : " cm2 exact silu"), 1000, 7168, 1, 3);
+            test_gemv(nm(fast ? " fast silu" : " exact silu"), 700, 4096, 1, false, true);
+            ls_gemv_set_silu_fast(old);
+        }
         ls_gemv_set_xreg(xreg);
     }
     // the staged-x kernel where the column-resident one would take the call
