@@ -183,6 +183,23 @@ static int rope_in_matmul(const struct ls_engine *e, const struct ls_layer *L, i
     return on && T == 1 && e->be->matmul_rope_kv && !L->q_norm && !L->k_norm;
 }
 
+/* The SwiGLU inside the gate+up matmul for one position (matmul_gu_swiglu), so the down matmul
+ * reads h [f] instead of gate | up [2f] and computes no silu; LOCKSTEP_GU_SWIGLU=0 turns it off
+ * (experiments). Off where the backend does not offer it or does not take the shape. */
+static int gu_swiglu(struct ls_engine *e, const struct ls_layer *L, int T, const float *x,
+                     const float *nw)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LOCKSTEP_GU_SWIGLU");
+        on = !(v && !strcmp(v, "0"));
+    }
+    const struct ls_model_config *c = &e->m->cfg;
+    return on && T == 1 && e->be->matmul_gu_swiglu &&
+           e->be->matmul_gu_swiglu(e->gu, x, nw, c->norm_eps, L->w_gu, c->dim,
+                                   e->m->shard.ffn_cols);
+}
+
 /* One decoder layer. Tensor-parallel: on entry xn = rmsnorm(x) * attn_norm of this layer; on
  * exit x holds the new residual stream and xn = rmsnorm(x) * next_norm (the next layer's
  * attn_norm, or the final norm): each residual add is fused with the all-reduce before it and
@@ -217,6 +234,10 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
                   e->max_ctx);
     if (fused) {
         be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);
+        if (gu_swiglu(e, L, T, e->x, L->ffn_norm)) {
+            be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 0);
+            return;
+        }
         be->matmul_rmsnorm(e->gu, e->x, L->ffn_norm, eps, L->w_gu, NULL, T, D, 2 * F);
         be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 1);
         return;
@@ -225,8 +246,12 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     /* TP all-reduce of the attention output, + residual, + the MLP's RMSNorm */
     be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, L->ffn_norm, T, D, eps);
 
-    be->matmul(e->gu, e->xn, L->w_gu, NULL, T, D, 2 * F);
-    be->matmul_swiglu(e->proj, e->gu, L->w_down, T, F, D);
+    if (gu_swiglu(e, L, T, e->xn, NULL)) {
+        be->matmul(e->proj, e->gu, L->w_down, NULL, T, F, D);
+    } else {
+        be->matmul(e->gu, e->xn, L->w_gu, NULL, T, D, 2 * F);
+        be->matmul_swiglu(e->proj, e->gu, L->w_down, T, F, D);
+    }
     /* TP all-reduce of the MLP output, + residual, + the next layer's (or the final) RMSNorm */
     be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, next_norm, T, D, eps);
 }
