@@ -740,8 +740,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     pdl_wait();
     for (int row = (int)blockIdx.x; row < rows; row += (int)gridDim.x) {
         const size_t off = (size_t)row * dim;
-        residual_rmsnorm_row<E, VEC>(ReadA<E, VEC>{a + off}, x + off, out + off, normed + off, w,
-                                     dim, eps, sh);
+        residual_rmsnorm_row<E, VEC>(ReadA<E, VEC>{a + off}, x + off, out + off,
+                                     normed ? normed + off : nullptr, w, dim, eps, sh);
     }
 }
 
@@ -817,7 +817,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
                 const size_t off = (size_t)row * dim;
                 const SumA<E, VEC> a{&st,   st.rank, st.size,        partial + off,
                                      local, slot,    off * sizeof(E)};
-                residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed + off, w, dim, eps, sh);
+                residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed ? normed + off : nullptr,
+                                             w, dim, eps, sh);
             }
         }
     }
@@ -861,7 +862,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
             const size_t off = (size_t)row * dim;
             char *lines = local + (size_t)row * nu * 32;
             const SumLL<E, VEC> a{&st, partial + off, lines, lslot, dim, f, e};
-            residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed + off, w, dim, eps, sh);
+            residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed ? normed + off : nullptr, w,
+                                         dim, eps, sh);
             for (size_t u = threadIdx.x; u < nu; u += blockDim.x)
                 for (int r = 0; r < st.size; r++)
                     if (r != st.rank) ll_clear(lines + r * lslot + u * 32);
