@@ -86,8 +86,9 @@ struct ls_backend {
                       const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx);
     void (*add)(float *x, const float *y, size_t n);
     /* the row-parallel matmul's partial sums summed over ranks by comm (in place), added to
-     * the residual stream x, and normed = rmsnorm(x) * w: the tensor-parallel all-reduce with
-     * what follows it, fused where the communicator can (the custom all-reduce) */
+     * the residual stream x, and normed = rmsnorm(x) * w (normed NULL: x only): the
+     * tensor-parallel all-reduce with what follows it, fused where the communicator can (the
+     * custom all-reduce) */
     void (*allreduce_add_rmsnorm)(struct ls_comm *comm, float *partial, float *x, float *normed,
                                   const float *w, int rows, int dim, float eps);
     /* *out = index of the largest of x[n], lowest on ties */

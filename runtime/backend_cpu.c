@@ -174,6 +174,10 @@ static void cpu_allreduce_add_rmsnorm(struct ls_comm *comm, float *partial, floa
                                       const float *w, int rows, int dim, float eps)
 {
     comm->allreduce_sum(comm, partial, (size_t)rows * dim, LS_F32, NULL);
+    if (!normed) {
+        ref_add(x, partial, (size_t)rows * dim);
+        return;
+    }
     cpu_add_rmsnorm(normed, x, partial, w, rows, dim, eps);
 }
 
