@@ -248,14 +248,18 @@ stage_longctx() {
 # decode under each setting of AB (space-separated VAR=value, '-' for none), at each TP degree of
 # AB_TP ("1 2"; those above the GPU count skipped) with the custom all-reduce: an A/B of a switch
 # in one call. AB_MODEL: the --dummy preset (llama-3.1-8b; e.g. llama-3.1-70b with AB_TP=2);
-# AB_PROMPT, AB_GEN: the prompt and generated lengths (128, 256)
+# AB_PROMPT, AB_GEN: the prompt and generated lengths (128, 256). AB_ROUNDS (1): every setting
+# that many times, interleaved (A B A B ...), so drift in the machine shows as spread, not as a
+# difference; lines and JSON names then carry the round
 stage_ab() {
-    local v tp n x kv a
+    local v tp n x kv a r rounds=${AB_ROUNDS:-1} tag
     n=$(ngpus)
+    for r in $(seq "$rounds"); do
+    tag=$([ "$rounds" -gt 1 ] && echo "r$r-")
     for v in ${AB:--}; do
         for tp in ${AB_TP:-1 2}; do
             [ "$tp" -gt "$n" ] && continue
-            echo -n "TP=$tp $v: "
+            echo -n "${tag:+r$r }TP=$tp $v: "
             # v: - (defaults) or VAR=val[,VAR=val...]
             x=()
             if [ "$v" != - ]; then
@@ -266,11 +270,12 @@ stage_ab() {
                 [ "$v" != - ] && for a in "${kv[@]}"; do export "${a?}"; done
                 mpi "${x[@]}" -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy "${AB_MODEL:-llama-3.1-8b}" \
                     --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" \
-                    --json "$OUT/ab-${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
+                    --json "$OUT/ab-$tag${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
                     grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
             )
             echo
         done
+    done
     done
 }
 
