@@ -744,9 +744,11 @@ static bool attr_first(const void *fn, int dev, cudaFuncAttribute attr, int valu
     return true;
 }
 
-static void set_smem_attr(const void *fn, int dev, int optin)
+// fn's dynamic shared memory limit on device di: all that a block may opt in to
+static void set_smem_attr(const void *fn, const ls_device &di)
 {
-    if (!attr_first(fn, dev, cudaFuncAttributeMaxDynamicSharedMemorySize, optin)) return;
+    const int optin = di.smem_optin;
+    if (!attr_first(fn, di.id, cudaFuncAttributeMaxDynamicSharedMemorySize, optin)) return;
     // the kernel's static shared memory (the norm's block sums) counts against the same limit
     cudaFuncAttributes fa;
     CHECK_CUDA(cudaFuncGetAttributes(&fa, fn));
@@ -791,7 +793,7 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
 // SwiGLU of the gate | up rows (n even, y of n / 2)
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const ls_device &di,
-                        int dev, size_t smem_max, cudaStream_t s, const gemv_rope &rp = {})
+                        size_t smem_max, cudaStream_t s, const gemv_rope &rp = {})
 {
     const int nt = g_xreg >= 2 ? 1024 : 512;
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
@@ -812,7 +814,7 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
                  : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
                  : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
                             : xreg_table<512, 8, 4>().f[in][acc];
-    set_smem_attr((const void *)fn, dev, di.smem_optin);
+    set_smem_attr((const void *)fn, di);
     pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
                eps, rp);
     return true;
@@ -833,7 +835,6 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
     if (T < 1 || n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv", "T, n and k must be >= 1");
     cudaStream_t s = (cudaStream_t)stream;
     const ls_device di = ls_device_get();
-    const int dev = di.id;
     shapes_from_env();
     if (swiglu) nw = nullptr;
     const int in = swiglu ? GEMV_IN_SWIGLU : nw ? GEMV_IN_NORM : GEMV_IN_PLAIN;
@@ -846,7 +847,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         return;
     }
     if (T == 1 && g_xreg &&
-        xreg_launch(y, W, x, bias, n, k, in, acc, nw, eps, di, dev, smem_max, s))
+        xreg_launch(y, W, x, bias, n, k, in, acc, nw, eps, di, smem_max, s))
         return;
     if (T == 1) {
         const double bytes = (double)n * k * 2;
@@ -857,7 +858,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
         int fit = (int)((size_t)di.smem_per_sm / (smem + GEMV_STATIC_SMEM + 1024));
         int per_sm = fit < 1 ? 1 : fit < sh.minb ? fit : sh.minb;
         long long g = (long long)di.sms * per_sm;
-        set_smem_attr((const void *)fn, dev, di.smem_optin);
+        set_smem_attr((const void *)fn, di);
         pdl_launch(fn, (unsigned)(n < g ? n : g), (unsigned)sh.nt, smem, s, y, (const uint4 *)W, x,
                    bias, n, k, nw, eps);
         return;
@@ -875,7 +876,7 @@ static void gemv_launch(float *y, const uint16_t *W, const float *x, const float
             continue;
         }
         gemv_fn fn = multi_fns(tc).f[in][acc];
-        set_smem_attr((const void *)fn, dev, di.smem_optin);
+        set_smem_attr((const void *)fn, di);
         pdl_launch(fn, grid, 512u, gemv_smem(tc, k, 512), s, y + (size_t)t0 * n, (const uint4 *)W,
                    xt, bias, n, k, nw, eps);
     }
@@ -913,7 +914,6 @@ extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, c
     const int n = (hq + 2 * hkv) * hd;
     cudaStream_t s = (cudaStream_t)stream;
     const ls_device di = ls_device_get();
-    const int dev = di.id;
     shapes_from_env();
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
     if (fast_path(W, x, norm_w, k, smem_max) && (hd & (hd - 1)) == 0 && g_xreg) {
@@ -922,7 +922,7 @@ extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, c
         const gemv_rope rp = {kcache,          vcache, pos,     inv_freq,        hq * hd,
                               (hq + hkv) * hd, sh,     max_ctx, interleaved != 0};
         if (xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
-                        eps, di, dev, smem_max, s, rp))
+                        eps, di, smem_max, s, rp))
             return;
     }
     gemv_launch(qkv, W, x, bias, 1, n, k, false, norm_w, eps, 0, stream);

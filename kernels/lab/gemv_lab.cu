@@ -107,7 +107,7 @@ static const mat *layer_mats(void)
     return g_70b ? m70 : m8;
 }
 
-static int g_sms, g_smem_optin;
+static int g_sms;
 
 static void run_variant(const variant &v, float *y, const uint16_t *W, const float *x, int n, int k,
                         bool pdl)
@@ -318,13 +318,12 @@ static float bf2f(uint16_t b)
 
 int main(void)
 {
-    int dev = 0;
-    CHECK_CUDA(cudaSetDevice(dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&g_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CHECK_CUDA(cudaSetDevice(0));
+    const ls_device di = ls_device_get();
+    g_sms = di.sms;
     g_70b = getenv("LAB_70B") != nullptr;
     for (const variant &v : variants)
-        if (v.fn) set_smem_attr((const void *)v.fn, dev, g_smem_optin);
+        if (v.fn) set_smem_attr((const void *)v.fn, di);
     double roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
     printf("streaming read 4 GiB: %.0f GB/s\n", roof);
     read_patterns();
