@@ -940,7 +940,7 @@ extern "C" int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x,
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
     if (!fast_path(W, x, norm_w, k, smem_max)) return 0;
     return xreg_launch(h, W, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 3,
-                       norm_w, eps, di, di.id, smem_max, (cudaStream_t)stream);
+                       norm_w, eps, di, smem_max, (cudaStream_t)stream);
 }
 
 extern "C" int ls_gemv_shapes(void)
