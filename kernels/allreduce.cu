@@ -188,8 +188,7 @@ static __device__ void record_timeout(const ls_ar_state &st, int peer, int phase
 
 /* The bounded spin's check, made every 1024 polls: false once a sibling block gave up (the
  * abort flag) or the wait since t0 has passed timeout_ns (recorded here). */
-static __device__ __forceinline__ bool spin_on(const ls_ar_state &st,
-                                               volatile unsigned *abort_flag,
+static __device__ __forceinline__ bool spin_on(const ls_ar_state &st, volatile unsigned *abort_flag,
                                                unsigned long long t0, int peer, int phase,
                                                epoch_t e)
 {
@@ -346,10 +345,9 @@ static __device__ __forceinline__ Unit<E> load_unit_padded(const E *p, size_t u,
 /* unit u of our contribution summed with every peer's, pulled from our LL area (rank r's lines
  * at area + r * lslot); the lines stay until ll_clear. *ok is cleared on a timeout. */
 template <typename E, bool AL>
-static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own,
-                                                      size_t u, size_t n, const char *area,
-                                                      size_t lslot, uint32_t f, epoch_t e,
-                                                      bool *ok)
+static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own, size_t u,
+                                                      size_t n, const char *area, size_t lslot,
+                                                      uint32_t f, epoch_t e, bool *ok)
 {
     Unit<E> x[LS_AR_MAX_RANKS];
 #pragma unroll
@@ -686,7 +684,8 @@ template <typename E, bool VEC> struct SumLL {
 };
 
 /* One row: out = x + a (rounded), then normed = (out * scale) * w with scale from the sum of
- * squares of the rounded out. Thread t owns units t, t + T, ... and then tail element t. */
+ * squares of the rounded out (normed NULL: out only). Thread t owns units t, t + T, ... and
+ * then tail element t. */
 template <typename E, bool VEC, typename A>
 static __device__ __forceinline__ void residual_rmsnorm_row(const A &a, const E *x, E *out,
                                                             E *normed, const E *w, int dim,
@@ -711,6 +710,10 @@ static __device__ __forceinline__ void residual_rmsnorm_row(const A &a, const E 
         const float f = Elt<E>::tof(o);
         ss += f * f;
         out[i] = o;
+    }
+    if (!normed) { /* the residual only; every read of a's lines before the caller clears them */
+        __syncthreads();
+        return;
     }
     ss = block_sum(ss, sh);
     const float scale = 1.0f / sqrtf(ss / (float)dim + eps);
@@ -737,8 +740,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
     pdl_wait();
     for (int row = (int)blockIdx.x; row < rows; row += (int)gridDim.x) {
         const size_t off = (size_t)row * dim;
-        residual_rmsnorm_row<E, VEC>(ReadA<E, VEC>{a + off}, x + off, out + off, normed + off, w,
-                                     dim, eps, sh);
+        residual_rmsnorm_row<E, VEC>(ReadA<E, VEC>{a + off}, x + off, out + off,
+                                     normed ? normed + off : nullptr, w, dim, eps, sh);
     }
 }
 
@@ -748,9 +751,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
  * is returned and the epoch written: the other way round, nvcc 13.0 compiles fused_kernel's
  * vector push loop with an extra branch and register moves. */
 template <typename E, bool VEC, bool PAD>
-static __device__ __forceinline__ Unit<E> fused_begin(const ls_ar_state &st, const E *partial,
-                                                      int dim, epoch_t *s_e, int *s_fail,
-                                                      epoch_t *e)
+static __device__ __forceinline__ Unit<E>
+fused_begin(const ls_ar_state &st, const E *partial, int dim, epoch_t *s_e, int *s_fail, epoch_t *e)
 {
     pdl_launch_dependents();
     pdl_wait();
@@ -815,7 +817,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
                 const size_t off = (size_t)row * dim;
                 const SumA<E, VEC> a{&st,   st.rank, st.size,        partial + off,
                                      local, slot,    off * sizeof(E)};
-                residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed + off, w, dim, eps, sh);
+                residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed ? normed + off : nullptr,
+                                             w, dim, eps, sh);
             }
         }
     }
@@ -859,7 +862,8 @@ static __global__ void __launch_bounds__(LS_AR_NORM_THREADS, 1)
             const size_t off = (size_t)row * dim;
             char *lines = local + (size_t)row * nu * 32;
             const SumLL<E, VEC> a{&st, partial + off, lines, lslot, dim, f, e};
-            residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed + off, w, dim, eps, sh);
+            residual_rmsnorm_row<E, VEC>(a, x + off, out + off, normed ? normed + off : nullptr, w,
+                                         dim, eps, sh);
             for (size_t u = threadIdx.x; u < nu; u += blockDim.x)
                 for (int r = 0; r < st.size; r++)
                     if (r != st.rank) ll_clear(lines + r * lslot + u * 32);

@@ -148,8 +148,9 @@ void ls_allreduce_twoshot(const struct ls_ar_state *st, const void *in, void *ou
  *   a      = allreduce(partial)               (fp32 sum in rank order, rounded to t)
  *   out    = x + a                            (rounded to t; out == x allowed)
  *   normed = out * (1 / sqrt(mean(out^2) + eps)) * w     (w [dim]; as ref_rmsnorm)
- * All arrays are of dtype t. normed may alias partial. Bitwise equal to
- * ls_allreduce_oneshot(partial -> a) followed by ls_residual_rmsnorm(a, ...). */
+ * normed NULL: out only (w unused; the norm is then the next matmul's). All arrays are of
+ * dtype t. normed may alias partial. Bitwise equal to ls_allreduce_oneshot(partial -> a)
+ * followed by ls_residual_rmsnorm(a, ...). */
 void ls_allreduce_residual_rmsnorm(const struct ls_ar_state *st, const void *partial, const void *x,
                                    void *out, void *normed, const void *w, int rows, int dim,
                                    float eps, enum ls_ar_dtype t, void *stream);

@@ -376,7 +376,10 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // has anyway. (Until the tenth session the block first reduced the sum of squares over x loaded
 // for it, and scaled x: an L2 round trip and a barrier more between the wait and the first
 // product; 8B TP=1 decode 4.136 -> 4.057 ms without them.)
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP>
+// SO: the SwiGLU in the epilogue of the fused gate+up matrix (n = 2f rows: gate, then up): a
+// block takes gate rows u0 .. u1 - 1 and the up rows f + u0 .. f + u1 - 1 with them, and writes
+// y[i] = silu(gate_i) * up_i for its i (f outputs).
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
@@ -393,11 +396,17 @@ static __global__ void __launch_bounds__(NT, 1)
     const int K8 = k >> 3, S = (K8 + 31) >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // RP: whole pairs per block
-    const int r0 = RP ? 2 * (int)((long long)blockIdx.x * (n / 2) / gridDim.x)
-                      : (int)((long long)blockIdx.x * n / gridDim.x);
-    const int r1 = RP ? 2 * (int)((long long)(blockIdx.x + 1) * (n / 2) / gridDim.x)
-                      : (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
+    // RP: whole pairs per block; SO: r0 / 2 .. r1 / 2 - 1 are the block's outputs
+    const int r0 = RP || SO ? 2 * (int)((long long)blockIdx.x * (n / 2) / gridDim.x)
+                            : (int)((long long)blockIdx.x * n / gridDim.x);
+    const int r1 = RP || SO ? 2 * (int)((long long)(blockIdx.x + 1) * (n / 2) / gridDim.x)
+                            : (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
     const int rows = r1 - r0;
+    // SO: local row r < rows / 2 is gate row r0 / 2 + r, the rest the up rows of the same outputs
+    auto so_row = [&](int r) {
+        const int half = rows / 2;
+        return r < half ? r0 / 2 + r : n / 2 + r0 / 2 + (r - half);
+    };
     const int slots = S < NW ? S : NW, G = NW / slots, g = warp / slots, slot = warp - g * slots;
     const int ps = slots | 1;
     const bool active = g < G;
@@ -416,7 +425,9 @@ static __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
         for (int i = 0; i < U; i++) {
             const int r = g + (first + i) * G;
-            const uint4 *wr = RP ? W + (size_t)rope_row(rp, r0 + r) * K8 : Wb + (size_t)r * K8;
+            const uint4 *wr = RP   ? W + (size_t)rope_row(rp, r0 + r) * K8
+                              : SO ? W + (size_t)so_row(r) * K8
+                                   : Wb + (size_t)r * K8;
 #pragma unroll
             for (int j = 0; j < CM; j++)
                 wv[i][j] = active && r < rows && q[j] >= 0 ? ld_weights(wr + q[j])
@@ -559,6 +570,18 @@ static __global__ void __launch_bounds__(NT, 1)
             y[i0] = v0;
             y[i1] = v1;
         }
+    } else if constexpr (SO) {
+        const int half = rows / 2;
+        for (int t = threadIdx.x; t < half; t += NT) {
+            float gs = 0.0f, us = 0.0f;
+            for (int c = 0; c < slots; c++) gs += psum[t * ps + c];
+            for (int c = 0; c < slots; c++) us += psum[(half + t) * ps + c];
+            if (NORM) {
+                gs = __fmul_rn(gs, scale);
+                us = __fmul_rn(us, scale);
+            }
+            y[r0 / 2 + t] = silu_mul(gs, us);
+        }
     } else {
         for (int r = threadIdx.x; r < rows; r += NT) {
             float sum = 0.0f;
@@ -660,6 +683,12 @@ static int g_shapes_set;
 // threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
+// LOCKSTEP_GEMV_SMS=N (experiment): the column-resident kernel's grid capped at N blocks (0: one
+// per SM). With N one below the SM count, every block of a GEMV that follows a one-block kernel
+// (the fused all-reduce at TP > 1 runs one block per row) is resident, its first weights loading,
+// before that kernel ends; with one per SM, the block whose SM the all-reduce holds starts only
+// after it, and the GEMV's end waits for that block.
+static int g_gemv_sms;
 
 static void shapes_from_env(void)
 {
@@ -667,6 +696,8 @@ static void shapes_from_env(void)
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
     if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
+    const char *gs = getenv("LOCKSTEP_GEMV_SMS");
+    if (gs) g_gemv_sms = atoi(gs);
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -730,11 +761,11 @@ static void set_smem_attr(const void *fn, const ls_device &di)
 // with 8 loads (up to 128 registers; LOCKSTEP_GEMV_XREG=1), or 1024 threads with 4 (64
 // registers, CM <= 2; 2, and 3, the default, with TR: two batches in flight)
 // [input form (GEMV_IN_*, GEMV_IN_SWIGLU_FAST)][output: 0 y =, 1 y +=, 2 y = with RoPE and the
-// cache store (plain or norm input)]
+// cache store (plain or norm input), 3 the SwiGLU of gate | up rows (plain or norm input)]
 typedef void (*xreg_fn)(float *, const uint4 *, const float *, const float *, int, int,
                         const float *, float, const gemv_rope);
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
-    xreg_fn f[4][3];
+    xreg_fn f[4][4];
 };
 
 template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
@@ -743,20 +774,23 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
     static const xreg_fns<NT, L, CM, TR> t = {
         {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false, true>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false, true>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr, nullptr},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false>, nullptr}}};
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false>, nullptr, nullptr}}};
     return t;
 }
 
 // launches the column-resident kernel when the shape suits it (columns per warp within the
 // shape's limit, the per-row sums in shared memory); false: the caller takes another path
-// acc: 0 y =, 1 y +=, 2 RoPE and the cache store (rp; n even, whole pairs per block)
+// acc: 0 y =, 1 y +=, 2 RoPE and the cache store (rp; n even, whole pairs per block), 3 the
+// SwiGLU of the gate | up rows (n even, y of n / 2)
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const ls_device &di,
                         size_t smem_max, cudaStream_t s, const gemv_rope &rp = {})
@@ -766,9 +800,10 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
     if (in == GEMV_IN_SWIGLU && g_silu_fast) in = GEMV_IN_SWIGLU_FAST;
-    const int units = acc == 2 ? n / 2 : n; // rows, or pairs of rows
-    const int grid = units < di.sms ? units : di.sms;
-    const int rows = (acc == 2 ? 2 : 1) * ((units + grid - 1) / grid);
+    const int units = acc >= 2 ? n / 2 : n; // rows, or pairs of rows
+    const int sms = g_gemv_sms > 0 && g_gemv_sms < di.sms ? g_gemv_sms : di.sms;
+    const int grid = units < sms ? units : sms;
+    const int rows = (acc >= 2 ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
@@ -895,6 +930,19 @@ extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, c
                inv_freq, 1, hq, hkv, hd, max_ctx, interleaved, nullptr, nullptr, 0.0f, stream);
 }
 
+extern "C" int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x,
+                                  const float *norm_w, float eps, int f, int k, void *stream)
+{
+    if (f < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_gu_swiglu", "expected f, k >= 1");
+    shapes_from_env();
+    if (!g_xreg) return 0;
+    const ls_device di = ls_device_get();
+    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
+    if (!fast_path(W, x, norm_w, k, smem_max)) return 0;
+    return xreg_launch(h, W, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 3,
+                       norm_w, eps, di, smem_max, (cudaStream_t)stream);
+}
+
 extern "C" int ls_gemv_shapes(void)
 {
     return GEMV_NSHAPES;
@@ -917,6 +965,14 @@ extern "C" int ls_gemv_set_xreg(int on)
     shapes_from_env();
     const int old = g_xreg;
     g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
+    return old;
+}
+
+extern "C" int ls_gemv_set_sms(int n)
+{
+    shapes_from_env();
+    const int old = g_gemv_sms;
+    g_gemv_sms = n < 0 ? 0 : n;
     return old;
 }
 

@@ -51,6 +51,15 @@ void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float 
                      uint16_t *vcache, const int *pos, const float *inv_freq, int max_ctx,
                      int interleaved, void *stream);
 
+/* One position: h[i] = silu(g[i]) * u[i] for i < f, where g | u = W . x (W [2f][k] bf16: the
+ * gate rows, then the up rows; x normed first as in ls_gemv_ex when norm_w is set): the gate+up
+ * GEMV with the SwiGLU in its epilogue, f outputs instead of 2f. Returns 0, launching nothing,
+ * where the one-position kernel does not take the shape (misaligned, k % 8, a block's rows
+ * past its shared memory, or LOCKSTEP_GEMV_XREG=0): the caller then runs the GEMV and a
+ * SwiGLU-input GEMV after it. */
+int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x, const float *norm_w, float eps,
+                      int f, int k, void *stream);
+
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above
  * (overrides LOCKSTEP_GEMV=S,M,L); returns the small one's name, NULL for an index out of range.
@@ -68,6 +77,10 @@ int ls_gemv_set_xreg(int on);
  * __fdividef; ~1e-6 relative from the exact expression), 0 (or LOCKSTEP_GEMV_SILU=exact) the
  * exact one, as every other path computes it. Returns the previous setting. */
 int ls_gemv_set_silu_fast(int on);
+
+/* Experiment: the column-resident kernel's grid capped at n blocks (0, the default: one per SM;
+ * or LOCKSTEP_GEMV_SMS=n). Returns the previous cap. */
+int ls_gemv_set_sms(int n);
 
 /* Programmatic dependent launch for every kernel family of this project (default off; see
  * pdl.cuh): when on, a kernel may start while the previous one in the stream is finishing. A

@@ -60,6 +60,12 @@ struct ls_backend {
                            const float *bias, int T, int k, int n);
     void (*matmul_residual)(float *x, const float *in, const void *W, int T, int k, int n,
                             int swiglu);
+    /* One position: h [f] = silu(gate) * up of gu = W . x (W [2f][k]: gate rows, then up rows;
+     * x normed by nw first when nw is set, as matmul_rmsnorm): the gate+up matmul and the
+     * SwiGLU as one operation, so the down matmul takes h as plain input. Returns 0 where the
+     * backend does not take the shape, having done nothing (NULL: not offered) */
+    int (*matmul_gu_swiglu)(float *h, const float *x, const float *nw, float eps, const void *W,
+                            int k, int f);
     /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
      * positions pos[t], k and v stored in the caches at pos[t] */
     void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos,
@@ -80,8 +86,9 @@ struct ls_backend {
                       const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx);
     void (*add)(float *x, const float *y, size_t n);
     /* the row-parallel matmul's partial sums summed over ranks by comm (in place), added to
-     * the residual stream x, and normed = rmsnorm(x) * w: the tensor-parallel all-reduce with
-     * what follows it, fused where the communicator can (the custom all-reduce) */
+     * the residual stream x, and normed = rmsnorm(x) * w (normed NULL: x only): the
+     * tensor-parallel all-reduce with what follows it, fused where the communicator can (the
+     * custom all-reduce) */
     void (*allreduce_add_rmsnorm)(struct ls_comm *comm, float *partial, float *x, float *normed,
                                   const float *w, int rows, int dim, float eps);
     /* *out = index of the largest of x[n], lowest on ties */

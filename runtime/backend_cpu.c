@@ -107,6 +107,21 @@ static void cpu_matmul_residual(float *x, const float *in, const void *W, int T,
     ref_add(x, y, (size_t)T * n);
 }
 
+/* composed as the engine's unfused sequence computes it: the same results bit for bit */
+static int cpu_matmul_gu_swiglu(float *h, const float *x, const float *nw, float eps,
+                                const void *W, int k, int f)
+{
+    float *s = tmp_get((size_t)k + 2 * (size_t)f), *gu = s + k;
+    const float *in = x;
+    if (nw) {
+        ref_rmsnorm(s, x, nw, 1, k, eps);
+        in = s;
+    }
+    ref_matmul(gu, in, W, NULL, 1, k, 2 * f);
+    ref_swiglu(h, gu, gu + f, (size_t)f);
+    return 1;
+}
+
 static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
                         const float *inv_freq, int T, int hq, int hkv, int hd, int max_ctx,
                         int interleaved, const float *q_norm, const float *k_norm, float eps)
@@ -159,6 +174,10 @@ static void cpu_allreduce_add_rmsnorm(struct ls_comm *comm, float *partial, floa
                                       const float *w, int rows, int dim, float eps)
 {
     comm->allreduce_sum(comm, partial, (size_t)rows * dim, LS_F32, NULL);
+    if (!normed) {
+        ref_add(x, partial, (size_t)rows * dim);
+        return;
+    }
     cpu_add_rmsnorm(normed, x, partial, w, rows, dim, eps);
 }
 
@@ -270,6 +289,7 @@ const struct ls_backend ls_backend_cpu = {
     .matmul_residual = cpu_matmul_residual,
     .rope_kv = cpu_rope_kv,
     .matmul_rope_kv = cpu_matmul_rope_kv,
+    .matmul_gu_swiglu = cpu_matmul_gu_swiglu,
     .attention = cpu_attention,
     .add = ref_add,
     .allreduce_add_rmsnorm = cpu_allreduce_add_rmsnorm,

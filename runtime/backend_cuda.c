@@ -322,6 +322,12 @@ static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *po
                q_norm, k_norm, eps, stream_get());
 }
 
+static int cu_matmul_gu_swiglu(float *h, const float *x, const float *nw, float eps, const void *W,
+                               int k, int f)
+{
+    return ls_gemv_gu_swiglu(h, W, x, nw, eps, f, k, stream_get());
+}
+
 static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps, const void *W,
                               const float *bias, int k, void *kc, void *vc, const int *pos,
                               const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
@@ -449,6 +455,7 @@ const struct ls_backend ls_backend_cuda = {
     .matmul_residual = cu_matmul_residual,
     .rope_kv = cu_rope_kv,
     .matmul_rope_kv = cu_matmul_rope_kv,
+    .matmul_gu_swiglu = cu_matmul_gu_swiglu,
     .attention = cu_attention,
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,

@@ -76,7 +76,8 @@ const char *ls_comm_custom_path(struct ls_comm *c, size_t count, enum ls_dtype t
  *   out = x + allreduce(partial); normed = rmsnorm(out) * w      ([rows][dim], w [dim])
  * A custom comm whose one-shot covers the message runs one fused kernel; otherwise partial
  * is all-reduced in place (so it may be overwritten) and ls_residual_rmsnorm follows.
- * out may alias x; normed must not alias out. Dtype LS_F32 or LS_BF16 for all arrays. */
+ * out may alias x; normed must not alias out; normed NULL: out only. Dtype LS_F32 or LS_BF16
+ * for all arrays. */
 void ls_comm_residual_rmsnorm(struct ls_comm *c, void *partial, const void *x, void *out,
                               void *normed, const void *w, int rows, int dim, float eps,
                               enum ls_dtype t, void *stream);

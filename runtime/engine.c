@@ -183,11 +183,43 @@ static int rope_in_matmul(const struct ls_engine *e, const struct ls_layer *L, i
     return on && T == 1 && e->be->matmul_rope_kv && !L->q_norm && !L->k_norm;
 }
 
-/* One decoder layer. Tensor-parallel: on entry xn = rmsnorm(x) * attn_norm of this layer; on
- * exit x holds the new residual stream and xn = rmsnorm(x) * next_norm (the next layer's
- * attn_norm, or the final norm): each residual add is fused with the all-reduce before it and
- * the norm after it. One rank (fused_tp1): x only; the norms are taken inside the matmuls.
- * Decode (one position): RoPE and the cache store inside the QKV matmul (rope_in_matmul). */
+/* The SwiGLU inside the gate+up matmul for one position (matmul_gu_swiglu), so the down matmul
+ * reads h [f] instead of gate | up [2f] and computes no silu; LOCKSTEP_GU_SWIGLU=0 turns it off
+ * (experiments). Off where the backend does not offer it or does not take the shape. */
+static int gu_swiglu(struct ls_engine *e, const struct ls_layer *L, int T, const float *x,
+                     const float *nw)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LOCKSTEP_GU_SWIGLU");
+        on = !(v && !strcmp(v, "0"));
+    }
+    const struct ls_model_config *c = &e->m->cfg;
+    return on && T == 1 && e->be->matmul_gu_swiglu &&
+           e->be->matmul_gu_swiglu(e->gu, x, nw, c->norm_eps, L->w_gu, c->dim,
+                                   e->m->shard.ffn_cols);
+}
+
+/* Each RMSNorm taken inside the matmul that reads it (the norm's sum of squares in every block
+ * of the GEMV, as at one rank) rather than by the all-reduce before it: always at one rank, and
+ * at TP > 1 unless LOCKSTEP_NORM_IN_MATMUL=0 */
+static int norm_in_matmul(const struct ls_engine *e)
+{
+    if (e->comm->size == 1) return fused_tp1(e);
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LOCKSTEP_NORM_IN_MATMUL");
+        on = !(v && !strcmp(v, "0"));
+    }
+    return on && e->be->matmul_rmsnorm;
+}
+
+/* One decoder layer. Tensor-parallel: the residual stream x is all-reduced and added in one
+ * step after each row-parallel matmul; each norm is taken inside the matmul that reads it
+ * (norm_in_matmul), or else by that step into xn (on entry xn = rmsnorm(x) * attn_norm of this
+ * layer, on exit rmsnorm(x) * next_norm). One rank (fused_tp1): the residual adds too go into
+ * the matmuls. Decode (one position): RoPE and the cache store inside the QKV matmul
+ * (rope_in_matmul). */
 static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const float *next_norm)
 {
     const struct ls_backend *be = e->be;
@@ -199,14 +231,14 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
               rope_il = c->rope_style == LS_ROPE_INTERLEAVED;
     const float eps = c->norm_eps;
 
-    const int fused = fused_tp1(e);
+    const int fused = fused_tp1(e), nin = norm_in_matmul(e);
 
     if (rope_in_matmul(e, L, T)) {
-        be->matmul_rope_kv(e->qkv, fused ? e->x : e->xn, fused ? L->attn_norm : NULL, eps, L->wqkv,
+        be->matmul_rope_kv(e->qkv, nin ? e->x : e->xn, nin ? L->attn_norm : NULL, eps, L->wqkv,
                            L->bqkv, D, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, hq, hkv, hd,
                            e->max_ctx, rope_il);
     } else {
-        if (fused)
+        if (nin)
             be->matmul_rmsnorm(e->qkv, e->x, L->attn_norm, eps, L->wqkv, L->bqkv, T, D, stride);
         else
             be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
@@ -217,22 +249,33 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
                   e->max_ctx);
     if (fused) {
         be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);
+        if (gu_swiglu(e, L, T, e->x, L->ffn_norm)) {
+            be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 0);
+            return;
+        }
         be->matmul_rmsnorm(e->gu, e->x, L->ffn_norm, eps, L->w_gu, NULL, T, D, 2 * F);
         be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 1);
         return;
     }
     be->matmul(e->proj, e->att, L->wo, NULL, T, qd, D);
-    /* TP all-reduce of the attention output, + residual, + the MLP's RMSNorm */
-    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, L->ffn_norm, T, D, eps);
+    /* TP all-reduce of the attention output, + residual (+ the MLP's RMSNorm) */
+    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, nin ? NULL : e->xn, L->ffn_norm, T, D, eps);
 
-    be->matmul(e->gu, e->xn, L->w_gu, NULL, T, D, 2 * F);
-    be->matmul_swiglu(e->proj, e->gu, L->w_down, T, F, D);
-    /* TP all-reduce of the MLP output, + residual, + the next layer's (or the final) RMSNorm */
-    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, e->xn, next_norm, T, D, eps);
+    if (gu_swiglu(e, L, T, nin ? e->x : e->xn, nin ? L->ffn_norm : NULL)) {
+        be->matmul(e->proj, e->gu, L->w_down, NULL, T, F, D);
+    } else {
+        if (nin)
+            be->matmul_rmsnorm(e->gu, e->x, L->ffn_norm, eps, L->w_gu, NULL, T, D, 2 * F);
+        else
+            be->matmul(e->gu, e->xn, L->w_gu, NULL, T, D, 2 * F);
+        be->matmul_swiglu(e->proj, e->gu, L->w_down, T, F, D);
+    }
+    /* TP all-reduce of the MLP output, + residual (+ the next layer's or the final RMSNorm) */
+    be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, nin ? NULL : e->xn, next_norm, T, D, eps);
 }
 
-/* LM head of the last position (xn holds the final norm already); every rank's vocab slice
- * gathered into logits */
+/* LM head of the last position (with the final norm, or xn holds it already); every rank's
+ * vocab slice gathered into logits */
 static void head_forward(struct ls_engine *e, int T)
 {
     const struct ls_backend *be = e->be;
@@ -240,7 +283,7 @@ static void head_forward(struct ls_engine *e, int T)
     const int D = m->cfg.dim, rows = m->shard.vocab_rows;
     /* the whole vocabulary is this rank's at TP = 1 */
     float *out = m->tp == 1 ? e->logits : e->logits_local;
-    if (fused_tp1(e))
+    if (norm_in_matmul(e))
         be->matmul_rmsnorm(out, e->x + (size_t)(T - 1) * D, m->final_norm, m->cfg.norm_eps,
                            m->lm_head, NULL, 1, D, rows);
     else
@@ -259,7 +302,7 @@ static void chunk_forward(struct ls_engine *e, int T, int pos0)
     const struct ls_model *m = e->m;
     const int n = m->cfg.n_layers;
     e->be->embed(e->x, m->embed, e->ids, T, m->cfg.dim);
-    if (!fused_tp1(e))
+    if (!norm_in_matmul(e))
         e->be->rmsnorm(e->xn, e->x, m->layers[0].attn_norm, T, m->cfg.dim, m->cfg.norm_eps);
     for (int l = 0; l < n; l++)
         layer_forward(e, l, T, pos0, l + 1 < n ? m->layers[l + 1].attn_norm : m->final_norm);

@@ -520,7 +520,8 @@ static void run_fused(uint64_t seed)
     for (int ti = 0; ti < 2; ti++) {
         const enum ls_dtype t = ti ? LS_BF16 : LS_F32;
         const size_t es = esize(t);
-        struct verdict v_ref, v_same, v_ranks, v_inplace, v_flag;
+        struct verdict v_ref, v_same, v_ranks, v_inplace, v_flag, v_resid;
+        verdict_init(&v_resid);
         verdict_init(&v_flag);
         verdict_init(&v_ref);
         verdict_init(&v_same);
@@ -625,6 +626,26 @@ static void run_fused(uint64_t seed)
                                               eps, (enum ls_ar_dtype)t, g_stream);
                 fused_same(&fc, "ls_allreduce_residual_rmsnorm, flag protocol", &v_flag,
                            "LL and flag protocols differ");
+                /* the residual alone (normed NULL), both protocols: out as above, the poisoned
+                 * normed buffer untouched */
+                for (int proto = 0; proto < 2; proto++) {
+                    to_dev(d_p, h_p, bytes);
+                    poison(d_out, bytes);
+                    poison(d_norm, bytes);
+                    ls_allreduce_residual_rmsnorm(proto ? &g_st_flag : g_st, d_p, d_x, d_out, NULL,
+                                                  d_w, rows, dim, eps, (enum ls_ar_dtype)t,
+                                                  g_stream);
+                    sync_or_die("ls_allreduce_residual_rmsnorm, residual only");
+                    to_host(h_out2, d_out, bytes);
+                    to_host(h_norm2, d_norm, bytes);
+                    int untouched = 1;
+                    for (size_t b = 0; b < bytes; b++)
+                        if (((unsigned char *)h_norm2)[b] != 0xff) untouched = 0;
+                    v_resid.cases++;
+                    if (memcmp(h_out, h_out2, bytes) || !untouched)
+                        verdict_fail(&v_resid, "%dx%d %s: %s", rows, dim, proto ? "flags" : "LL",
+                                     untouched ? "out differs" : "normed was written");
+                }
             }
             cudaFree(d_p);
             cudaFree(d_x);
@@ -649,6 +670,10 @@ static void run_fused(uint64_t seed)
         verdict_report(&v_inplace, "%s fused in place (out == x) bitwise equal to out of place",
                        tname(t));
         verdict_report(&v_flag, "%s fused over LL lines bitwise equal to the flag protocol",
+                       tname(t));
+        verdict_report(&v_resid,
+                       "%s residual only (normed NULL), LL and flags: out bitwise the same, "
+                       "normed untouched",
                        tname(t));
     }
 }
@@ -1037,8 +1062,7 @@ int main(int argc, char **argv)
                "%.1f MiB registered per rank\n",
                g_size, info.enabled ? "on" : "OFF (", info.enabled ? "" : info.why,
                info.enabled ? "" : ")", info.ll_max, info.oneshot_max, info.twoshot_max,
-               info.max_bytes,
-               info.threads, info.max_blocks, info.fence_all, info.timeout_s,
+               info.max_bytes, info.threads, info.max_blocks, info.fence_all, info.timeout_s,
                (double)info.buffer_bytes / (double)MIB);
         fflush(stdout);
     }

@@ -340,8 +340,77 @@ static void test_gemv_fused(const char *label, int n, int k, int T, int mode, in
     }
 }
 
+// the gate+up GEMV with the SwiGLU in its epilogue (ls_gemv_gu_swiglu): h [f] against the CPU's
+// rmsnorm (norm), matmul and swiglu; expect_taken: the one-position kernel takes the shape
+static void test_gemv_gu_swiglu(const char *label, int f, int k, bool norm, bool expect_taken,
+                                bool pdl = false)
+{
+    char name[200];
+    snprintf(name, sizeof name, "gemv_gu_swiglu %s f=%d k=%d%s%s", label, f, k,
+             norm ? " norm-in" : "", pdl ? " pdl" : "");
+    const int n = 2 * f;
+    const float eps = 1e-5f;
+    std::vector<uint16_t> Wb;
+    std::vector<float> Wf;
+    rand_bf16((size_t)n * k, Wb, Wf);
+    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), xin(k), gu(n), ref(f);
+    if (norm)
+        ref_rmsnorm(xin.data(), x.data(), nw.data(), 1, k, eps);
+    else
+        xin = x;
+    ref_matmul(gu.data(), xin.data(), Wf.data(), nullptr, 1, k, n);
+    ref_swiglu(ref.data(), gu.data(), gu.data() + f, (size_t)f);
+    dev<uint16_t> dW((size_t)n * k);
+    dev<float> dx(k), dnw(k), dh(f);
+    dW.up(Wb);
+    dnw.up(nw);
+    dh.poison();
+    int taken = 0;
+    with_input(dx, x, pdl, [&] {
+        taken = ls_gemv_gu_swiglu(dh.p, dW.p, dx.p, norm ? dnw.p : nullptr, eps, f, k, nullptr);
+    });
+    CHECK_CUDA(cudaGetLastError());
+    if (!taken) {
+        report(!expect_taken, "%s: not taken by the one-position kernel (%s)", name,
+               expect_taken ? "expected to be" : "as expected");
+        return;
+    }
+    report(expect_taken, "%s: taken by the one-position kernel", name);
+    std::vector<float> h = dh.down();
+    check(name, compare(h.data(), ref.data(), f), TOL_GEMV, TOL_GEMV);
+}
+
 static void tests_gemv(void)
 {
+    // the gate+up GEMV with the SwiGLU in its epilogue: the 8B's at TP=1 (norm in) and TP=2,
+    // SmolLM2's, odd sizes, every column-resident form, and shapes it leaves to the caller
+    test_gemv_gu_swiglu("llama8b", 14336, 4096, true, true);
+    test_gemv_gu_swiglu("llama8b tp2", 7168, 4096, false, true, true);
+    test_gemv_gu_swiglu("smollm2", 1536, 576, true, true);
+    test_gemv_gu_swiglu("odd", 333, 4104, true, true);
+    test_gemv_gu_swiglu("one output", 1, 64, false, true);
+    test_gemv_gu_swiglu("fewer outputs than SMs", 50, 2048, true, true, true);
+    for (int form = 1; form <= 3; form++) {
+        const int xreg = ls_gemv_set_xreg(form);
+        test_gemv_gu_swiglu(form == 1 ? "xreg512" : form == 2 ? "xreg1024" : "xreg1024tr", 3000,
+                            8192, true, true);
+        ls_gemv_set_xreg(xreg);
+    }
+    test_gemv_gu_swiglu("k % 8 (left to the caller)", 100, 577, true, false);
+    {
+        // the grid capped below the SM count (LOCKSTEP_GEMV_SMS): more rows per block
+        const int sms = ls_gemv_set_sms(131);
+        test_gemv_gu_swiglu("131 blocks", 7168, 4096, true, true, true);
+        test_gemv_fused("xreg 131 blocks", 4096, 14336, 1, 3);
+        test_gemv_fused("xreg 131 blocks", 3000, 4096, 1, 1);
+        ls_gemv_set_sms(sms);
+    }
+    {
+        const int xreg = ls_gemv_set_xreg(0);
+        test_gemv_gu_swiglu("LOCKSTEP_GEMV_XREG=0 (left to the caller)", 100, 4096, true, false);
+        ls_gemv_set_xreg(xreg);
+    }
+    if (!g_quick) test_gemv_gu_swiglu("llama70b tp2", 14336, 8192, false, true);
     // fused input norm and residual output, on the fast, batched and generic paths
     for (int mode = 1; mode <= 3; mode++) {
         test_gemv_fused("smollm2", mode == 3 ? 576 : 960, mode == 3 ? 1536 : 576, 1, mode);
@@ -783,6 +852,9 @@ static void tests_gemv_rope(void)
     test_gemv_rope("not stored", 8, 2, 128, 1024, true, false, 0, 5000);
     test_gemv_rope("hd 80 (two kernels)", 4, 2, 80, 512, true, true, 0, 3);
     if (!g_quick) test_gemv_rope("llama70b", 64, 8, 128, 8192, true, false, 0, 777);
+    const int sms = ls_gemv_set_sms(131); // the grid capped below the SM count
+    test_gemv_rope("llama8b 131 blocks", 32, 8, 128, 4096, true, false, 0, 200, true);
+    ls_gemv_set_sms(sms);
 }
 
 static void tests_rope(void)
