@@ -683,12 +683,6 @@ static int g_shapes_set;
 // threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
-// LOCKSTEP_GEMV_SMS=N (experiment): the column-resident kernel's grid capped at N blocks (0: one
-// per SM). With N one below the SM count, every block of a GEMV that follows a one-block kernel
-// (the fused all-reduce at TP > 1 runs one block per row) is resident, its first weights loading,
-// before that kernel ends; with one per SM, the block whose SM the all-reduce holds starts only
-// after it, and the GEMV's end waits for that block.
-static int g_gemv_sms;
 
 static void shapes_from_env(void)
 {
@@ -696,8 +690,6 @@ static void shapes_from_env(void)
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
     if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
-    const char *gs = getenv("LOCKSTEP_GEMV_SMS");
-    if (gs) g_gemv_sms = atoi(gs);
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -801,8 +793,7 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     if (cm > (nt == 1024 ? 2 : 4)) return false;
     if (in == GEMV_IN_SWIGLU && g_silu_fast) in = GEMV_IN_SWIGLU_FAST;
     const int units = acc >= 2 ? n / 2 : n; // rows, or pairs of rows
-    const int sms = g_gemv_sms > 0 && g_gemv_sms < di.sms ? g_gemv_sms : di.sms;
-    const int grid = units < sms ? units : sms;
+    const int grid = units < di.sms ? units : di.sms;
     const int rows = (acc >= 2 ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
@@ -965,14 +956,6 @@ extern "C" int ls_gemv_set_xreg(int on)
     shapes_from_env();
     const int old = g_xreg;
     g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
-    return old;
-}
-
-extern "C" int ls_gemv_set_sms(int n)
-{
-    shapes_from_env();
-    const int old = g_gemv_sms;
-    g_gemv_sms = n < 0 ? 0 : n;
     return old;
 }
 

@@ -78,10 +78,6 @@ int ls_gemv_set_xreg(int on);
  * exact one, as every other path computes it. Returns the previous setting. */
 int ls_gemv_set_silu_fast(int on);
 
-/* Experiment: the column-resident kernel's grid capped at n blocks (0, the default: one per SM;
- * or LOCKSTEP_GEMV_SMS=n). Returns the previous cap. */
-int ls_gemv_set_sms(int n);
-
 /* Programmatic dependent launch for every kernel family of this project (default off; see
  * pdl.cuh): when on, a kernel may start while the previous one in the stream is finishing. A
  * GEMV issues its first weight loads (which depend on nothing) before it waits

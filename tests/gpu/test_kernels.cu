@@ -398,14 +398,6 @@ static void tests_gemv(void)
     }
     test_gemv_gu_swiglu("k % 8 (left to the caller)", 100, 577, true, false);
     {
-        // the grid capped below the SM count (LOCKSTEP_GEMV_SMS): more rows per block
-        const int sms = ls_gemv_set_sms(131);
-        test_gemv_gu_swiglu("131 blocks", 7168, 4096, true, true, true);
-        test_gemv_fused("xreg 131 blocks", 4096, 14336, 1, 3);
-        test_gemv_fused("xreg 131 blocks", 3000, 4096, 1, 1);
-        ls_gemv_set_sms(sms);
-    }
-    {
         const int xreg = ls_gemv_set_xreg(0);
         test_gemv_gu_swiglu("LOCKSTEP_GEMV_XREG=0 (left to the caller)", 100, 4096, true, false);
         ls_gemv_set_xreg(xreg);
@@ -852,9 +844,6 @@ static void tests_gemv_rope(void)
     test_gemv_rope("not stored", 8, 2, 128, 1024, true, false, 0, 5000);
     test_gemv_rope("hd 80 (two kernels)", 4, 2, 80, 512, true, true, 0, 3);
     if (!g_quick) test_gemv_rope("llama70b", 64, 8, 128, 8192, true, false, 0, 777);
-    const int sms = ls_gemv_set_sms(131); // the grid capped below the SM count
-    test_gemv_rope("llama8b 131 blocks", 32, 8, 128, 4096, true, false, 0, 200, true);
-    ls_gemv_set_sms(sms);
 }
 
 static void tests_rope(void)
