@@ -13,7 +13,7 @@ liblockstep_a_SOURCES += \
 endif
 # kernel experiments: run by hand on a GPU machine (kernels/lab/run.sh); `make check` in a CUDA
 # build compiles the lab (it includes the kernel sources), so a change there cannot break it
-EXTRA_DIST += kernels/lab/README.md kernels/lab/run.sh kernels/lab/gemv_lab.cu
+EXTRA_DIST += kernels/lab/README.md kernels/lab/run.sh kernels/lab/gemv_lab.cu kernels/lab/persist_lab.cu
 if HAVE_CUDA
 # ... and the attention kernels for sm_80 too (--with-cuda-arch=sm_80 is offered; they use
 # thread-block clusters where the device has them)
@@ -30,4 +30,10 @@ kernels/lab/gemv_lab.built: $(top_srcdir)/kernels/lab/gemv_lab.cu $(liblockstep_
 	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -Xcompiler -fopenmp -I$(top_srcdir) -I$(top_srcdir)/kernels \
 		-I$(top_builddir) $(CUDA_CFLAGS) $(top_srcdir)/kernels/lab/gemv_lab.cu -o kernels/lab/gemv_lab -lgomp && touch $@
 CLEANFILES += kernels/lab/gemv_lab
+check_DATA += kernels/lab/persist_lab.built
+CLEANFILES += kernels/lab/persist_lab.built kernels/lab/persist_lab
+kernels/lab/persist_lab.built: $(top_srcdir)/kernels/lab/persist_lab.cu $(liblockstep_a_SOURCES)
+	@$(MKDIR_P) kernels/lab
+	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -I$(top_srcdir) -I$(top_srcdir)/kernels -I$(top_builddir) \
+		$(CUDA_CFLAGS) $(top_srcdir)/kernels/lab/persist_lab.cu -o kernels/lab/persist_lab && touch $@
 endif

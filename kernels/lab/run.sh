@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build and run the kernel lab on a GPU machine, from the repository root:
-#   bash kernels/lab/run.sh            (logs to $OUT/lab_gemv.log when OUT is set)
+#   bash kernels/lab/run.sh            (logs to $OUT/lab_<lab>.log when OUT is set)
 # Standalone: needs only nvcc and the CUDA runtime (and nccl.h, which runtime/check.h includes).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -8,7 +8,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo '#define HAVE_CUDA 1' >"$tmp/config.h"
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-"$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xcompiler -fopenmp \
-    -I"$tmp" -I"$top" -I"$top/kernels" "$top/kernels/lab/gemv_lab.cu" -o "$tmp/gemv_lab" -lgomp
 out=${OUT:-$tmp}
-"$tmp/gemv_lab" | tee "$out/lab_gemv.log"
+# LAB_ONLY=gemv or persist: one of the two labs (default: both)
+for lab in ${LAB_ONLY:-gemv persist}; do
+    "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xcompiler -fopenmp \
+        -I"$tmp" -I"$top" -I"$top/kernels" "$top/kernels/lab/${lab}_lab.cu" -o "$tmp/${lab}_lab" -lgomp
+    "$tmp/${lab}_lab" | tee "$out/lab_${lab}.log"
+done

@@ -1,0 +1,494 @@
+// Kernel boundaries or a grid barrier? One Llama-3.1-8B TP=1 decode layer's four GEMVs (QKV, o,
+// gate+up, down; plain inputs, o and down adding into the residual) run two ways with the same
+// per-row code, so that only the boundary mechanism differs:
+//   sep      four kernels per layer, launched with PDL as the engine does: each block issues its
+//            first row batch, waits (griddepcontrol.wait) for the kernel before, then runs;
+//   persist  one cooperative kernel for L layers, one block per SM: after its last rows of one
+//            matrix a block issues the first row batches of the next matrix, writes its outputs,
+//            arrives on a grid counter and spins until every block has arrived, then runs. No
+//            block exits and starts again, no grid completion and flush, and the next matrix's
+//            bytes are in flight while the block's own epilogue and the barrier run.
+// Each also with an attention stand-in between QKV and o (IDLE_NS: blocks that hold 48 SMs for
+// that long without touching DRAM, as the lab's idle kernel does). Both forms are checked bitwise
+// against each other over one layer. Weights rotate over 8 layers (3.5 GB, past L2). The
+// question it answers: is the ~3.5 us per GEMV boundary (the tenth session's layer chain: 108.6
+// us per layer for 94.2 us of bytes) what a persistent decode kernel would win back?
+#include "../bandwidth.cu"
+#include "../gemv.cu"
+#include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
+
+#include <algorithm>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+extern "C" void ls_die(const char *file, int line, const char *call, const char *msg)
+{
+    fprintf(stderr, "persist_lab: %s:%d: %s: %s\n", file, line, call, msg);
+    exit(1);
+}
+
+#define NT 1024
+#define NW 32
+
+static double g_roof; // GB/s, the streaming read measured first
+
+// one matrix's split over the grid, for one block and thread (the column-resident GEMV's: warp
+// (g, slot) owns columns slot, slot + slots of the rows g, g + G, ... of the block's range),
+// kept to what the loop needs: the lane's first-row pointers per column, the row stride, the
+// warp's row count and where its sums go in shared memory
+struct geo {
+    const uint4 *p[2]; // row g, this lane's chunk of column j (nullptr: none)
+    int stride;        // G rows, in 16-byte chunks
+    int my_rows;       // rows g, g + G, ... of the block's range
+    int pbase, pstride; // psum index of row g, and per G rows
+    int q[2];           // the chunks: x's inputs 8q .. 8q + 7 (-1: none)
+};
+
+// the block's rows [r0, r0 + rows) and the slot count
+static __device__ __forceinline__ void split(int n, int k, int &r0, int &rows, int &slots)
+{
+    const unsigned bi = blockIdx.x, gd = gridDim.x;
+    r0 = (int)(bi * (unsigned)n / gd);
+    rows = (int)((bi + 1) * (unsigned)n / gd) - r0;
+    const int S = ((k >> 3) + 31) >> 5;
+    slots = S < NW ? S : NW;
+}
+
+static __device__ __forceinline__ geo make_geo(const uint16_t *W, int n, int k)
+{
+    geo o;
+    int r0, rows, slots;
+    split(n, k, r0, rows, slots);
+    const int K8 = k >> 3, S = (K8 + 31) >> 5;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int G = NW / slots, g = warp / slots, slot = warp - g * slots, ps = slots | 1;
+    const bool active = g < G;
+    o.my_rows = active && g < rows ? (rows - g + G - 1) / G : 0;
+    o.stride = G * K8;
+    o.pbase = g * ps + slot;
+    o.pstride = G * ps;
+    const uint4 *row = reinterpret_cast<const uint4 *>(W) + (size_t)(r0 + g) * K8;
+    for (int j = 0; j < 2; j++) {
+        const int c = slot + j * slots;
+        const bool on = active && c < S && c * 32 + lane < K8;
+        o.q[j] = on ? c * 32 + lane : -1;
+        o.p[j] = on ? row + c * 32 + lane : nullptr;
+    }
+    return o;
+}
+
+// rows per batch: 4 of one column, or 1 of two (two such batches in flight: 64 KB per SM, as the
+// mainline's form for k > 8192 keeps; two batches of 2 rows spill)
+template <int CM> __host__ __device__ constexpr int rows_per_batch()
+{
+    return CM == 1 ? 4 : 1;
+}
+
+// the warp's rows first + i, i < U, CM columns each, into w[i * CM + j]
+template <int CM>
+static __device__ __forceinline__ void issue(const geo &o, uint4 (&w)[4], int first)
+{
+    constexpr int U = rows_per_batch<CM>();
+#pragma unroll
+    for (int i = 0; i < U; i++) {
+        const int rl = first + i;
+#pragma unroll
+        for (int j = 0; j < CM; j++)
+            w[i * CM + j] = rl < o.my_rows && o.p[j] ? ld_weights(o.p[j] + (size_t)rl * o.stride)
+                                                     : make_uint4(0, 0, 0, 0);
+    }
+}
+
+// x through L2 only: in the persistent form another SM wrote it since this SM last read it
+static __device__ __forceinline__ float4 ld_x(const float *p)
+{
+    return __ldcg(reinterpret_cast<const float4 *>(p));
+}
+
+// One matrix, batch 0 (and with PRE2, batch 1) already in a / b; two batches in flight (the
+// mainline's TR form). Before the epilogue the next matrix's first
+// batches are issued into a / b (nx: its geometry; none when nx_on is false). The epilogue
+// writes y (ACC: y +=) after one barrier, in slot order.
+// the next matrix, asked for after the loop (so that nothing of it is held through the loop)
+struct next_mat {
+    const uint16_t *W;
+    int n, k;
+    bool on;
+};
+
+// W, x, y: functors giving the pointers where they are used (the persistent kernel reads them
+// from shared memory then, so no register holds them through the loop)
+template <int CM, bool ACC, bool PRE2, int NCM, typename Wf, typename Xf, typename Yf,
+          typename Next>
+static __device__ __forceinline__ void run_matrix(Wf W, int n, int k, uint4 (&a)[4],
+                                                  uint4 (&b)[4], Xf x, Yf y, float *psum,
+                                                  bool pre2_done, Next next)
+{
+    constexpr int U = rows_per_batch<CM>();
+    const int lane = threadIdx.x & 31;
+    const geo o = make_geo(W(), n, k);
+    if (!pre2_done && U < o.my_rows) issue<CM>(o, b, U);
+    float4 xa[CM], xb[CM];
+#pragma unroll
+    for (int j = 0; j < CM; j++) {
+        xa[j] = xb[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (o.q[j] >= 0) { // chunk q of the row: inputs 8q .. 8q + 7
+            xa[j] = ld_x(x() + 8 * o.q[j]);
+            xb[j] = ld_x(x() + 8 * o.q[j] + 4);
+        }
+    }
+    // batch bi is in a when bi is even, in b when odd; batch bi + 2 goes where bi was (two
+    // bodies a loop: registers cannot be picked at run time)
+    auto body = [&](uint4(&w)[4], int bi) {
+        float s[U];
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            s[i] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < CM; j++) s[i] = dot8(w[i * CM + j], xa[j], xb[j], s[i]);
+        }
+        if ((bi + 2) * U < o.my_rows) issue<CM>(o, w, (bi + 2) * U);
+        const float t = warp_sum_rows<U>(s, lane);
+        const int rl = bi * U + lane / (32 / U);
+        if ((lane & (32 / U - 1)) == 0 && rl < o.my_rows) psum[o.pbase + rl * o.pstride] = t;
+    };
+    for (int bi = 0; bi * U < o.my_rows; bi += 2) {
+        body(a, bi);
+        if ((bi + 1) * U < o.my_rows) body(b, bi + 1);
+    }
+    // the next matrix's first batches: a is free once the last batch (in a or b) is summed
+    const next_mat nm = next();
+    if (nm.on) {
+        const geo nx = make_geo(nm.W, nm.n, nm.k);
+        issue<NCM>(nx, a, 0);
+        if (PRE2) issue<NCM>(nx, b, rows_per_batch<NCM>());
+    }
+    __syncthreads();
+    int r0, rows, slots;
+    split(n, k, r0, rows, slots);
+    const int ps = slots | 1;
+    for (int r = threadIdx.x; r < rows; r += NT) {
+        float sum = 0.0f;
+        for (int c = 0; c < slots; c++) sum += psum[r * ps + c];
+        float *yp = y() + r0 + r;
+        *yp = ACC ? __ldcg(yp) + sum : sum;
+    }
+}
+
+// the grid counter: a block arrives once per matrix; every block has arrived `phase` times
+// when the counter reaches base + phase * gridDim.x
+static __device__ __forceinline__ void grid_arrive(unsigned *ctr)
+{
+    __syncthreads(); // every thread's stores of this matrix issued
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(ctr, 1u);
+    }
+}
+
+static __device__ __forceinline__ void grid_wait(const unsigned *ctr, unsigned target)
+{
+    if (threadIdx.x == 0) {
+        unsigned v;
+        do {
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+        } while ((int)(v - target) < 0);
+    }
+    __syncthreads();
+}
+
+static __device__ __forceinline__ void idle_for(unsigned long long ns)
+{
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
+struct layer_bufs {
+    float *x, *qkv, *gu; // residual [4096], QKV out [nqkv], gate+up out [f2]
+};
+
+// a layer's shapes at TP ranks (Llama-3.1-8B): QKV nqkv x 4096, o 4096 x ko, gate+up f2 x 4096,
+// down 4096 x f; the down's columns per warp (cmd: 2 where k / 256 > 32 columns)
+template <int TP> struct lsh {
+    static constexpr int d = 4096, nqkv = 6144 / TP, ko = 4096 / TP, f2 = 28672 / TP,
+                         f = 14336 / TP, cmd = (f / 8 + 31) / 32 > 32 ? 2 : 1;
+    static constexpr size_t per = (size_t)nqkv * d + (size_t)d * ko + (size_t)f2 * d + (size_t)d * f;
+};
+
+// layer l's matrix m (QKV, o, gate+up, down), 8 layers' weights rotating; o reads the first ko
+// QKV outputs, down the first f gate+up outputs (stand-ins for attention and SwiGLU)
+template <int TP>
+static __host__ __device__ __forceinline__ const uint16_t *mat_w(const uint16_t *W, int l, int m)
+{
+    using S = lsh<TP>;
+    const uint16_t *w = W + (size_t)(l % 8) * S::per;
+    if (m >= 1) w += (size_t)S::nqkv * S::d;
+    if (m >= 2) w += (size_t)S::d * S::ko;
+    if (m >= 3) w += (size_t)S::f2 * S::d;
+    return w;
+}
+
+// the persistent form: L layers, one block per SM, idle_ns of attention stand-in on the first
+// 48 blocks between QKV and o (its own barrier phase)
+template <bool PRE2, int TP>
+static __global__ void __launch_bounds__(NT, 1)
+    persist_kernel(const uint16_t *__restrict__ W, layer_bufs bf, int L, unsigned *ctr,
+                   unsigned base, unsigned long long idle_ns)
+{
+    using S = lsh<TP>;
+    extern __shared__ float psum[];
+    // the launch's parameters from shared memory where needed (volatile: not held in registers
+    // across the matrices' loops, which need all 64)
+    __shared__ const uint16_t *sW;
+    __shared__ layer_bufs sb;
+    __shared__ unsigned *sctr;
+    __shared__ unsigned sbase;
+    __shared__ unsigned long long sidle;
+    __shared__ unsigned sphase; // matrices done (barrier phases), and the layer
+    __shared__ int sl, sL;
+    if (threadIdx.x == 0)
+        sW = W, sb = bf, sctr = ctr, sbase = base, sidle = idle_ns, sphase = 0, sl = 0, sL = L;
+    uint4 a[4], b[4];
+    {
+        const geo o = make_geo(mat_w<TP>(W, 0, 0), S::nqkv, S::d);
+        issue<1>(o, a, 0);
+        if (PRE2) issue<1>(o, b, 4);
+    }
+    __syncthreads();
+#define P(v) (*(volatile decltype(v) *)&(v))
+    // only thread 0 reads sphase outside the loop head (grid_wait's target), and sl and sphase
+    // change only between barriers that every thread passes
+    auto wait = [&] { grid_wait(P(sctr), P(sbase) + P(sphase) * gridDim.x); };
+    auto arrive = [&] {
+        grid_arrive(P(sctr));
+        if (threadIdx.x == 0) P(sphase) = P(sphase) + 1;
+    };
+    // the next matrix of layer sl (m = 1, 2, 3), or the next layer's QKV (m = 4)
+    auto nxt = [&](int m, int n, int k) {
+        return [=] {
+            const int l = P(sl) + (m == 4);
+            return next_mat{mat_w<TP>(P(sW), l, m & 3), n, k, l < P(sL)};
+        };
+    };
+    auto wl = [&](int m) { return [=] { return mat_w<TP>(P(sW), P(sl), m); }; };
+    auto bx = [&] { return P(sb.x); };
+    auto bqkv = [&] { return P(sb.qkv); };
+    auto bgu = [&] { return P(sb.gu); };
+    for (; P(sl) < P(sL);) {
+        // QKV: x -> qkv
+        if (P(sphase)) wait();
+        run_matrix<1, false, PRE2, 1>(wl(0), S::nqkv, S::d, a, b, bx, bqkv, psum, PRE2,
+                                      nxt(1, S::d, S::ko));
+        arrive();
+        if (P(sidle)) {
+            wait();
+            if (blockIdx.x < 48 && threadIdx.x == 0) idle_for(P(sidle));
+            arrive();
+        }
+        // o: qkv[0..ko) -> x +=
+        wait();
+        run_matrix<1, true, PRE2, 1>(wl(1), S::d, S::ko, a, b, bqkv, bx, psum, PRE2,
+                                     nxt(2, S::f2, S::d));
+        arrive();
+        // gate+up: x -> gu
+        wait();
+        run_matrix<1, false, PRE2, S::cmd>(wl(2), S::f2, S::d, a, b, bx, bgu, psum, PRE2,
+                                           nxt(3, S::d, S::f));
+        arrive();
+        // down: gu[0..f) -> x +=
+        wait();
+        run_matrix<S::cmd, true, PRE2, 1>(wl(3), S::d, S::f, a, b, bgu, bx, psum, PRE2,
+                                          nxt(4, S::nqkv, S::d));
+        arrive();
+        __syncthreads(); // every thread has read sl
+        if (threadIdx.x == 0) P(sl) = P(sl) + 1;
+        __syncthreads();
+    }
+#undef P
+}
+
+// the separate form: one matrix per kernel, PDL as the engine launches them
+template <int CM, bool ACC>
+static __global__ void __launch_bounds__(NT, 1)
+    sep_kernel(const uint16_t *__restrict__ W, const float *x, float *y, int n, int k)
+{
+    extern __shared__ float psum[];
+    uint4 a[4], b[4];
+    pdl_launch_dependents();
+    issue<CM>(make_geo(W, n, k), a, 0);
+    pdl_wait();
+    run_matrix<CM, ACC, false, CM>([=] { return W; }, n, k, a, b, [=] { return x; },
+                                   [=] { return y; }, psum, false,
+                                   [] { return next_mat{nullptr, 0, 0, false}; });
+}
+
+static __global__ void idle_kernel(unsigned long long ns)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    idle_for(ns);
+}
+
+static __global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + seed) * 0x9e3779b97f4a7c15ULL;
+        z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
+        z ^= z >> 29;
+        // small weights (|w| < 2^-6): a layer keeps x bounded for the bitwise check
+        p[i] = (uint16_t)((z & 0x8000u) | 0x3c00u | ((z >> 16) & 0x7fu));
+    }
+}
+
+static __global__ void fill_x(float *p, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        p[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+}
+
+template <typename Fn> static float time_ms(int reps, Fn f)
+{
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    for (int w = 0; w < 3; w++) f();
+    std::vector<float> ms(reps);
+    for (int r = 0; r < reps; r++) {
+        CHECK_CUDA(cudaEventRecord(e0, 0));
+        f();
+        CHECK_CUDA(cudaEventRecord(e1, 0));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms[r], e0, e1));
+    }
+    std::sort(ms.begin(), ms.end());
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    return ms[reps / 2];
+}
+
+// the bitwise check and the timings at one TP degree's shapes; false when a check failed
+template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv, float *gu,
+                                     unsigned *ctr, unsigned &base)
+{
+    using S = lsh<TP>;
+    const int L = 8;
+    const layer_bufs bf = {x, qkv, gu};
+    // shared memory: the most rows a block has (gate+up) x the odd slot stride
+    const size_t smem = (size_t)((S::f2 + sms - 1) / sms) * (16 | 1) * sizeof(float);
+    for (const void *fn :
+         {(const void *)persist_kernel<false, TP>, (const void *)persist_kernel<true, TP>,
+          (const void *)sep_kernel<1, false>, (const void *)sep_kernel<1, true>,
+          (const void *)sep_kernel<S::cmd, true>})
+        CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    auto persist = [&](bool pre2, int layers, unsigned long long idle) {
+        // 4 or 5 arrivals per layer per block; base: the counter's value at this launch
+        const unsigned per = (idle ? 5u : 4u) * (unsigned)layers * (unsigned)sms;
+        void *args[] = {(void *)&W, (void *)&bf, (void *)&layers, (void *)&ctr, (void *)&base,
+                        (void *)&idle};
+        const void *fn = pre2 ? (const void *)persist_kernel<true, TP>
+                              : (const void *)persist_kernel<false, TP>;
+        CHECK_CUDA(cudaLaunchCooperativeKernel(fn, dim3(sms), dim3(NT), args, smem, 0));
+        base += per;
+    };
+    auto sep = [&](int layers, unsigned long long idle) {
+        ls_pdl_on = 1;
+        for (int l = 0; l < layers; l++) {
+            pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 0),
+                       (const float *)x, qkv, S::nqkv, S::d);
+            if (idle) pdl_launch(idle_kernel, 48, 128, (size_t)16 << 10, (cudaStream_t)0, idle);
+            pdl_launch(sep_kernel<1, true>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 1),
+                       (const float *)qkv, x, S::d, S::ko);
+            pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 2),
+                       (const float *)x, gu, S::f2, S::d);
+            pdl_launch(sep_kernel<S::cmd, true>, sms, NT, smem, (cudaStream_t)0,
+                       mat_w<TP>(W, l, 3), (const float *)gu, x, S::d, S::f);
+        }
+        ls_pdl_on = 0;
+    };
+
+    // bitwise: one and two layers each way from the same x, every output poisoned first
+    const int D = S::d, NQKV = S::nqkv, F2 = S::f2;
+    std::vector<float> hs(D + NQKV + F2), hp(D + NQKV + F2);
+    auto grab = [&](std::vector<float> &h) {
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaMemcpy(h.data(), x, sizeof(float) * D, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(h.data() + D, qkv, sizeof(float) * NQKV, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(h.data() + D + NQKV, gu, sizeof(float) * F2, cudaMemcpyDeviceToHost));
+    };
+    auto reset = [&] {
+        fill_x<<<16, 256>>>(x, D);
+        CHECK_CUDA(cudaMemset(qkv, 0xff, sizeof(float) * NQKV));
+        CHECK_CUDA(cudaMemset(gu, 0xff, sizeof(float) * F2));
+    };
+    bool ok = true;
+    for (int pre2 = 0; pre2 < 2; pre2++)
+        for (int layers = 1; layers <= 2; layers++) {
+            reset();
+            sep(layers, 0);
+            grab(hs);
+            reset();
+            persist(pre2, layers, 0);
+            grab(hp);
+            size_t diff = 0, finite = 0;
+            for (size_t i = 0; i < hs.size(); i++) {
+                diff += memcmp(&hs[i], &hp[i], 4) != 0;
+                finite += isfinite(hs[i]);
+            }
+            printf("TP=%d bitwise check, %d layer(s), persist%s: %zu of %zu outputs differ (%zu "
+                   "finite)\n",
+                   TP, layers, pre2 ? " pre2" : "", diff, hs.size(), finite);
+            ok = ok && diff == 0 && finite == hs.size();
+        }
+
+    const double bytes = (double)S::per * 2;
+    printf("one 8B TP=%d layer's four GEMVs, %d layers' weights rotating, us per layer (%.1f MB, "
+           "%.2f us at the roofline):\n",
+           TP, L, bytes / 1e6, bytes / g_roof / 1e3);
+    for (unsigned long long idle : {0ull, 8000ull}) {
+        // 8 layers per launch for the persistent kernel (a step has 32); sep the same 8
+        reset();
+        const float s = time_ms(30, [&] { sep(L, idle); }) / L;
+        const float p1 = time_ms(30, [&] { persist(false, L, idle); }) / L;
+        const float p2 = time_ms(30, [&] { persist(true, L, idle); }) / L;
+        const float p32 = time_ms(10, [&] { persist(false, 4 * L, idle); }) / (4 * L);
+        printf("  TP=%d idle %4.1f us between QKV and o: sep (PDL) %7.2f | persist %7.2f | "
+               "persist pre2 %7.2f | persist, 32 layers a launch %7.2f\n",
+               TP, idle / 1e3, s * 1e3, p1 * 1e3, p2 * 1e3, p32 * 1e3);
+        fflush(stdout);
+    }
+    return ok;
+}
+
+int main(void)
+{
+    CHECK_CUDA(cudaSetDevice(0));
+    const ls_device di = ls_device_get();
+    int coop = 0;
+    CHECK_CUDA(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, di.id));
+    if (!coop) ls_die(__FILE__, __LINE__, "main", "the device has no cooperative launch");
+    uint16_t *W;
+    float *x, *qkv, *gu;
+    unsigned *ctr;
+    using S = lsh<1>;
+    CHECK_CUDA(cudaMalloc(&W, S::per * 2 * 8));
+    CHECK_CUDA(cudaMalloc(&x, sizeof(float) * S::d));
+    CHECK_CUDA(cudaMalloc(&qkv, sizeof(float) * S::nqkv));
+    CHECK_CUDA(cudaMalloc(&gu, sizeof(float) * S::f2));
+    CHECK_CUDA(cudaMalloc(&ctr, sizeof(unsigned)));
+    CHECK_CUDA(cudaMemset(ctr, 0, sizeof(unsigned)));
+    fill_bf16<<<4096, 256>>>(W, S::per * 8, 5);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
+    printf("streaming read 4 GiB: %.0f GB/s\n", g_roof);
+    unsigned base = 0;
+    bool ok = run_tp<1>(di.sms, W, x, qkv, gu, ctr, base);
+    ok = run_tp<2>(di.sms, W, x, qkv, gu, ctr, base) && ok;
+    return ok ? 0 : 1;
+}
