@@ -15,14 +15,20 @@
 // the caller zeroes the workspace once when it allocates it). Every reduction has a fixed order,
 // so results are reproducible and do not depend on which block arrives last. The blocks are
 // launched in clusters of ATT_CLUSTER chunks: when every live chunk lies in the first cluster
-// (short contexts), each block leaves its partial in its own shared memory, and after a cluster
-// barrier the first chunk's block reads the others' through distributed shared memory and
-// merges them in chunk order (no workspace, fence or counter); a second barrier keeps the
-// cluster's blocks until it has.
+// (short contexts), the partials meet in distributed shared memory instead (no workspace, fence
+// or counter). Live chunk b owns a slice of the gb * hd output elements; as a block merges its
+// warps it stores each element into the slot of the slice's owner, and its (max, sum) into
+// every live chunk, then arrives on a cluster barrier and waits on it; each live chunk then
+// merges its slice in chunk order. So one barrier round lies on the critical path, and the
+// merge is shared out. No block stores into another before every block of the cluster runs:
+// each arrives on the barrier's previous phase before its PDL wait and waits on it just before
+// its first store, by when it has long completed. The cluster merge has its own copy of the
+// loop that merges the warps: with those stores in the loop the workspace merge shares, that
+// path ran 0.5 to 1 us slower (code generation).
 //
 // The chunk length is computed on the device from the context length, never below
 // min_chunk positions (ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK); chunks past the end of the context
-// exit at once and are not counted.
+// are not counted, and exit at once (see the kernel on the PDL wait).
 //
 // Prefill. Block = (32 queries, one q head), 128 threads as 8 x 16: a thread holds a 4x4 tile of
 // scores and a 4 x hd/16 tile of the output. Per 64-key tile: K (transposed) and V are converted
@@ -51,16 +57,35 @@
 namespace cg = cooperative_groups;
 
 // Clusters exist from sm_90 on; the host launches clusters only on devices that have them, so on
-// older targets these are never reached
-static __device__ __forceinline__ void cluster_sync()
+// older targets these are never reached. The cluster barrier split in two (PTX barrier.cluster):
+// a thread arrives once per phase and must see the phase complete (wait) before it arrives on
+// the next; wait returns once every non-exited thread of the cluster has arrived. arrive has
+// release semantics (cooperative groups' barrier_arrive), wait acquire semantics: after the
+// wait, every thread's memory accesses from before its arrive are visible. The relaxed arrive
+// orders nothing (cooperative groups has none; the builtin).
+static __device__ __forceinline__ void cluster_arrive_relaxed()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cg::this_cluster().sync();
+    __cluster_barrier_arrive_relaxed();
+#endif
+}
+
+static __device__ __forceinline__ void cluster_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    (void)cg::this_cluster().barrier_arrive();
+#endif
+}
+
+static __device__ __forceinline__ void cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::this_cluster().barrier_wait();
 #endif
 }
 
 // the same variable in the shared memory of the cluster's block `rank`
-static __device__ __forceinline__ const float *cluster_peer(const float *p, int rank)
+static __device__ __forceinline__ float *cluster_peer(float *p, int rank)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     return cg::this_cluster().map_shared_rank(p, rank);
@@ -122,7 +147,11 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     constexpr int STEP = U * ATT_WARPS * PG; // positions per block per loop iteration
     __shared__ float sm_m[ATT_WARPS][GM], sm_l[ATT_WARPS][GM];
     __shared__ float sm_o[ATT_WARPS][GM][256];
-    __shared__ float sm_cm[GM], sm_cl[GM]; // the cluster merge: this chunk's (max, sum)
+    // the cluster merge's slots, which the live chunks of the cluster fill: each chunk's (max,
+    // sum) per q head, and [chunk][slice] each chunk's part of the output slice this block
+    // merges (live * slice <= gb * hd + live - 1 floats; hd <= LG * 8)
+    __shared__ float sm_cm[ATT_CLUSTER][GM], sm_cl[ATT_CLUSTER][GM];
+    __shared__ float sm_co[GM * LG * 8 + ATT_CLUSTER];
 
     // Before the wait: the position (written before this forward's kernels, by a copy or the
     // previous step's graph, so final here) and the first iteration's K/V rows of positions
@@ -142,6 +171,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     // launched in clusters of `cluster` chunks and every live chunk in the first: the partials
     // meet in shared memory (distributed across the cluster), no workspace round trip
     const bool cm = cluster > 1 && live <= cluster;
+    const bool cm_block = cm && (int)blockIdx.x < cluster; // a block of the merging cluster
     const bool lane_on = c * 8 < hd;
     const uint16_t *K = kcache + (size_t)kvh * max_ctx * hd + c * 8;
     const uint16_t *V = vcache + (size_t)kvh * max_ctx * hd + c * 8;
@@ -163,13 +193,22 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     };
     const int base0 = p_begin + warp * PG;
     if (base0 < p_end) load(base0, true);
+    // The merging cluster's blocks arrive on the barrier's first phase here; each waits on it
+    // just before its first store into another block's shared memory (long complete by then),
+    // so no block stores into one that has not started.
+    if (cm_block) cluster_arrive_relaxed();
+    // Past the context: neither counted nor merged, and nothing read. Without clusters such a
+    // chunk leaves before the wait (n is final before it); the kernel still completes only
+    // after its predecessor (pdl.cuh), since chunk 0 is always live and waits. In a clustered
+    // launch it leaves after the wait: leaving before measured slower there (context 256 of
+    // 4096: 8.6 against 8.3 us; cause not established). In the merging cluster it also arrives
+    // on both phases, or the live chunks would wait for it.
+    if (p_begin >= n && cluster <= 1) return;
     pdl_wait();
-    // past the context: neither counted nor merged (in the first cluster, the merge's two
-    // barriers are kept)
     if (p_begin >= n) {
-        if (cm && (int)blockIdx.x < cluster) {
-            cluster_sync();
-            cluster_sync();
+        if (cm_block) {
+            cluster_wait();
+            cluster_arrive_relaxed();
         }
         return;
     }
@@ -270,28 +309,75 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
     __syncthreads();
 
-    // merge the warps, in warp order; warps that saw no position have m = -inf
-    for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
-        const int g = i / hd, d = i - g * hd;
-        float M = -INFINITY;
+    // the warps' states merged, in warp order, for output element (q head g, dimension d);
+    // warps that saw no position have m = -inf
+    auto merge_warps = [&](int g, int d, float &M, float &L, float &O) {
+        M = -INFINITY;
         for (int w = 0; w < ATT_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
-        float L = 0.0f, O = 0.0f;
+        L = 0.0f, O = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) {
             if (sm_m[w][g] == -INFINITY) continue;
             float a = exp2f(sm_m[w][g] - M);
             L = fmaf(sm_l[w][g], a, L);
             O = fmaf(sm_o[w][g][d], a, O);
         }
-        const int h = h0 + g;
+    };
+
+    if (cm) {
+        // Live chunk b merges output elements [b * slice, (b + 1) * slice) of the block's
+        // gb * hd. Once the first phase is complete (every block of the cluster has started),
+        // each live chunk stores its part of every slice into the slice's chunk, and its (max,
+        // sum) into every live chunk.
+        const int slice = (gb * hd + live - 1) / live;
+        cluster_wait();
+        for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
+            const int g = i / hd, d = i - g * hd, b = i / slice;
+            float M, L, O;
+            merge_warps(g, d, M, L, O);
+            cluster_peer(sm_co, b)[blockIdx.x * slice + i - b * slice] = O;
+            if (d == 0) {
+                for (int r = 0; r < live; r++) {
+                    cluster_peer(sm_cm[blockIdx.x], r)[g] = M;
+                    cluster_peer(sm_cl[blockIdx.x], r)[g] = L;
+                }
+            }
+        }
+        // The second phase: arriving (release) publishes these stores; once it completes
+        // (acquire), every live chunk's part of this block's slice lies in its slots, and every
+        // thread of the block is past the warp merge (sm_l is free). In chunk order: per q head
+        // M, each chunk's scale exp2(m_s - M) (in place of m_s) and L = sum l_s * scale; then
+        // each output element of the slice sum_s o_s * scale_s / L.
+        cluster_arrive();
+        cluster_wait();
+        if ((int)threadIdx.x < gb) {
+            const int g = threadIdx.x;
+            float M = -INFINITY, L = 0.0f;
+            for (int s = 0; s < live; s++) M = fmaxf(M, sm_cm[s][g]);
+            for (int s = 0; s < live; s++) {
+                const float sc = exp2f(sm_cm[s][g] - M);
+                sm_cm[s][g] = sc;
+                L = fmaf(sm_cl[s][g], sc, L);
+            }
+            sm_l[0][g] = L;
+        }
+        __syncthreads();
+        const int i0 = blockIdx.x * slice, ni = min(slice, gb * hd - i0);
+        for (int j = threadIdx.x; j < ni; j += blockDim.x) {
+            const int g = (i0 + j) / hd;
+            float O = 0.0f;
+            for (int s = 0; s < live; s++) O = fmaf(sm_co[s * slice + j], sm_cm[s][g], O);
+            out[(size_t)h0 * hd + i0 + j] = O / sm_l[0][g];
+        }
+        return;
+    }
+
+    // one chunk: the output; several: the chunk's partial into the workspace
+    for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
+        const int g = i / hd, d = i - g * hd, h = h0 + g;
+        float M, L, O;
+        merge_warps(g, d, M, L, O);
         if (nsplit == 1) {
             out[(size_t)h * hd + d] = O / L;
-        } else if (cm) {
-            // O into sm_o[0] (this thread alone read sm_o[*][g][d] above)
-            sm_o[0][g][d] = O;
-            if (d == 0) {
-                sm_cm[g] = M;
-                sm_cl[g] = L;
-            }
         } else {
             size_t slot = (size_t)h * nsplit + blockIdx.x;
             float *wml = ws, *wo = ws + (size_t)hq * nsplit * 2;
@@ -303,42 +389,6 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         }
     }
     if (nsplit == 1) return;
-
-    if (cm) {
-        // the first chunk's block merges the cluster's live chunks in chunk order, reading their
-        // shared memory; the second barrier keeps every block (and its shared memory) until then
-        cluster_sync();
-        if (blockIdx.x == 0) {
-            __shared__ float sm_sc[GM][ATT_CLUSTER], sm_sl[GM][ATT_CLUSTER], sm_L[GM];
-            for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
-                const int g = i / live, s = i - g * live;
-                sm_sc[g][s] = *cluster_peer(&sm_cm[g], s);
-                sm_sl[g][s] = *cluster_peer(&sm_cl[g], s);
-            }
-            __syncthreads();
-            if ((int)threadIdx.x < gb) {
-                const int g = threadIdx.x;
-                float M = -INFINITY, L = 0.0f;
-                for (int s = 0; s < live; s++) M = fmaxf(M, sm_sc[g][s]);
-                for (int s = 0; s < live; s++) {
-                    const float sc = exp2f(sm_sc[g][s] - M);
-                    sm_sc[g][s] = sc;
-                    L = fmaf(sm_sl[g][s], sc, L);
-                }
-                sm_L[g] = L;
-            }
-            __syncthreads();
-            for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
-                const int g = i / hd, d = i - g * hd;
-                float O = 0.0f;
-                for (int s = 0; s < live; s++)
-                    O = fmaf(*cluster_peer(&sm_o[0][g][d], s), sm_sc[g][s], O);
-                out[(size_t)(h0 + g) * hd + d] = O / sm_L[g];
-            }
-        }
-        cluster_sync();
-        return;
-    }
 
     // last block done: the chunk that completes the count of live chunks merges them all
     __shared__ int sm_last;

@@ -1090,6 +1090,19 @@ static void tests_decode(void)
     test_decode(16, 1, 64, 130, mc, 7); // 3 live chunks of 64, 4 past the context
     test_decode(4, 4, 256, 200, mc, 0);
     test_decode(5, 5, 96, 333, mc, 0);
+    // chunks of 64 here: 8 live (the most one cluster merges; the last chunk one position or
+    // full), then 9 (the fewest the workspace merges); 8 q heads per block at hd 128 and 256
+    // (the cluster merge's largest slices and slots)
+    for (int n : {449, 512, 513}) test_decode(32, 8, 128, n, mc, 0);
+    test_decode(40, 5, 128, 512, mc, 0);
+    test_decode(16, 2, 256, 450, mc, 0);
+    // a cache of 4096 positions, the engine's default: 64 chunks, of which at context 100 two
+    // are live and 62 past the context (6 of them in the merging cluster); at 1000, 16 live
+    // (the workspace merge) and 48 past the context
+    test_decode(32, 8, 128, 100, 4096, 0);
+    test_decode_pdl(32, 8, 128, 100, 4096);
+    test_decode_pdl(32, 8, 128, 512, 4096);
+    test_decode_pdl(32, 8, 128, 1000, 4096);
     // PDL: the current position's K/V rows and q arrive late; contexts where that row is the
     // first, the middle and the last of its chunk
     for (int n : {1, 65, 100, 256}) test_decode_pdl(32, 8, 128, n, mc);
@@ -1102,6 +1115,8 @@ static void tests_decode(void)
         for (int n : {1, 65, 1000, 2048}) test_decode(32, 8, 128, n, 2048, 0);
         test_decode(9, 3, 64, 777, 2048, 0);
         test_decode(40, 5, 128, 1500, 2048, 0); // 8 q heads per block
+        test_decode(40, 5, 128, 512, 2048, 0);
+        test_decode(16, 2, 256, 300, 2048, 0);
         test_decode(4, 4, 256, 300, 2048, 0);
         test_decode_pdl(32, 8, 128, 100, 2048);
         test_decode_pdl(32, 8, 128, 300, 2048, 5);
