@@ -101,6 +101,13 @@ static __device__ __forceinline__ void issue(const geo &o, uint4 (&w)[4], int fi
     }
 }
 
+static __device__ __forceinline__ unsigned long long gtime()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 // x through L2 only: in the persistent form another SM wrote it since this SM last read it
 static __device__ __forceinline__ float4 ld_x(const float *p)
 {
@@ -124,7 +131,8 @@ template <int CM, bool ACC, bool PRE2, int NCM, typename Wf, typename Xf, typena
           typename Next>
 static __device__ __forceinline__ void run_matrix(Wf W, int n, int k, uint4 (&a)[4],
                                                   uint4 (&b)[4], Xf x, Yf y, float *psum,
-                                                  bool pre2_done, Next next)
+                                                  bool pre2_done, Next next,
+                                                  unsigned long long *mark = nullptr)
 {
     constexpr int U = rows_per_batch<CM>();
     const int lane = threadIdx.x & 31;
@@ -166,6 +174,7 @@ static __device__ __forceinline__ void run_matrix(Wf W, int n, int k, uint4 (&a)
         if (PRE2) issue<NCM>(nx, b, rows_per_batch<NCM>());
     }
     __syncthreads();
+    if (mark && threadIdx.x == 0) *mark = gtime(); // every warp's products done
     int r0, rows, slots;
     split(n, k, r0, rows, slots);
     const int ps = slots | 1;
@@ -312,19 +321,33 @@ static __global__ void __launch_bounds__(NT, 1)
 #undef P
 }
 
-// the separate form: one matrix per kernel, PDL as the engine launches them
+// the separate form: one matrix per kernel, PDL as the engine launches them. ts (or nullptr):
+// this block's globaltimer at its start, after the PDL wait, when its products are done and at
+// its end, at ts[4 * blockIdx.x ..]
 template <int CM, bool ACC>
 static __global__ void __launch_bounds__(NT, 1)
-    sep_kernel(const uint16_t *__restrict__ W, const float *x, float *y, int n, int k)
+    sep_kernel(const uint16_t *__restrict__ W, const float *x, float *y, int n, int k,
+               unsigned long long *ts)
 {
     extern __shared__ float psum[];
     uint4 a[4], b[4];
+    unsigned long long t0 = 0;
+    if (ts && threadIdx.x == 0) t0 = gtime();
     pdl_launch_dependents();
     issue<CM>(make_geo(W, n, k), a, 0);
     pdl_wait();
+    if (ts && threadIdx.x == 0) {
+        ts[4 * blockIdx.x] = t0;
+        ts[4 * blockIdx.x + 1] = gtime();
+    }
     run_matrix<CM, ACC, false, CM>([=] { return W; }, n, k, a, b, [=] { return x; },
                                    [=] { return y; }, psum, false,
-                                   [] { return next_mat{nullptr, 0, 0, false}; });
+                                   [] { return next_mat{nullptr, 0, 0, false}; },
+                                   ts ? ts + 4 * blockIdx.x + 2 : nullptr);
+    if (ts) {
+        __syncthreads();
+        if (threadIdx.x == 0) ts[4 * blockIdx.x + 3] = gtime();
+    }
 }
 
 static __global__ void idle_kernel(unsigned long long ns)
@@ -372,6 +395,59 @@ template <typename Fn> static float time_ms(int reps, Fn f)
     return ms[reps / 2];
 }
 
+// Where a kernel boundary's time goes, from each block's globaltimer stamps in a chain of 8
+// layers (32 GEMVs, PDL; the last of 5 runs): per GEMV, relative to the previous GEMV's last
+// block end (its grid's completion, near enough): when the first and the last block passed the
+// PDL wait; the spread of the blocks' products-done times (min, median, max, from the first
+// release); and the last block's end. The layers after the first are averaged per matrix. The
+// timer's step is printed first (the smallest nonzero difference between stamps).
+template <int TP, typename Run> static void timeline(int sms, Run run)
+{
+    const int layers = 8, K = 4 * layers;
+    unsigned long long *ts;
+    CHECK_CUDA(cudaMalloc(&ts, sizeof(unsigned long long) * 4 * sms * K));
+    for (int r = 0; r < 5; r++) run(layers, ts);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    std::vector<unsigned long long> h((size_t)4 * sms * K);
+    CHECK_CUDA(cudaMemcpy(h.data(), ts, sizeof(unsigned long long) * h.size(),
+                          cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaFree(ts));
+    std::vector<unsigned long long> all(h);
+    std::sort(all.begin(), all.end());
+    unsigned long long step = ~0ull;
+    for (size_t i = 1; i < all.size(); i++)
+        if (all[i] > all[i - 1]) step = std::min(step, all[i] - all[i - 1]);
+    static const char *names[4] = {"qkv", "o", "gate+up", "down"};
+    // per matrix: sums over layers 1..7 of [first wait, last wait, done min, done median, done
+    // max, end max] (ns, from the previous kernel's last end)
+    double acc[4][6] = {};
+    auto at = [&](int kk, int b, int f) { return (double)h[((size_t)kk * sms + b) * 4 + f]; };
+    for (int kk = 4; kk < K; kk++) {
+        double prev_end = 0;
+        for (int b = 0; b < sms; b++) prev_end = std::max(prev_end, at(kk - 1, b, 3));
+        std::vector<double> wait(sms), done(sms), end(sms);
+        for (int b = 0; b < sms; b++) {
+            wait[b] = at(kk, b, 1) - prev_end;
+            done[b] = at(kk, b, 2) - prev_end;
+            end[b] = at(kk, b, 3) - prev_end;
+        }
+        std::sort(wait.begin(), wait.end());
+        std::sort(done.begin(), done.end());
+        std::sort(end.begin(), end.end());
+        const double v[6] = {wait[0], wait[sms - 1], done[0], done[sms / 2], done[sms - 1],
+                             end[sms - 1]};
+        for (int f = 0; f < 6; f++) acc[kk % 4][f] += v[f] / (layers - 1);
+    }
+    printf("TP=%d timeline (globaltimer step %llu ns), us from the previous GEMV's last block end: "
+           "wait released first/last | products done min/median/max | last end\n",
+           TP, step);
+    for (int m = 0; m < 4; m++)
+        printf("  %-8s %6.2f %6.2f | %6.2f %6.2f %6.2f | %6.2f\n", names[m], acc[m][0] / 1e3,
+               acc[m][1] / 1e3, acc[m][2] / 1e3, acc[m][3] / 1e3, acc[m][4] / 1e3,
+               acc[m][5] / 1e3);
+    fflush(stdout);
+}
+
 // the bitwise check and the timings at one TP degree's shapes; false when a check failed
 template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv, float *gu,
                                      unsigned *ctr, unsigned &base)
@@ -397,18 +473,21 @@ template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv,
         CHECK_CUDA(cudaLaunchCooperativeKernel(fn, dim3(sms), dim3(NT), args, smem, 0));
         base += per;
     };
-    auto sep = [&](int layers, unsigned long long idle) {
+    // ts (or nullptr): 4 timestamps per block per kernel, kernel after kernel (the idle kernel
+    // is not stamped)
+    auto sep = [&](int layers, unsigned long long idle, unsigned long long *ts = nullptr) {
         ls_pdl_on = 1;
+        auto stamp = [&](int l, int m) { return ts ? ts + (size_t)(4 * l + m) * 4 * sms : ts; };
         for (int l = 0; l < layers; l++) {
             pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 0),
-                       (const float *)x, qkv, S::nqkv, S::d);
+                       (const float *)x, qkv, S::nqkv, S::d, stamp(l, 0));
             if (idle) pdl_launch(idle_kernel, 48, 128, (size_t)16 << 10, (cudaStream_t)0, idle);
             pdl_launch(sep_kernel<1, true>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 1),
-                       (const float *)qkv, x, S::d, S::ko);
+                       (const float *)qkv, x, S::d, S::ko, stamp(l, 1));
             pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 2),
-                       (const float *)x, gu, S::f2, S::d);
+                       (const float *)x, gu, S::f2, S::d, stamp(l, 2));
             pdl_launch(sep_kernel<S::cmd, true>, sms, NT, smem, (cudaStream_t)0,
-                       mat_w<TP>(W, l, 3), (const float *)gu, x, S::d, S::f);
+                       mat_w<TP>(W, l, 3), (const float *)gu, x, S::d, S::f, stamp(l, 3));
         }
         ls_pdl_on = 0;
     };
@@ -463,6 +542,7 @@ template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv,
                TP, idle / 1e3, s * 1e3, p1 * 1e3, p2 * 1e3, p32 * 1e3);
         fflush(stdout);
     }
+    timeline<TP>(sms, [&](int layers, unsigned long long *ts) { sep(layers, 0, ts); });
     return ok;
 }
 
