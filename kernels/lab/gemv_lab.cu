@@ -12,6 +12,7 @@
 #include "../bandwidth.cu"
 #include "../gemv.cu"
 #include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
+#include "fill.cuh"
 
 #include <algorithm>
 #include <stdio.h>
@@ -131,17 +132,6 @@ static void run_variant(const variant &v, float *y, const uint16_t *W, const flo
     pdl_launch(v.fn, grid, (unsigned)v.nt, gemv_smem(1, k, v.nt), (cudaStream_t)0, y,
                (const uint4 *)W, x, (const float *)nullptr, n, k, (const float *)nullptr, 0.0f);
     ls_pdl_on = saved;
-}
-
-static __global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + seed) * 0x9e3779b97f4a7c15ULL;
-        z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
-        z ^= z >> 29;
-        p[i] = (uint16_t)((z & 0x8000u) | 0x3f00u | ((z >> 16) & 0x7fu));
-    }
 }
 
 template <typename F> static float time_ms(int reps, int batch, F f)

@@ -12,10 +12,12 @@
 // that long without touching DRAM, as the lab's idle kernel does). Both forms are checked bitwise
 // against each other over one layer. Weights rotate over 8 layers (3.5 GB, past L2). The
 // question it answers: is the ~3.5 us per GEMV boundary (the tenth session's layer chain: 108.6
-// us per layer for 94.2 us of bytes) what a persistent decode kernel would win back?
+// us per layer for 94.2 us of bytes) what a persistent decode kernel would win back? And, from
+// each block's globaltimer stamps in the PDL chain (timeline), where a boundary's time goes.
 #include "../bandwidth.cu"
 #include "../gemv.cu"
 #include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
+#include "fill.cuh"
 
 #include <algorithm>
 #include <stdio.h>
@@ -357,18 +359,6 @@ static __global__ void idle_kernel(unsigned long long ns)
     idle_for(ns);
 }
 
-static __global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + seed) * 0x9e3779b97f4a7c15ULL;
-        z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ULL;
-        z ^= z >> 29;
-        // small weights (|w| < 2^-6): a layer keeps x bounded for the bitwise check
-        p[i] = (uint16_t)((z & 0x8000u) | 0x3c00u | ((z >> 16) & 0x7fu));
-    }
-}
-
 static __global__ void fill_x(float *p, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
@@ -563,7 +553,8 @@ int main(void)
     CHECK_CUDA(cudaMalloc(&gu, sizeof(float) * S::f2));
     CHECK_CUDA(cudaMalloc(&ctr, sizeof(unsigned)));
     CHECK_CUDA(cudaMemset(ctr, 0, sizeof(unsigned)));
-    fill_bf16<<<4096, 256>>>(W, S::per * 8, 5);
+    // small weights (|w| < 2^-6): a layer keeps x bounded for the bitwise check
+    fill_bf16<<<4096, 256>>>(W, S::per * 8, 5, 0x3c00u);
     CHECK_CUDA(cudaDeviceSynchronize());
     g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
     printf("streaming read 4 GiB: %.0f GB/s\n", g_roof);
