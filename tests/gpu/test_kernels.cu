@@ -949,6 +949,52 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     zero = counters_zero() && zero;
     report(zero && !memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
            "%s: second launch bitwise equal, counters back to zero", name);
+
+    // In a CUDA graph, as the decode step runs it: three launches back to back on the one
+    // workspace (three layers), with PDL, captured once and replayed at positions the graph
+    // reads from pos, walking up to n - 1 (so the live chunks grow across replays and, past
+    // eight, the merge moves from the cluster to the workspace). Each replay bitwise the eager
+    // launch at that position, and the counters back to zero after all of them.
+    const int steps = n < 24 ? n : 24;
+    std::vector<std::vector<float>> eager(steps);
+    for (int i = 0; i < steps; i++) {
+        int pi = n - steps + i;
+        dpos.up(&pi);
+        dout.poison();
+        ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
+                            dws.p, nullptr);
+        eager[i] = dout.down();
+    }
+    cudaStream_t st;
+    CHECK_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    ls_kernels_set_pdl(1); // the decode tests run without it otherwise
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < 3; l++)
+        ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
+                            dws.p, st);
+    CHECK_CUDA(cudaStreamEndCapture(st, &g));
+    CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
+    ls_kernels_set_pdl(0);
+    int same = 0;
+    for (int i = 0; i < steps; i++) {
+        int pi = n - steps + i;
+        CHECK_CUDA(cudaMemcpyAsync(dpos.p, &pi, sizeof pi, cudaMemcpyHostToDevice, st));
+        CHECK_CUDA(cudaMemsetAsync(dout.p, 0xff, dout.n * sizeof(float), st));
+        CHECK_CUDA(cudaGraphLaunch(ge, st));
+        CHECK_CUDA(cudaStreamSynchronize(st));
+        std::vector<float> got = dout.down();
+        same += !memcmp(got.data(), eager[i].data(), got.size() * sizeof(float));
+    }
+    zero = counters_zero();
+    CHECK_CUDA(cudaGraphExecDestroy(ge));
+    CHECK_CUDA(cudaGraphDestroy(g));
+    CHECK_CUDA(cudaStreamDestroy(st));
+    report(same == steps && zero,
+           "%s: in a graph (3 launches, PDL), %d of %d replays at positions %d..%d bitwise the "
+           "eager launch, counters back to zero",
+           name, same, steps, n - steps, n - 1);
 }
 
 // lets its successor launch at once, spins, then writes q and the K/V rows of positions
