@@ -14,7 +14,7 @@ endif
 # kernel experiments: run by hand on a GPU machine (kernels/lab/run.sh); `make check` in a CUDA
 # build compiles the lab (it includes the kernel sources), so a change there cannot break it
 EXTRA_DIST += kernels/lab/README.md kernels/lab/run.sh kernels/lab/gemv_lab.cu kernels/lab/persist_lab.cu \
-	kernels/lab/fill.cuh
+	kernels/lab/lab.cuh
 if HAVE_CUDA
 # ... and the attention kernels for sm_80 too (--with-cuda-arch=sm_80 is offered; they use
 # thread-block clusters where the device has them)

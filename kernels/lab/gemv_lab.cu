@@ -12,7 +12,7 @@
 #include "../bandwidth.cu"
 #include "../gemv.cu"
 #include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
-#include "fill.cuh"
+#include "lab.cuh"
 
 #include <algorithm>
 #include <stdio.h>
@@ -132,27 +132,6 @@ static void run_variant(const variant &v, float *y, const uint16_t *W, const flo
     pdl_launch(v.fn, grid, (unsigned)v.nt, gemv_smem(1, k, v.nt), (cudaStream_t)0, y,
                (const uint4 *)W, x, (const float *)nullptr, n, k, (const float *)nullptr, 0.0f);
     ls_pdl_on = saved;
-}
-
-template <typename F> static float time_ms(int reps, int batch, F f)
-{
-    cudaEvent_t a, b;
-    CHECK_CUDA(cudaEventCreate(&a));
-    CHECK_CUDA(cudaEventCreate(&b));
-    int i = 0;
-    for (int w = 0; w < 5; w++) f(i++);
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        CHECK_CUDA(cudaEventRecord(a, 0));
-        for (int j = 0; j < batch; j++) f(i++);
-        CHECK_CUDA(cudaEventRecord(b, 0));
-        CHECK_CUDA(cudaEventSynchronize(b));
-        CHECK_CUDA(cudaEventElapsedTime(&ms[r], a, b));
-    }
-    std::sort(ms.begin(), ms.end());
-    CHECK_CUDA(cudaEventDestroy(a));
-    CHECK_CUDA(cudaEventDestroy(b));
-    return ms[reps / 2] / batch;
 }
 
 // Read patterns without the GEMV's arithmetic: does the order in which warps walk the bytes

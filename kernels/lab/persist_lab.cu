@@ -17,7 +17,7 @@
 #include "../bandwidth.cu"
 #include "../gemv.cu"
 #include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
-#include "fill.cuh"
+#include "lab.cuh"
 
 #include <algorithm>
 #include <stdio.h>
@@ -228,7 +228,8 @@ struct layer_bufs {
 template <int TP> struct lsh {
     static constexpr int d = 4096, nqkv = 6144 / TP, ko = 4096 / TP, f2 = 28672 / TP,
                          f = 14336 / TP, cmd = (f / 8 + 31) / 32 > 32 ? 2 : 1;
-    static constexpr size_t per = (size_t)nqkv * d + (size_t)d * ko + (size_t)f2 * d + (size_t)d * f;
+    static constexpr size_t per =
+        (size_t)nqkv * d + (size_t)d * ko + (size_t)f2 * d + (size_t)d * f;
 };
 
 // layer l's matrix m (QKV, o, gate+up, down), 8 layers' weights rotating; o reads the first ko
@@ -363,26 +364,6 @@ static __global__ void fill_x(float *p, int n)
 {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
         p[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
-}
-
-template <typename Fn> static float time_ms(int reps, Fn f)
-{
-    cudaEvent_t e0, e1;
-    CHECK_CUDA(cudaEventCreate(&e0));
-    CHECK_CUDA(cudaEventCreate(&e1));
-    for (int w = 0; w < 3; w++) f();
-    std::vector<float> ms(reps);
-    for (int r = 0; r < reps; r++) {
-        CHECK_CUDA(cudaEventRecord(e0, 0));
-        f();
-        CHECK_CUDA(cudaEventRecord(e1, 0));
-        CHECK_CUDA(cudaEventSynchronize(e1));
-        CHECK_CUDA(cudaEventElapsedTime(&ms[r], e0, e1));
-    }
-    std::sort(ms.begin(), ms.end());
-    CHECK_CUDA(cudaEventDestroy(e0));
-    CHECK_CUDA(cudaEventDestroy(e1));
-    return ms[reps / 2];
 }
 
 // Where a kernel boundary's time goes, from each block's globaltimer stamps in a chain of 8
@@ -523,10 +504,10 @@ template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv,
     for (unsigned long long idle : {0ull, 8000ull}) {
         // 8 layers per launch for the persistent kernel (a step has 32); sep the same 8
         reset();
-        const float s = time_ms(30, [&] { sep(L, idle); }) / L;
-        const float p1 = time_ms(30, [&] { persist(false, L, idle); }) / L;
-        const float p2 = time_ms(30, [&] { persist(true, L, idle); }) / L;
-        const float p32 = time_ms(10, [&] { persist(false, 4 * L, idle); }) / (4 * L);
+        const float s = time_ms(30, 1, [&](int) { sep(L, idle); }) / L;
+        const float p1 = time_ms(30, 1, [&](int) { persist(false, L, idle); }) / L;
+        const float p2 = time_ms(30, 1, [&](int) { persist(true, L, idle); }) / L;
+        const float p32 = time_ms(10, 1, [&](int) { persist(false, 4 * L, idle); }) / (4 * L);
         printf("  TP=%d idle %4.1f us between QKV and o: sep (PDL) %7.2f | persist %7.2f | "
                "persist pre2 %7.2f | persist, 32 layers a launch %7.2f\n",
                TP, idle / 1e3, s * 1e3, p1 * 1e3, p2 * 1e3, p32 * 1e3);
