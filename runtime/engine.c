@@ -171,16 +171,23 @@ static int fused_tp1(const struct ls_engine *e)
     return e->comm->size == 1 && e->be->matmul_rmsnorm && e->be->matmul_residual;
 }
 
+/* an experiment's switch: on unless the variable is "0"; read once, into *cached (-1 first) */
+static int switch_on(const char *var, int *cached)
+{
+    if (*cached < 0) {
+        const char *v = getenv(var);
+        *cached = !(v && !strcmp(v, "0"));
+    }
+    return *cached;
+}
+
 /* RoPE and the KV-cache store inside the QKV matmul (matmul_rope_kv) for one position without
  * q/k norms, unless LOCKSTEP_ROPE_IN_MATMUL=0 */
 static int rope_in_matmul(const struct ls_engine *e, const struct ls_layer *L, int T)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LOCKSTEP_ROPE_IN_MATMUL");
-        on = !(v && !strcmp(v, "0"));
-    }
-    return on && T == 1 && e->be->matmul_rope_kv && !L->q_norm && !L->k_norm;
+    return switch_on("LOCKSTEP_ROPE_IN_MATMUL", &on) && T == 1 && e->be->matmul_rope_kv &&
+           !L->q_norm && !L->k_norm;
 }
 
 /* The SwiGLU inside the gate+up matmul for one position (matmul_gu_swiglu), so the down matmul
@@ -190,12 +197,8 @@ static int gu_swiglu(struct ls_engine *e, const struct ls_layer *L, int T, const
                      const float *nw)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LOCKSTEP_GU_SWIGLU");
-        on = !(v && !strcmp(v, "0"));
-    }
     const struct ls_model_config *c = &e->m->cfg;
-    return on && T == 1 && e->be->matmul_gu_swiglu &&
+    return switch_on("LOCKSTEP_GU_SWIGLU", &on) && T == 1 && e->be->matmul_gu_swiglu &&
            e->be->matmul_gu_swiglu(e->gu, x, nw, c->norm_eps, L->w_gu, c->dim,
                                    e->m->shard.ffn_cols);
 }
@@ -207,11 +210,7 @@ static int norm_in_matmul(const struct ls_engine *e)
 {
     if (e->comm->size == 1) return fused_tp1(e);
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LOCKSTEP_NORM_IN_MATMUL");
-        on = !(v && !strcmp(v, "0"));
-    }
-    return on && e->be->matmul_rmsnorm;
+    return switch_on("LOCKSTEP_NORM_IN_MATMUL", &on) && e->be->matmul_rmsnorm;
 }
 
 /* One decoder layer. Tensor-parallel: the residual stream x is all-reduced and added in one
