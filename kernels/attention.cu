@@ -654,6 +654,16 @@ extern "C" void ls_attention_set_decode_shape(int chunk, int wide, int *old_chun
     g_shape.wide = wide < 0 ? -1 : wide != 0;
 }
 
+// the longest context at which the short-context cluster merge applies (every live chunk in
+// the first cluster), for the split ls_attention_decode_splits picks: with at most ATT_CLUSTER
+// chunks every context; else up to ATT_CLUSTER chunks of the fewest positions (past nsplit
+// chunks of min_chunk the chunks grow and nsplit of them are live)
+extern "C" int ls_attention_cluster_reach(int hq, int hkv, int max_ctx)
+{
+    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    return nsplit <= ATT_CLUSTER ? max_ctx : ATT_CLUSTER * min_chunk();
+}
+
 extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
 {
     if (hkv < 1 || hq < hkv || max_ctx < 1) return 1;

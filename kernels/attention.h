@@ -39,6 +39,9 @@ void ls_attention_set_decode_shape(int chunk, int wide, int *old_chunk, int *old
  * (contexts of up to 8 chunks), instead of through the workspace and the done-counter (1, the
  * default; 0 or LOCKSTEP_ATT_CLUSTER=0: never). Returns the previous setting. */
 int ls_attention_set_cluster(int on);
+/* the longest context (positions) at which that cluster merge applies, for the split
+ * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
+int ls_attention_cluster_reach(int hq, int hkv, int max_ctx);
 /* bytes of workspace ls_attention_decode needs (0 when nsplit == 1) */
 size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
 

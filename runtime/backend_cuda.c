@@ -38,6 +38,7 @@ static struct {
     size_t tmp_cap;     /* bytes */
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
+    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -337,6 +338,30 @@ static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float
                     interleaved, stream_get());
 }
 
+/* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
+ * clusters. The cluster merge shortens the attention at contexts within one cluster of chunks,
+ * but the clustered launch costs at long contexts, where every chunk is live and merges through
+ * the workspace anyway (measured in the eleventh session: context 4096 of 4096 25.4 against
+ * 19.9 us, 32768 98 against 63; context 1000 of 4096 11.9 against 12.7). So past
+ * LOCKSTEP_ATT_CLUSTER_CTX positions (0, the default: never) and past the cluster merge's reach
+ * the engine switches to a graph captured in form 1; results are the same bits either way there
+ * (the workspace merge in both). */
+static int cu_decode_form(int ctx, int hq, int hkv, int max_ctx)
+{
+    static int from = -1;
+    if (from < 0) {
+        const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
+        from = v && atoi(v) > 0 ? atoi(v) : 0;
+    }
+    if (!from || ctx <= from) return 0;
+    return ctx > ls_attention_cluster_reach(hq, hkv, max_ctx);
+}
+
+static void cu_set_decode_form(int form)
+{
+    cu.att_form = form;
+}
+
 static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
                          const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx)
 {
@@ -363,9 +388,11 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
     }
     /* decode, or a prefill of a head size the prefill kernel lacks: one position at a time,
      * each reading its own position from pos[t] */
+    const int cluster = cu.att_form ? ls_attention_set_cluster(0) : -1;
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
                             hq, hkv, hd, max_ctx, nsplit, t, cu.attn_ws, stream_get());
+    if (cluster >= 0) ls_attention_set_cluster(cluster);
 }
 
 static void cu_add(float *x, const float *y, size_t n)
@@ -463,6 +490,8 @@ const struct ls_backend ls_backend_cuda = {
     .sample = cu_sample,
     .sample_ws = ls_sample_workspace,
     .advance = cu_advance,
+    .decode_form = cu_decode_form,
+    .set_decode_form = cu_set_decode_form,
     .graph_begin = cu_graph_begin,
     .graph_end = cu_graph_end,
     .graph_launch = cu_graph_launch,

@@ -32,8 +32,8 @@ struct ls_engine {
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
-    void *graph;         /* captured decode step, or NULL */
-    struct ls_sampling graph_sp; /* the token choice captured in it (temperature 0: argmax) */
+    void *graph[2];              /* captured decode step per backend form, or NULL */
+    struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
 };
@@ -107,11 +107,20 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
     return e;
 }
 
+static void drop_graphs(struct ls_engine *e)
+{
+    for (int f = 0; f < 2; f++)
+        if (e->graph[f]) {
+            e->be->graph_free(e->graph[f]);
+            e->graph[f] = NULL;
+        }
+}
+
 void ls_engine_free(struct ls_engine *e)
 {
     if (!e) return;
     const struct ls_backend *be = e->be;
-    if (e->graph) be->graph_free(e->graph);
+    drop_graphs(e);
     if (e->u) be->free(e->u);
     if (e->sample_ws) be->free(e->sample_ws);
     void *bufs[] = {e->ids,
@@ -141,10 +150,7 @@ struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm)
 {
     struct ls_comm *old = e->comm;
     e->comm = comm;
-    if (e->graph) {
-        e->be->graph_free(e->graph);
-        e->graph = NULL;
-    }
+    drop_graphs(e);
     return old;
 }
 
@@ -371,18 +377,24 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
     if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
     /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
     ls_watchdog_arm("decode step at position", e->pos);
+    /* the backend's form for this context (one graph each, captured when first needed) */
+    const struct ls_shard *sh = &e->m->shard;
+    const int form =
+        be->decode_form ? be->decode_form(e->pos + 1, sh->q_heads, sh->kv_heads, e->max_ctx) != 0
+                        : 0;
+    if (be->set_decode_form) be->set_decode_form(form);
     if (be->graph_begin) {
-        if (e->graph && !same_choice(&e->graph_sp, sp)) {
-            be->graph_free(e->graph);
-            e->graph = NULL;
+        if (e->graph[form] && !same_choice(&e->graph_sp[form], sp)) {
+            be->graph_free(e->graph[form]);
+            e->graph[form] = NULL;
         }
-        if (!e->graph) {
+        if (!e->graph[form]) {
             be->graph_begin();
             decode_step(e, sp);
-            e->graph = be->graph_end();
-            e->graph_sp = *sp;
+            e->graph[form] = be->graph_end();
+            e->graph_sp[form] = *sp;
         }
-        be->graph_launch(e->graph);
+        be->graph_launch(e->graph[form]);
     } else {
         decode_step(e, sp);
     }

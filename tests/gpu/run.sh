@@ -3,7 +3,7 @@
 #   device run: bash tests/gpu/run.sh   (carry .debs: the -dev packages the machine lacks,
 #   fetched here with ../shared/device/fetch-debs.sh .debs)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
-# smollm2 (after carry1), peer, bench, longctx, shapes, ab, bench70, scaling (#6),
+# smollm2 (after carry1), peer, bench, longctx, attforms, shapes, ab, bench70, scaling (#6),
 # allreduce, hang, lab, ncu. Each stage's log is
 # $OUT/<stage>.log; a short table of results is printed last.
 set -uo pipefail
@@ -282,6 +282,36 @@ stage_ab() {
             echo
         done
     done
+    done
+}
+
+# the decode's two forms (runtime/backend_cuda.c, cu_decode_form): past LOCKSTEP_ATT_CLUSTER_CTX
+# positions the engine switches to a graph whose attention is launched without clusters; past
+# the cluster merge's reach (512 positions here) both merge through the workspace, so the tokens
+# and logits must be the same bits with the switch mid-run (at 520 of 500 + 64) and without,
+# at TP=1 and 2; then the 8B at a 4096-token prompt both ways (the time it is for)
+stage_attforms() {
+    local n tp ids
+    n=$(ngpus)
+    ids=$(seq -s, 11 510)
+    for tp in 1 2; do
+        [ $tp -gt "$n" ] && continue
+        gen_json $tp "$OUT/af-tp$tp-0.json" --gpu --dummy smollm2-135m --prompt-ids "$ids" -n 64 \
+            --top-logits 64 --top-logit-steps 64 &&
+            LOCKSTEP_ATT_CLUSTER_CTX=520 gen_json $tp "$OUT/af-tp$tp-1.json" -x LOCKSTEP_ATT_CLUSTER_CTX \
+                --gpu --dummy smollm2-135m --prompt-ids "$ids" -n 64 --top-logits 64 --top-logit-steps 64 &&
+            python3 -c 'import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+same = a["ids"] == b["ids"] and a["top_logits"] == b["top_logits"]
+print("TP=%s forms: %d tokens, %d steps of top logits, %s" % (sys.argv[3], len(a["ids"]),
+      len(a["top_logits"]), "bitwise equal" if same else "DIFFERENT"))
+sys.exit(0 if same else 1)' "$OUT/af-tp$tp-0.json" "$OUT/af-tp$tp-1.json" $tp || return 1
+    done
+    for v in 0 600; do
+        echo -n "8B TP=1 prompt 4096, LOCKSTEP_ATT_CLUSTER_CTX=$v: "
+        LOCKSTEP_ATT_CLUSTER_CTX=$v mpi -x LOCKSTEP_ATT_CLUSTER_CTX -np 1 build-gpu/lockstep bench --gpu \
+            --dummy llama-3.1-8b --prompt-len 4096 --gen 128 --json "$OUT/af-8b-4k-$v.json" 2>&1 |
+            grep -E "^ *decode  " | tr -s ' '
     done
 }
 
