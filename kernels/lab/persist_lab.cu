@@ -325,8 +325,8 @@ static __global__ void __launch_bounds__(NT, 1)
 }
 
 // the separate form: one matrix per kernel, PDL as the engine launches them. ts (or nullptr):
-// this block's globaltimer at its start, after the PDL wait, when its products are done and at
-// its end, at ts[4 * blockIdx.x ..]
+// this block's SM (%smid), then its globaltimer after the PDL wait, when its products are done
+// and at its end, at ts[4 * blockIdx.x ..]
 template <int CM, bool ACC>
 static __global__ void __launch_bounds__(NT, 1)
     sep_kernel(const uint16_t *__restrict__ W, const float *x, float *y, int n, int k,
@@ -334,13 +334,13 @@ static __global__ void __launch_bounds__(NT, 1)
 {
     extern __shared__ float psum[];
     uint4 a[4], b[4];
-    unsigned long long t0 = 0;
-    if (ts && threadIdx.x == 0) t0 = gtime();
     pdl_launch_dependents();
     issue<CM>(make_geo(W, n, k), a, 0);
     pdl_wait();
     if (ts && threadIdx.x == 0) {
-        ts[4 * blockIdx.x] = t0;
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        ts[4 * blockIdx.x] = sm;
         ts[4 * blockIdx.x + 1] = gtime();
     }
     run_matrix<CM, ACC, false, CM>([=] { return W; }, n, k, a, b, [=] { return x; },
@@ -383,7 +383,9 @@ template <int TP, typename Run> static void timeline(int sms, Run run)
     CHECK_CUDA(cudaMemcpy(h.data(), ts, sizeof(unsigned long long) * h.size(),
                           cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaFree(ts));
-    std::vector<unsigned long long> all(h);
+    std::vector<unsigned long long> all;
+    for (size_t i = 0; i < h.size(); i++)
+        if (i % 4) all.push_back(h[i]); // the stamps, not the SM ids
     std::sort(all.begin(), all.end());
     unsigned long long step = ~0ull;
     for (size_t i = 1; i < all.size(); i++)
@@ -416,6 +418,55 @@ template <int TP, typename Run> static void timeline(int sms, Run run)
         printf("  %-8s %6.2f %6.2f | %6.2f %6.2f %6.2f | %6.2f\n", names[m], acc[m][0] / 1e3,
                acc[m][1] / 1e3, acc[m][2] / 1e3, acc[m][3] / 1e3, acc[m][4] / 1e3,
                acc[m][5] / 1e3);
+    // Is a block's lag a property of its SM? Per matrix, each SM's lag (products done less the
+    // launch's median) averaged over the odd and over the even layers, and the correlation of
+    // the two across SMs (near 1: the same SMs are slow every time, and rows balanced by SM
+    // speed could pay; near 0: the lag moves). Also how many launches put two blocks on one SM.
+    int nsm = 0;
+    for (size_t i = 0; i < h.size(); i += 4) nsm = std::max(nsm, (int)h[i] + 1);
+    int shared = 0;
+    for (int m = 0; m < 4; m++) {
+        std::vector<double> half[2] = {std::vector<double>(nsm, 0.0), std::vector<double>(nsm, 0.0)};
+        std::vector<int> cnt[2] = {std::vector<int>(nsm, 0), std::vector<int>(nsm, 0)};
+        for (int l = 1; l < layers; l++) {
+            const int kk = 4 * l + m;
+            std::vector<double> done(sms);
+            std::vector<int> seen(nsm, 0);
+            for (int b = 0; b < sms; b++) done[b] = at(kk, b, 2);
+            std::vector<double> sorted(done);
+            std::sort(sorted.begin(), sorted.end());
+            const double med = sorted[sms / 2];
+            for (int b = 0; b < sms; b++) {
+                const int sm = (int)at(kk, b, 0);
+                shared += seen[sm]++ == 1;
+                half[l & 1][sm] += (done[b] - med) / 1e3;
+                cnt[l & 1][sm]++;
+            }
+        }
+        std::vector<std::pair<double, int>> mean;
+        double sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0;
+        int np = 0;
+        for (int sm = 0; sm < nsm; sm++) {
+            if (!cnt[0][sm] || !cnt[1][sm]) continue;
+            const double a = half[0][sm] / cnt[0][sm], b = half[1][sm] / cnt[1][sm];
+            sa += a, sb += b, saa += a * a, sbb += b * b, sab += a * b, np++;
+            mean.push_back({(half[0][sm] + half[1][sm]) / (cnt[0][sm] + cnt[1][sm]), sm});
+        }
+        const double cov = sab / np - sa / np * sb / np, va = saa / np - sa / np * sa / np,
+                     vb = sbb / np - sb / np * sb / np;
+        std::sort(mean.begin(), mean.end());
+        printf("  %-8s per-SM lag behind the median, odd vs even layers: r = %.2f over %d SMs; "
+               "slowest",
+               names[m], va > 0 && vb > 0 ? cov / sqrt(va * vb) : 0.0, np);
+        for (int i = 0; i < 5 && i < (int)mean.size(); i++)
+            printf(" %d:%+.2f", mean[mean.size() - 1 - i].second,
+                   mean[mean.size() - 1 - i].first);
+        printf("; fastest");
+        for (int i = 0; i < 3 && i < (int)mean.size(); i++)
+            printf(" %d:%+.2f", mean[i].second, mean[i].first);
+        printf(" (us)\n");
+    }
+    printf("  launches with two blocks on one SM: %d\n", shared);
     fflush(stdout);
 }
 
