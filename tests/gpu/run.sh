@@ -25,16 +25,23 @@ setup_deps() {
 }
 
 # BUILD_ONLY="lockstep tests/gpu/test_kernels ...": only those targets (a call short of device
-# time: the check programs, the labs and the sm_80 attention object take a minute more)
+# time: the check programs, the labs and the sm_80 attention object take a minute more).
+# REF_SRC=dir: also build lockstep from another source tree into dir/build-ref, for `ab` settings
+# named @ref (here: mkdir ref-main && git archive main | tar -x -C ref-main; ref-*/ is ignored,
+# so the call carries it: carry [".debs", "ref-main"])
 stage_build() {
     ./autogen.sh &&
         mkdir -p build-gpu && cd build-gpu &&
         ../configure -q MPI_CFLAGS=-I/opt/dep/usr/lib/x86_64-linux-gnu/openmpi/include MPI_LIBS=-lmpi || return 1
     if [ -n "${BUILD_ONLY:-}" ]; then
-        make -j"$(nproc)" $BUILD_ONLY
+        make -j"$(nproc)" $BUILD_ONLY || return 1
     else
-        make -j"$(nproc)" && make -j"$(nproc)" check TESTS=
+        make -j"$(nproc)" && make -j"$(nproc)" check TESTS= || return 1
     fi
+    [ -z "${REF_SRC:-}" ] && return 0
+    (cd "$top/$REF_SRC" && ./autogen.sh && mkdir -p build-ref && cd build-ref &&
+        ../configure -q MPI_CFLAGS=-I/opt/dep/usr/lib/x86_64-linux-gnu/openmpi/include MPI_LIBS=-lmpi &&
+        make -j"$(nproc)" lockstep)
 }
 
 ngpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
@@ -258,7 +265,7 @@ stage_longctx() {
 # that many times, interleaved (A B A B ...), so drift in the machine shows as spread, not as a
 # difference; lines and JSON names then carry the round
 stage_ab() {
-    local v tp n x kv a r rounds=${AB_ROUNDS:-1} tag
+    local v tp n x kv a r rounds=${AB_ROUNDS:-1} tag bin
     n=$(ngpus)
     for r in $(seq "$rounds"); do
     tag=$([ "$rounds" -gt 1 ] && echo "r$r-")
@@ -266,15 +273,19 @@ stage_ab() {
         for tp in ${AB_TP:-1 2}; do
             [ "$tp" -gt "$n" ] && continue
             echo -n "${tag:+r$r }TP=$tp $v: "
-            # v: - (defaults) or VAR=val[,VAR=val...]
+            # v: - (defaults) or VAR=val[,VAR=val...]; a leading @ref (@ref or @ref,VAR=val...):
+            # the binary built from REF_SRC (stage build) instead of this tree's
             x=()
-            if [ "$v" != - ]; then
-                IFS=, read -ra kv <<<"$v"
+            kv=()
+            bin=build-gpu/lockstep
+            case $v in @ref*) bin=$REF_SRC/build-ref/lockstep ;; esac
+            if [ "$v" != - ] && [ "$v" != @ref ]; then
+                IFS=, read -ra kv <<<"${v#@ref,}"
                 for a in "${kv[@]}"; do x+=(-x "${a%%=*}"); done
             fi
             (
-                [ "$v" != - ] && for a in "${kv[@]}"; do export "${a?}"; done
-                mpi "${x[@]}" -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy "${AB_MODEL:-llama-3.1-8b}" \
+                for a in "${kv[@]}"; do export "${a?}"; done
+                mpi "${x[@]}" -np $tp $bin bench --gpu --allreduce custom --dummy "${AB_MODEL:-llama-3.1-8b}" \
                     --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" \
                     --json "$OUT/ab-$tag${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
                     grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
