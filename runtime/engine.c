@@ -107,13 +107,17 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
     return e;
 }
 
+static void drop_graph(struct ls_engine *e, int form)
+{
+    if (e->graph[form]) {
+        e->be->graph_free(e->graph[form]);
+        e->graph[form] = NULL;
+    }
+}
+
 static void drop_graphs(struct ls_engine *e)
 {
-    for (int f = 0; f < 2; f++)
-        if (e->graph[f]) {
-            e->be->graph_free(e->graph[f]);
-            e->graph[f] = NULL;
-        }
+    for (int f = 0; f < 2; f++) drop_graph(e, f);
 }
 
 void ls_engine_free(struct ls_engine *e)
@@ -384,10 +388,7 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
                         : 0;
     if (be->set_decode_form) be->set_decode_form(form);
     if (be->graph_begin) {
-        if (e->graph[form] && !same_choice(&e->graph_sp[form], sp)) {
-            be->graph_free(e->graph[form]);
-            e->graph[form] = NULL;
-        }
+        if (e->graph[form] && !same_choice(&e->graph_sp[form], sp)) drop_graph(e, form);
         if (!e->graph[form]) {
             be->graph_begin();
             decode_step(e, sp);

@@ -29,18 +29,19 @@ setup_deps() {
 # REF_SRC=dir: also build lockstep from another source tree into dir/build-ref, for `ab` settings
 # named @ref (here: mkdir ref-main && git archive main | tar -x -C ref-main; ref-*/ is ignored,
 # so the call carries it: carry [".debs", "ref-main"])
+# configure in a build folder under a source tree, against the unpacked packages
+configure_here() {
+    ../configure -q MPI_CFLAGS=-I/opt/dep/usr/lib/x86_64-linux-gnu/openmpi/include MPI_LIBS=-lmpi
+}
 stage_build() {
-    ./autogen.sh &&
-        mkdir -p build-gpu && cd build-gpu &&
-        ../configure -q MPI_CFLAGS=-I/opt/dep/usr/lib/x86_64-linux-gnu/openmpi/include MPI_LIBS=-lmpi || return 1
+    ./autogen.sh && mkdir -p build-gpu && cd build-gpu && configure_here || return 1
     if [ -n "${BUILD_ONLY:-}" ]; then
         make -j"$(nproc)" $BUILD_ONLY || return 1
     else
         make -j"$(nproc)" && make -j"$(nproc)" check TESTS= || return 1
     fi
     [ -z "${REF_SRC:-}" ] && return 0
-    (cd "$top/$REF_SRC" && ./autogen.sh && mkdir -p build-ref && cd build-ref &&
-        ../configure -q MPI_CFLAGS=-I/opt/dep/usr/lib/x86_64-linux-gnu/openmpi/include MPI_LIBS=-lmpi &&
+    (cd "$top/$REF_SRC" && ./autogen.sh && mkdir -p build-ref && cd build-ref && configure_here &&
         make -j"$(nproc)" lockstep)
 }
 
@@ -302,15 +303,13 @@ stage_ab() {
 # and logits must be the same bits with the switch mid-run (at 520 of 500 + 64) and without,
 # at TP=1 and 2; then the 8B at a 4096-token prompt both ways (the time it is for)
 stage_attforms() {
-    local n tp ids
+    local n tp args
     n=$(ngpus)
-    ids=$(seq -s, 11 510)
+    args=(--gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 510)" -n 64 --top-logits 64 --top-logit-steps 64)
     for tp in 1 2; do
         [ $tp -gt "$n" ] && continue
-        gen_json $tp "$OUT/af-tp$tp-0.json" --gpu --dummy smollm2-135m --prompt-ids "$ids" -n 64 \
-            --top-logits 64 --top-logit-steps 64 &&
-            LOCKSTEP_ATT_CLUSTER_CTX=520 gen_json $tp "$OUT/af-tp$tp-1.json" -x LOCKSTEP_ATT_CLUSTER_CTX \
-                --gpu --dummy smollm2-135m --prompt-ids "$ids" -n 64 --top-logits 64 --top-logit-steps 64 &&
+        gen_json $tp "$OUT/af-tp$tp-0.json" "${args[@]}" &&
+            LOCKSTEP_ATT_CLUSTER_CTX=520 gen_json $tp "$OUT/af-tp$tp-1.json" -x LOCKSTEP_ATT_CLUSTER_CTX "${args[@]}" &&
             python3 -c 'import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:3])
 same = a["ids"] == b["ids"] and a["top_logits"] == b["top_logits"]
