@@ -30,6 +30,8 @@
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define SP_THREADS 1024
 #define SP_WARPS   (SP_THREADS / 32)
@@ -324,6 +326,80 @@ static __device__ cut block_earliest(const cut *t, int n, uint64_t *sm)
     return {(uint32_t)(v >> 32), INT_MAX - (int)(uint32_t)v};
 }
 
+// The end of the sampling when the tokens left to order are few (at most SP_THREADS: the top k
+// of a top-k call, or every candidate of a short list): instead of a radix select per step
+// (top-p, the draw: four histogram passes and a tie pass each, and a pass for each kept
+// weight), the kept tokens are put in the order once, in shared memory (each its rank by
+// comparing with all: the ids are distinct, so the ranks are too), their weights scanned once,
+// and every cut read off the running weight. The same integers and targets as the passes: the
+// same token. lim: the first lim of the order are kept (top-k); c: the cut they lie in.
+static __device__ int sample_small(const float *cl, const int *cid, int nc, samp sp, cut c,
+                                   int lim, float top_p, float min_p, double u,
+                                   unsigned long long *hist, sel_smem *sm)
+{
+    const int tid = threadIdx.x;
+    uint32_t *gk = reinterpret_cast<uint32_t *>(hist), *ok = gk + SP_THREADS;
+    int *gi = reinterpret_cast<int *>(ok + SP_THREADS), *oi = gi + SP_THREADS;
+    float *gl = reinterpret_cast<float *>(oi + SP_THREADS), *ol = gl + SP_THREADS;
+    if (tid == 0) sm->ties = 0;
+    __syncthreads();
+    each_candidate(cl, nc, [&](float l, int i) {
+        const uint32_t key = order_key(l);
+        if (!kept_at(key, cid, i, c)) return;
+        const int slot = atomicAdd(&sm->ties, 1);
+        if (slot < SP_THREADS) gk[slot] = key, gi[slot] = cid[i], gl[slot] = l;
+    });
+    __syncthreads();
+    const int m = min(sm->ties, SP_THREADS);
+    if (tid < m) {
+        const uint32_t key = gk[tid];
+        const int id = gi[tid];
+        int r = 0;
+        for (int j = 0; j < m; j++) r += gk[j] > key || (gk[j] == key && gi[j] < id);
+        ok[r] = key, oi[r] = id, ol[r] = gl[tid];
+    }
+    __syncthreads();
+    const int K = min(m, lim); // ranks 0 .. K - 1 kept
+    // thread r holds rank r: its weight and the running weight through it
+    const uint64_t w = tid < K ? sp.w(ol[tid]) : 0;
+    uint64_t total;
+    const uint64_t run = block_scan(w, &total, sm->scan);
+    int last = K - 1; // the last kept rank
+    // the rank at which the running weight first reaches target (weights > 0: exactly one)
+    auto reach = [&](uint64_t target) {
+        if (tid <= last && run >= target && run - w < target) sm->id = tid;
+        __syncthreads();
+        const int r = sm->id;
+        __syncthreads();
+        return r;
+    };
+    if (top_p < 1.0f) {
+        uint64_t target = (uint64_t)ceil((double)top_p * (double)total);
+        target = target < 1 ? 1 : target > total ? total : target;
+        last = reach(target);
+    }
+    if (min_p > 0.0f) {
+        // as the passes: the smallest kept key with probability >= min_p of the top one's;
+        // when above the last kept key, the ranks with keys >= it
+        const uint32_t k = tid <= last && sp.e(ol[tid]) >= min_p ? ~ok[tid] : 0u;
+        const uint32_t kmin = ~block_max_u32(k, sm->scan);
+        if (kmin > ok[last]) {
+            if (tid <= last && ok[tid] >= kmin && (tid == last || ok[tid + 1] < kmin))
+                sm->id = tid;
+            __syncthreads();
+            last = sm->id;
+            __syncthreads();
+        }
+    }
+    // the kept weight: the running weight through the last kept rank
+    if (tid == last) sm->above = run;
+    __syncthreads();
+    const uint64_t kept_w = sm->above;
+    uint64_t r = (uint64_t)(u * (double)kept_w);
+    if (r >= kept_w) r = kept_w - 1;
+    return oi[reach(r + 1)];
+}
+
 // ids: the token id of each logit (a prefilter's survivors), or null for 0..n-1.
 // thr (top-p alone, nthr prefilter blocks): the survivors are each block's first entries in the
 // order up to thr[b]; full/nfull: the whole row. The top-p target needs the whole row's weight
@@ -334,7 +410,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
     sample_kernel(int *out, const float *__restrict__ logits, const int *__restrict__ ids, int n,
                   float temp, int top_k, float top_p, float min_p, const double *__restrict__ u,
                   float *cl, int *cid, const cut *__restrict__ thr, int nthr,
-                  const float *__restrict__ full, int nfull)
+                  const float *__restrict__ full, int nfull, int small)
 {
     extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
     __shared__ sel_smem sm;
@@ -383,6 +459,15 @@ static __global__ void __launch_bounds__(SP_THREADS)
         __syncthreads();
 
         cut c = {0u, INT_MAX}; // everything
+        const int lim = top_k > 0 && top_k < nc ? top_k : nc; // the top-k
+        if (small && !survivors && lim <= SP_THREADS) {
+            // few to order: the top k by one select where there are more candidates, then
+            // every cut at once (sample_small)
+            if (nc > SP_THREADS) c = select(cl, cid, nc, sp, false, (uint64_t)lim, c, hist, &sm);
+            const int id = sample_small(cl, cid, nc, sp, c, lim, top_p, min_p, *u, hist, &sm);
+            if (tid == 0) *out = id;
+            return;
+        }
         if (top_k > 0 && top_k < nc)
             c = select(cl, cid, nc, sp, false, (uint64_t)top_k, c, hist, &sm);
         if (top_p < 1.0f) {
@@ -508,6 +593,25 @@ extern "C" size_t ls_sample_workspace(int n)
 }
 
 static int g_prefilter = 1;
+static int g_small = 1; // sample_small where it applies (ls_sample_set_small)
+
+// LOCKSTEP_SAMPLE_SMALL=0: the selects throughout (for an A/B of the whole step)
+static void small_from_env(void)
+{
+    static int read;
+    if (read) return;
+    read = 1;
+    const char *e = getenv("LOCKSTEP_SAMPLE_SMALL");
+    if (e && !strcmp(e, "0")) g_small = 0;
+}
+
+extern "C" int ls_sample_set_small(int on)
+{
+    small_from_env();
+    int old = g_small;
+    if (on >= 0) g_small = on != 0;
+    return old;
+}
 
 extern "C" int ls_sample_set_prefilter(int on)
 {
@@ -539,6 +643,7 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
         ls_sample_argmax(out, logits, n, stream);
         return;
     }
+    small_from_env();
     const size_t hist_bytes = (size_t)SP_WARPS * 256 * sizeof(unsigned long long);
     static int attr_dev = -1;
     int dev;
@@ -584,6 +689,6 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     }
     pdl_launch(sample_kernel, 1, SP_THREADS, hist_bytes, (cudaStream_t)stream, out, in, ids, m,
                temperature, top_k, top_p, min_p, u, cl, cid, (const cut *)thr, thr ? blocks : 0,
-               logits, n);
+               logits, n, g_small);
     CHECK_CUDA(cudaGetLastError());
 }

@@ -39,6 +39,12 @@ void ls_sample(int *out, const float *logits, int n, float temperature, int top_
  * On by default; for tests and benchmarks. Negative: read only. Returns the previous setting. */
 int ls_sample_set_prefilter(int on);
 
+/* Where at most 1024 tokens are left to order (the top k of a top-k call, or a short list of
+ * candidates), ls_sample orders them once in shared memory and reads the top-p, min-p and draw
+ * cuts off one running sum, in place of a radix select for each: the same token. On by default;
+ * for tests and benchmarks. Negative: read only. Returns the previous setting. */
+int ls_sample_set_small(int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -264,7 +264,8 @@ stage_longctx() {
 # in one call. AB_MODEL: the --dummy preset (llama-3.1-8b; e.g. llama-3.1-70b with AB_TP=2);
 # AB_PROMPT, AB_GEN: the prompt and generated lengths (128, 256). AB_ROUNDS (1): every setting
 # that many times, interleaved (A B A B ...), so drift in the machine shows as spread, not as a
-# difference; lines and JSON names then carry the round
+# difference; lines and JSON names then carry the round. AB_ARGS: more bench arguments for every
+# setting (e.g. "--temperature 0.8 --top-k 50 --top-p 0.95": the sampled step)
 stage_ab() {
     local v tp n x kv a r rounds=${AB_ROUNDS:-1} tag bin
     n=$(ngpus)
@@ -287,7 +288,7 @@ stage_ab() {
             (
                 for a in "${kv[@]}"; do export "${a?}"; done
                 mpi "${x[@]}" -np $tp $bin bench --gpu --allreduce custom --dummy "${AB_MODEL:-llama-3.1-8b}" \
-                    --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" \
+                    --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" ${AB_ARGS:-} \
                     --json "$OUT/ab-$tag${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
                     grep -E "^ *(decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
             )

@@ -1267,7 +1267,10 @@ static void tests_sample(void)
     };
     const cfg cfgs[] = {{1.0f, 0, 1.0f, 0.0f},    {0.7f, 40, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f},
                         {0.8f, 50, 0.8f, 0.05f},  {1.5f, 1, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.1f},
-                        {1.2f, 300, 0.95f, 0.0f}, {0.0f, 0, 1.0f, 0.0f}};
+                        {1.2f, 300, 0.95f, 0.0f}, {0.0f, 0, 1.0f, 0.0f},
+                        // the small-set end's edges: 1024 and 1025 kept, few candidates
+                        {1.0f, 1024, 0.9f, 0.02f}, {1.0f, 1025, 0.9f, 0.0f},
+                        {0.3f, 0, 0.9f, 0.0f},     {0.5f, 8, 1.0f, 0.3f}};
     // quick (compute-sanitizer) mode: a small vocabulary, few draws
     std::vector<int> sizes = {1000};
     if (!g_quick) sizes.push_back(49152), sizes.push_back(128256);
@@ -1290,44 +1293,52 @@ static void tests_sample(void)
             dev<char> ws(ls_sample_workspace(V));
             dl.up(l);
             for (const cfg &c : cfgs) {
-                int bad = 0, skipped = 0, first_bad = -1, got_bad = 0, want_bad = 0;
+                int bad = 0, skipped = 0, first_bad = -1, got_bad = 0, want_bad = 0, split = 0;
                 for (int j = 0; j <= NU + 1; j++) {
                     double u = j == NU + 1 ? 1.0 - 1e-12 : (j + 0.5 * (j > 0)) / (NU + 1);
                     int want = c.temp == 0.0f
                                    ? ls_argmax(l.data(), V)
                                    : host_sample(l, order, c.temp, c.top_k, c.top_p, c.min_p, u);
+                    du.up(&u);
+                    int got = -1, first = -1;
+                    // with the prefilter (top-k, or top-p alone, where it applies) and
+                    // without, the small-set end and the selects: the same token, every u
+                    // (near a boundary too, where the host's double precision may differ)
+                    for (int pf = 1; pf >= 0; pf--) {
+                        if (!pf && c.top_k == 0 && c.top_p >= 1.0f) break;
+                        for (int sm = 1; sm >= 0; sm--) {
+                            ls_sample_set_prefilter(pf);
+                            ls_sample_set_small(sm);
+                            dout.poison();
+                            ws.poison();
+                            ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p, du.p,
+                                      ws.p, nullptr);
+                            int g = dout.down()[0];
+                            if (first < 0) first = g;
+                            split += g != first;
+                            if ((pf && sm) || g != want) got = g;
+                        }
+                    }
+                    ls_sample_set_prefilter(1);
+                    ls_sample_set_small(1);
                     if (want < 0) {
                         skipped++;
                         continue;
                     }
-                    du.up(&u);
-                    int got = -1;
-                    // with the prefilter (top-k, or top-p alone, where it applies) and
-                    // without: the same token
-                    for (int pf = 1; pf >= 0; pf--) {
-                        if (!pf && c.top_k == 0 && c.top_p >= 1.0f) break;
-                        ls_sample_set_prefilter(pf);
-                        dout.poison();
-                        ws.poison();
-                        ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p, du.p, ws.p,
-                                  nullptr);
-                        int g = dout.down()[0];
-                        if (pf || g != want) got = g;
-                    }
-                    ls_sample_set_prefilter(1);
                     if (got != want) {
                         if (!bad) first_bad = j, got_bad = got, want_bad = want;
                         bad++;
                     }
                 }
-                report(bad == 0,
+                report(bad == 0 && split == 0,
                        "sample V=%d %s temp=%.1f top_k=%d top_p=%.2f min_p=%.2f: %d of %d draws "
-                       "differ (%d near a boundary, skipped)",
+                       "differ from the host (%d near a boundary, skipped); the GPU's paths "
+                       "(prefilter, small-set end, on and off) disagree %d times",
                        V,
                        dist == 0   ? "peaked"
                        : dist == 1 ? "flat"
                                    : "ties",
-                       c.temp, c.top_k, c.top_p, c.min_p, bad, NU + 2 - skipped, skipped);
+                       c.temp, c.top_k, c.top_p, c.min_p, bad, NU + 2 - skipped, skipped, split);
                 if (bad)
                     printf("     first: u index %d: got %d, expected %d\n", first_bad, got_bad,
                            want_bad);
@@ -1701,15 +1712,20 @@ static void benchmarks(void)
         float sp2 = time_batch(60, 10, [&](int) {
             ls_sample(out.p, l.p, V, 1.0f, 0, 0.95f, 0.0f, u.p, ws.p, nullptr);
         });
+        ls_sample_set_small(0);
+        float sps = time_batch(60, 10, [&](int) {
+            ls_sample(out.p, l.p, V, 0.8f, 50, 0.9f, 0.0f, u.p, ws.p, nullptr);
+        });
+        ls_sample_set_small(1);
         ls_sample_set_prefilter(0);
         float sp0 = time_batch(60, 10, [&](int) {
             ls_sample(out.p, l.p, V, 0.8f, 50, 0.9f, 0.0f, u.p, ws.p, nullptr);
         });
         ls_sample_set_prefilter(1);
-        printf("argmax V=%d: %.2f us; sample top_k=50 top_p=0.9: %.2f us (without the top-k "
-               "prefilter %.2f us); sample top_p=0.95: %.2f us (logits uniform in [-1, 1): "
-               "every token a candidate)\n",
-               V, am * 1e3, sp * 1e3, sp0 * 1e3, sp2 * 1e3);
+        printf("argmax V=%d: %.2f us; sample top_k=50 top_p=0.9: %.2f us (without the small-set "
+               "end %.2f us, without the top-k prefilter %.2f us); sample top_p=0.95: %.2f us "
+               "(logits uniform in [-1, 1): every token a candidate)\n",
+               V, am * 1e3, sp * 1e3, sps * 1e3, sp0 * 1e3, sp2 * 1e3);
         // top-p alone on logits spread like a model's (N(0, 3): the top-p set is small, most
         // of the row still has weight > 0), with the prefilter and without
         {
