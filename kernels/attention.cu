@@ -716,8 +716,8 @@ static bool wide_form(int max_ctx)
 
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
-                                    int max_ctx, int nsplit, int fresh, float *workspace,
-                                    void *stream)
+                                    int max_ctx, int nsplit, int fresh, int clusters,
+                                    float *workspace, void *stream)
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
         nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) || ((uintptr_t)q & 15) ||
@@ -736,7 +736,8 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
-    const int cluster = nsplit > 1 && g_shape.cluster && ls_device_get().clusters ? ATT_CLUSTER : 0;
+    const int cluster =
+        clusters && nsplit > 1 && g_shape.cluster && ls_device_get().clusters ? ATT_CLUSTER : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)(hkv * ((group + gm - 1) / gm)));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;

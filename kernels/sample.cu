@@ -333,9 +333,9 @@ static __device__ cut block_earliest(const cut *t, int n, uint64_t *sm)
 // comparing with all: the ids are distinct, so the ranks are too), their weights scanned once,
 // and every cut read off the running weight. The same integers and targets as the passes: the
 // same token. lim: the first lim of the order are kept (top-k); c: the cut they lie in.
-static __device__ int sample_small(const float *cl, const int *cid, int nc, samp sp, cut c,
-                                   int lim, float top_p, float min_p, double u,
-                                   unsigned long long *hist, sel_smem *sm)
+static __device__ int sample_small(const float *cl, const int *cid, int nc, samp sp, cut c, int lim,
+                                   float top_p, float min_p, double u, unsigned long long *hist,
+                                   sel_smem *sm)
 {
     const int tid = threadIdx.x;
     uint32_t *gk = reinterpret_cast<uint32_t *>(hist), *ok = gk + SP_THREADS;
@@ -384,8 +384,7 @@ static __device__ int sample_small(const float *cl, const int *cid, int nc, samp
         const uint32_t k = tid <= last && sp.e(ol[tid]) >= min_p ? ~ok[tid] : 0u;
         const uint32_t kmin = ~block_max_u32(k, sm->scan);
         if (kmin > ok[last]) {
-            if (tid <= last && ok[tid] >= kmin && (tid == last || ok[tid + 1] < kmin))
-                sm->id = tid;
+            if (tid <= last && ok[tid] >= kmin && (tid == last || ok[tid + 1] < kmin)) sm->id = tid;
             __syncthreads();
             last = sm->id;
             __syncthreads();

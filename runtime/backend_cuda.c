@@ -395,11 +395,10 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
     }
     /* decode, or a prefill of a head size the prefill kernel lacks: one position at a time,
      * each reading its own position from pos[t] */
-    const int cluster = cu.att_form ? ls_attention_set_cluster(0) : -1;
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
-                            hq, hkv, hd, max_ctx, nsplit, t, cu.attn_ws, stream_get());
-    if (cluster >= 0) ls_attention_set_cluster(cluster);
+                            hq, hkv, hd, max_ctx, nsplit, t, !cu.att_form, cu.attn_ws,
+                            stream_get());
 }
 
 static void cu_add(float *x, const float *y, size_t n)

@@ -897,8 +897,10 @@ static void make_decode(int hq, int hkv, int hd, int n, int max_ctx, std::vector
                   kv_of.data());
 }
 
-// appended to the decode tests' names: which merge of the chunks ran
+// appended to the decode tests' names: which merge of the chunks ran; the decode's clusters
+// argument (0: the workspace merge only)
 static const char *g_att_tag = "";
+static int g_att_clusters = 1;
 
 static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
 {
@@ -926,7 +928,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     dws.poison();
     if (wsb) CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        wsb ? dws.p : nullptr, nullptr);
+                        g_att_clusters, wsb ? dws.p : nullptr, nullptr);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
     if (!wsb) return;
@@ -943,8 +945,8 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     };
     bool zero = counters_zero();
     dout.poison();
-    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0, dws.p,
-                        nullptr);
+    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
+                        g_att_clusters, dws.p, nullptr);
     std::vector<float> out2 = dout.down();
     zero = counters_zero() && zero;
     report(zero && !memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
@@ -962,7 +964,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
         dpos.up(&pi);
         dout.poison();
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            dws.p, nullptr);
+                            g_att_clusters, dws.p, nullptr);
         eager[i] = dout.down();
     }
     cudaStream_t st;
@@ -973,7 +975,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < 3; l++)
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            dws.p, st);
+                            g_att_clusters, dws.p, st);
     CHECK_CUDA(cudaStreamEndCapture(st, &g));
     CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
     ls_kernels_set_pdl(0);
@@ -1062,7 +1064,7 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
                                      max_ctx, n - 1 - fresh, n - 1, 40000);
     CHECK_CUDA(cudaGetLastError());
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, fresh,
-                        nsplit > 1 ? dws.p : nullptr, nullptr);
+                        g_att_clusters, nsplit > 1 ? dws.p : nullptr, nullptr);
     ls_kernels_set_pdl(0);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
@@ -1104,10 +1106,10 @@ static void tests_attention(void)
 {
     g_att_tag = " (cluster merge where <= 8 chunks)";
     tests_decode();
-    const int old = ls_attention_set_cluster(0);
+    g_att_clusters = 0;
     g_att_tag = " (workspace merge)";
     tests_decode();
-    ls_attention_set_cluster(old);
+    g_att_clusters = 1;
     g_att_tag = "";
     test_prefill(9, 3, 64, 0, 37, false);
     test_prefill(6, 2, 64, 50, 5, true);
@@ -1265,12 +1267,19 @@ static void tests_sample(void)
         int top_k;
         float top_p, min_p;
     };
-    const cfg cfgs[] = {{1.0f, 0, 1.0f, 0.0f},    {0.7f, 40, 1.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f},
-                        {0.8f, 50, 0.8f, 0.05f},  {1.5f, 1, 1.0f, 0.0f},  {1.0f, 0, 1.0f, 0.1f},
-                        {1.2f, 300, 0.95f, 0.0f}, {0.0f, 0, 1.0f, 0.0f},
+    const cfg cfgs[] = {{1.0f, 0, 1.0f, 0.0f},
+                        {0.7f, 40, 1.0f, 0.0f},
+                        {1.0f, 0, 0.9f, 0.0f},
+                        {0.8f, 50, 0.8f, 0.05f},
+                        {1.5f, 1, 1.0f, 0.0f},
+                        {1.0f, 0, 1.0f, 0.1f},
+                        {1.2f, 300, 0.95f, 0.0f},
+                        {0.0f, 0, 1.0f, 0.0f},
                         // the small-set end's edges: 1024 and 1025 kept, few candidates
-                        {1.0f, 1024, 0.9f, 0.02f}, {1.0f, 1025, 0.9f, 0.0f},
-                        {0.3f, 0, 0.9f, 0.0f},     {0.5f, 8, 1.0f, 0.3f}};
+                        {1.0f, 1024, 0.9f, 0.02f},
+                        {1.0f, 1025, 0.9f, 0.0f},
+                        {0.3f, 0, 0.9f, 0.0f},
+                        {0.5f, 8, 1.0f, 0.3f}};
     // quick (compute-sanitizer) mode: a small vocabulary, few draws
     std::vector<int> sizes = {1000};
     if (!g_quick) sizes.push_back(49152), sizes.push_back(128256);
@@ -1503,8 +1512,8 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
                    pos.p, inv.p, 1, hq, hkv, hd, max_ctx, 0, nullptr, nullptr, 1e-5f, nullptr);
     };
     auto att = [&] {
-        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, ws.p,
-                            nullptr);
+        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1,
+                            ws.p, nullptr);
     };
     ls_kernels_set_pdl(1);
     float r = time_batch(60, 20, [&](int) { rope(); });
@@ -1566,7 +1575,7 @@ static void bench_layer_chain(int ctx)
                            nullptr);
             if (form <= 2)
                 ls_attention_decode(att.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit,
-                                    0, ws.p, nullptr);
+                                    0, 1, ws.p, nullptr);
             ls_gemv_ex(x.p, wo, att.p, nullptr, 1, D, hq * hd, 0, nullptr, 0.0f, 1, nullptr);
             ls_gemv_ex(gu.p, wgu, x.p, nullptr, 1, 2 * F, D, 0, nw.p, 1e-5f, 0, nullptr);
             ls_gemv_ex(x.p, wd, gu.p, nullptr, 1, D, F, 1, nullptr, 0.0f, 1, nullptr);
@@ -1593,7 +1602,7 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
     fill_f32<<<64, 256>>>(q.p, q.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
     float ms = time_batch(60, 10, [&](int) {
-        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, ws.p,
+        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, ws.p,
                             nullptr);
     });
     double bytes = 2.0 * csz * 2;
