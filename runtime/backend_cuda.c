@@ -146,6 +146,15 @@ static void cu_to_device(void *dst, const void *src, size_t bytes)
     CHECK_CUDA(cudaStreamSynchronize(stream_get()));
 }
 
+/* From pageable memory cudaMemcpyAsync stages the bytes before it returns, so src may be
+ * reused; the copy runs in stream order. A decode step's draw went through cu_to_device before,
+ * whose wait put a host round trip between the upload and the graph's launch on every sampled
+ * step. */
+static void cu_to_device_ordered(void *dst, const void *src, size_t bytes)
+{
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_get()));
+}
+
 static void cu_copy(void *dst, const void *src, size_t bytes)
 {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_get()));
@@ -474,6 +483,7 @@ const struct ls_backend ls_backend_cuda = {
     .free = cu_free,
     .to_host = cu_to_host,
     .to_device = cu_to_device,
+    .to_device_ordered = cu_to_device_ordered,
     .copy = cu_copy,
     .upload_matrix = cu_upload_matrix,
     .upload_vector = cu_upload_vector,
