@@ -39,6 +39,7 @@ static struct {
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
     int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
+    void *bounce;       /* pinned bytes for small reads to the host (a step's token) */
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -134,10 +135,23 @@ static void cu_free(void *p)
     if (p) CHECK_CUDA(cudaFree(p));
 }
 
+/* a read of up to BOUNCE_BYTES (every decode step's token) lands in pinned memory: a pageable
+ * destination adds the driver's staging copy after the transfer */
+#define BOUNCE_BYTES 256
 static void cu_to_host(void *dst, const void *src, size_t bytes)
 {
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_get()));
+    static int tried; /* one allocation (process lifetime); without it, the plain copy */
+    if (bytes <= BOUNCE_BYTES && !tried) {
+        tried = 1;
+        if (cudaHostAlloc(&cu.bounce, BOUNCE_BYTES, cudaHostAllocDefault) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cu.bounce = NULL;
+        }
+    }
+    void *to = bytes <= BOUNCE_BYTES && cu.bounce ? cu.bounce : dst;
+    CHECK_CUDA(cudaMemcpyAsync(to, src, bytes, cudaMemcpyDefault, stream_get()));
     CHECK_CUDA(cudaStreamSynchronize(stream_get()));
+    if (to != dst) memcpy(dst, to, bytes);
 }
 
 static void cu_to_device(void *dst, const void *src, size_t bytes)
