@@ -32,9 +32,6 @@ struct ls_backend {
     void (*free)(void *p);
     void (*to_host)(void *dst, const void *src, size_t bytes);   /* synchronous */
     void (*to_device)(void *dst, const void *src, size_t bytes); /* synchronous */
-    /* a few bytes of pageable host memory (a decode step's token or draw), ordered before the
-     * work issued after it; returns without waiting for the device (src may be reused at once) */
-    void (*to_device_ordered)(void *dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);      /* within the backend, ordered */
     /* Weights from host fp32, which the backend takes over (frees or keeps): a [rows][cols]
      * matrix in the backend's format, or a vector of n floats. NULL when out of memory. */

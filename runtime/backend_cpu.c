@@ -275,7 +275,6 @@ const struct ls_backend ls_backend_cpu = {
     .free = free,
     .to_host = cpu_copy,
     .to_device = cpu_copy,
-    .to_device_ordered = cpu_copy,
     .copy = cpu_copy,
     .upload_matrix = cpu_upload_matrix,
     .upload_vector = cpu_upload_vector,

@@ -39,7 +39,6 @@ static struct {
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
     int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
-    void *bounce;       /* pinned bytes for small reads to the host (a step's token) */
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -135,38 +134,16 @@ static void cu_free(void *p)
     if (p) CHECK_CUDA(cudaFree(p));
 }
 
-/* a read of up to BOUNCE_BYTES (every decode step's token) lands in pinned memory: a pageable
- * destination adds the driver's staging copy after the transfer */
-#define BOUNCE_BYTES 256
 static void cu_to_host(void *dst, const void *src, size_t bytes)
 {
-    static int tried; /* one allocation (process lifetime); without it, the plain copy */
-    if (bytes <= BOUNCE_BYTES && !tried) {
-        tried = 1;
-        if (cudaHostAlloc(&cu.bounce, BOUNCE_BYTES, cudaHostAllocDefault) != cudaSuccess) {
-            (void)cudaGetLastError();
-            cu.bounce = NULL;
-        }
-    }
-    void *to = bytes <= BOUNCE_BYTES && cu.bounce ? cu.bounce : dst;
-    CHECK_CUDA(cudaMemcpyAsync(to, src, bytes, cudaMemcpyDefault, stream_get()));
+    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_get()));
     CHECK_CUDA(cudaStreamSynchronize(stream_get()));
-    if (to != dst) memcpy(dst, to, bytes);
 }
 
 static void cu_to_device(void *dst, const void *src, size_t bytes)
 {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_get()));
     CHECK_CUDA(cudaStreamSynchronize(stream_get()));
-}
-
-/* From pageable memory cudaMemcpyAsync stages the bytes before it returns, so src may be
- * reused; the copy runs in stream order. A decode step's draw went through cu_to_device before,
- * whose wait put a host round trip between the upload and the graph's launch on every sampled
- * step. */
-static void cu_to_device_ordered(void *dst, const void *src, size_t bytes)
-{
-    CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_get()));
 }
 
 static void cu_copy(void *dst, const void *src, size_t bytes)
@@ -497,7 +474,6 @@ const struct ls_backend ls_backend_cuda = {
     .free = cu_free,
     .to_host = cu_to_host,
     .to_device = cu_to_device,
-    .to_device_ordered = cu_to_device_ordered,
     .copy = cu_copy,
     .upload_matrix = cu_upload_matrix,
     .upload_vector = cu_upload_vector,

@@ -376,10 +376,9 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
         e->graph_synced = 1;
     } else if (in != e->last_out) {
         /* the previous step left its token in ids[0]; the caller chose another one */
-        be->to_device_ordered(e->ids, &in, sizeof(int));
+        be->to_device(e->ids, &in, sizeof(int));
     }
-    /* the draw, ordered before the step without a wait of its own */
-    if (sp->temperature != 0.0f) be->to_device_ordered(e->u, &u, sizeof u);
+    if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
     /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
     ls_watchdog_arm("decode step at position", e->pos);
     /* the backend's form for this context (one graph each, captured when first needed) */
