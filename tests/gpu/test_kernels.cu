@@ -897,17 +897,20 @@ static void make_decode(int hq, int hkv, int hd, int n, int max_ctx, std::vector
                   kv_of.data());
 }
 
-// appended to the decode tests' names: which merge of the chunks ran; the decode's clusters
-// argument (0: the workspace merge only)
-static const char *g_att_tag = "";
+// the decode tests' clusters argument (0: the workspace merge only), and which merge of the
+// chunks that runs, appended to their names
 static int g_att_clusters = 1;
+static const char *att_tag(void)
+{
+    return g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)";
+}
 
 static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
 {
     if (nsplit == 0) nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     char name[128];
     snprintf(name, sizeof name, "attention_decode hq=%d hkv=%d hd=%d ctx=%d nsplit=%d%s", hq, hkv,
-             hd, n, nsplit, g_att_tag);
+             hd, n, nsplit, att_tag());
     std::vector<uint16_t> kc, vc;
     std::vector<float> q, ref;
     make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, ref);
@@ -1033,7 +1036,7 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
     char name[128];
     snprintf(name, sizeof name,
              "attention_decode pdl hq=%d hkv=%d hd=%d ctx=%d fresh=%d nsplit=%d%s", hq, hkv, hd, n,
-             fresh, nsplit, g_att_tag);
+             fresh, nsplit, att_tag());
     std::vector<uint16_t> kc, vc;
     std::vector<float> q, ref;
     make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, ref);
@@ -1104,13 +1107,10 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
 static void tests_decode(void);
 static void tests_attention(void)
 {
-    g_att_tag = " (cluster merge where <= 8 chunks)";
     tests_decode();
     g_att_clusters = 0;
-    g_att_tag = " (workspace merge)";
     tests_decode();
     g_att_clusters = 1;
-    g_att_tag = "";
     test_prefill(9, 3, 64, 0, 37, false);
     test_prefill(6, 2, 64, 50, 5, true);
     test_prefill(3, 1, 64, 10, 1, false);
