@@ -365,13 +365,17 @@ static __device__ int sample_small(const float *cl, const int *cid, int nc, samp
     uint64_t total;
     const uint64_t run = block_scan(w, &total, sm->scan);
     int last = K - 1; // the last kept rank
-    // the rank at which the running weight first reaches target (weights > 0: exactly one)
-    auto reach = [&](uint64_t target) {
-        if (tid <= last && run >= target && run - w < target) sm->id = tid;
+    // the rank of the one thread for which mine holds, to every thread
+    auto pick = [&](bool mine) {
+        if (mine) sm->id = tid;
         __syncthreads();
         const int r = sm->id;
         __syncthreads();
         return r;
+    };
+    // the rank at which the running weight first reaches target (weights > 0: exactly one)
+    auto reach = [&](uint64_t target) {
+        return pick(tid <= last && run >= target && run - w < target);
     };
     if (top_p < 1.0f) {
         uint64_t target = (uint64_t)ceil((double)top_p * (double)total);
@@ -383,12 +387,8 @@ static __device__ int sample_small(const float *cl, const int *cid, int nc, samp
         // when above the last kept key, the ranks with keys >= it
         const uint32_t k = tid <= last && sp.e(ol[tid]) >= min_p ? ~ok[tid] : 0u;
         const uint32_t kmin = ~block_max_u32(k, sm->scan);
-        if (kmin > ok[last]) {
-            if (tid <= last && ok[tid] >= kmin && (tid == last || ok[tid + 1] < kmin)) sm->id = tid;
-            __syncthreads();
-            last = sm->id;
-            __syncthreads();
-        }
+        if (kmin > ok[last])
+            last = pick(tid <= last && ok[tid] >= kmin && (tid == last || ok[tid + 1] < kmin));
     }
     // the kept weight: the running weight through the last kept rank
     if (tid == last) sm->above = run;
