@@ -21,8 +21,6 @@
 
 #include "log.h"
 
-#define LS_HF_MAX_SIZE       (1 << 24) /* any dimension, vocabulary or context length */
-#define LS_HF_MAX_LAYERS     4096
 #define LS_HF_MAX_JSON_BYTES (16 << 20)
 
 /* "a string", "null", "-3", "a real number (1.5)": what a field held, for messages */
@@ -102,7 +100,8 @@ static int get_pos_float(struct ctx *c, json_t *obj, const char *name, double de
     }
     if (!json_is_number(v)) return field_fail(c, name, "a positive number", v);
     double d = json_number_value(v);
-    if (!(d > 0) || !isfinite((float)d)) return field_fail(c, name, "a positive number", v);
+    /* in float too: a positive double below float's range would become 0 */
+    if (!((float)d > 0) || !isfinite((float)d)) return field_fail(c, name, "a positive number", v);
     *out = (float)d;
     return 0;
 }
@@ -368,7 +367,8 @@ static int load_root(struct ctx *c, struct ls_model_config *out)
                        (long long)out->n_heads * out->head_dim, LS_HF_MAX_SIZE);
 
     json_t *eps = json_object_get(c->root, "rms_norm_eps");
-    if (!json_is_number(eps) || !(json_number_value(eps) > 0) || !(json_number_value(eps) < 1))
+    if (!json_is_number(eps) || !((float)json_number_value(eps) > 0) ||
+        !((float)json_number_value(eps) < 1))
         return field_fail(c, "rms_norm_eps", "a number in (0, 1)", eps);
     out->norm_eps = (float)json_number_value(eps);
 
@@ -391,23 +391,13 @@ static int load_root(struct ctx *c, struct ls_model_config *out)
     return read_sliding_window(c, out);
 }
 
-static json_t *load_json(const char *path, char *err, size_t errlen)
+/* a parsed config file's root: NULL (with the message) unless it parsed to an object */
+static json_t *object_root(json_t *root, const json_error_t *jerr, const char *path, char *err,
+                           size_t errlen)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (sb.st_size > LS_HF_MAX_JSON_BYTES) {
-        ls_errf(err, errlen, "%s: %lld bytes, more than the %d-byte limit for a config file", path,
-                (long long)sb.st_size, LS_HF_MAX_JSON_BYTES);
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        ls_errf(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", path, jerr.text,
-                jerr.line, jerr.column);
+        ls_errf(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", path, jerr->text,
+                jerr->line, jerr->column);
         return NULL;
     }
     if (!json_is_object(root)) {
@@ -416,6 +406,41 @@ static json_t *load_json(const char *path, char *err, size_t errlen)
         return NULL;
     }
     return root;
+}
+
+static int too_big(const char *path, long long bytes, char *err, size_t errlen)
+{
+    if (bytes <= LS_HF_MAX_JSON_BYTES) return 0;
+    ls_errf(err, errlen, "%s: %lld bytes, more than the %d-byte limit for a config file", path,
+            bytes, LS_HF_MAX_JSON_BYTES);
+    return 1;
+}
+
+static json_t *load_json(const char *path, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (too_big(path, (long long)sb.st_size, err, errlen)) return NULL;
+    json_error_t jerr;
+    return object_root(json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), &jerr, path, err,
+                       errlen);
+}
+
+int hf_config_parse(const char *name, const char *text, size_t len, struct ls_model_config *out,
+                    char *err, size_t errlen)
+{
+    if (too_big(name, (long long)len, err, errlen)) return -1;
+    json_error_t jerr;
+    json_t *root =
+        object_root(json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr), &jerr, name, err, errlen);
+    if (!root) return -1;
+    struct ctx c = {.path = name, .root = root, .err = err, .errlen = errlen};
+    int rc = load_root(&c, out);
+    json_decref(root);
+    return rc;
 }
 
 int hf_config_load(const char *path, struct ls_model_config *out, char *err, size_t errlen)

@@ -323,6 +323,9 @@ static void test_rejects_wrong_types(void)
     expect_error("rms_norm_eps", "\"1e-5\"", "field 'rms_norm_eps'", "found string");
     expect_error("rms_norm_eps", "0", "field 'rms_norm_eps'", "found 0");
     expect_error("rope_theta", "-1", "field 'rope_theta': expected a positive number", "found -1");
+    /* positive doubles that float rounds to 0 (fuzz_hfconfig aborts on them without the check) */
+    expect_error("rope_theta", "1e-50", "field 'rope_theta': expected a positive number", NULL);
+    expect_error("rms_norm_eps", "1e-50", "field 'rms_norm_eps'", NULL);
     expect_error("tie_word_embeddings", "1", "field 'tie_word_embeddings': expected true or false",
                  "found 1");
     expect_error("num_key_value_heads", "64", "field 'num_key_value_heads'", "found 64");
