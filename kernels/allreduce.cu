@@ -490,6 +490,62 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
     end(st, e);
 }
 
+/* The decode step's all-reduce + residual without the norm (normed NULL) over LL lines: the
+ * [rows][dim] partial as one flat array of units spread over the grid as in oneshot_ll_kernel,
+ * instead of a row a block (fused_ll_kernel), where at batch 1 one block pulls every unit, each
+ * thread its units one after another (2 at Llama-8B's 4096, 4 at 70B's 8192, each an L2 round
+ * trip and possibly a wait). out = x + sum, rounded as residual_rmsnorm_row rounds it: bitwise
+ * the fused kernel's out. x may alias out (a thread reads x[u] before it writes out[u]). */
+template <typename E, bool AL>
+static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
+    residual_ll_kernel(const __grid_constant__ ls_ar_state st, const E *partial, const E *x, E *out,
+                       size_t n)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    constexpr int V = Elt<E>::V;
+    __shared__ epoch_t s_e;
+    __shared__ int s_fail;
+    const size_t nu = (n + V - 1) / V;
+    size_t u0, u1;
+    block_range(nu, &u0, &u1);
+    const size_t first = u0 + threadIdx.x;
+    Unit<E> pre;
+    if (first < u1) pre = load_unit_padded<E, AL>(partial, first, n);
+    const epoch_t e = begin(st, &s_e, &s_fail);
+    if (!s_fail) {
+        const uint32_t f = ll_flag(e);
+        const size_t lslot = ls_ar_ll_slot(nu);
+        const size_t area = st.ll_off + (size_t)(e & 1) * st.ll_bytes;
+        const size_t mine = area + (size_t)st.rank * lslot;
+        for (size_t u = first; u < u1; u += blockDim.x) {
+            const Unit<E> v = u == first ? pre : load_unit_padded<E, AL>(partial, u, n);
+            for (int q = 0; q < st.size; q++)
+                if (q != st.rank) ll_push(static_cast<char *>(st.buf[q]) + mine + u * 32, v.v, f);
+        }
+        char *local = static_cast<char *>(st.buf[st.rank]) + area;
+        bool ok = true;
+        for (size_t u = first; u < u1 && ok; u += blockDim.x) {
+            const Unit<E> a = ll_sum_unit<E, AL>(st, partial, u, n, local, lslot, f, e, &ok);
+            const Unit<E> xv = load_unit_padded<E, AL>(x, u, n);
+            Unit<E> o;
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                o.e[k] = Elt<E>::fromf(Elt<E>::tof(xv.e[k]) + Elt<E>::tof(a.e[k]));
+            if ((u + 1) * V <= n) {
+                store_unit<E, AL>(out, u, o);
+            } else {
+#pragma unroll
+                for (int k = 0; k < V; k++)
+                    if (u * V + k < n) out[u * V + k] = o.e[k];
+            }
+            for (int r = 0; r < st.size; r++)
+                if (r != st.rank) ll_clear(local + r * lslot + u * 32);
+        }
+    }
+    end(st, e);
+}
+
 /* ---- two-shot ---- */
 
 static __device__ __forceinline__ size_t slice_len(size_t n, size_t S, int q)
@@ -1012,6 +1068,14 @@ static void fused_launch(const ls_ar_state *st, const void *partial, const void 
     const size_t units = (size_t)rows * ls_ar_units((size_t)dim, sizeof(E));
     const bool vec = norm_vec(partial, x, out, normed, w, dim, sizeof(E));
     const bool ll = ls_ar_use_ll(st, (size_t)rows * dim * sizeof(E), units);
+    const size_t n = (size_t)rows * dim, flat = ls_ar_units(n, sizeof(E));
+    if (!normed && st->spread && ls_ar_use_ll(st, n * sizeof(E), flat)) {
+        const bool al = aligned16(partial) && aligned16(x) && aligned16(out);
+        pdl_launch(al ? residual_ll_kernel<E, true> : residual_ll_kernel<E, false>,
+                   (unsigned)grid_for(flat, st->threads, st->max_blocks), (unsigned)st->threads,
+                   (size_t)0, s, *st, (const E *)partial, (const E *)x, (E *)out, n);
+        return;
+    }
     void (*k)(ls_ar_state, const E *, const E *, E *, E *, const E *, int, int, float) =
         ll ? (vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>)
            : (vec ? fused_kernel<E, true> : fused_kernel<E, false>);

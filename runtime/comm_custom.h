@@ -24,6 +24,8 @@
  *   LOCKSTEP_AR_TIMEOUT_MS   longest wait for a peer inside a kernel, default 10000
  *   LOCKSTEP_AR_DISABLE=1    always use the fallback (A/B comparisons)
  *   LOCKSTEP_AR_FENCE_ALL=0  only the flag's lane fences (see kernels/allreduce.cu); default 1
+ *   LOCKSTEP_AR_SPREAD=0     the residual-only decode step over LL lines a row a block, as
+ *                            before (default 1: its units spread over the grid)
  * These defaults are starting points, to be tuned with tests/gpu/test_allreduce's sweep.
  *
  * Use from one stream at a time (calls must be stream-ordered: the epoch protocol counts
