@@ -429,6 +429,17 @@ static json_t *load_json(const char *path, char *err, size_t errlen)
                        errlen);
 }
 
+/* the config of a loaded root (NULL: the loader's error stands), which it releases */
+static int config_of_root(json_t *root, const char *path, struct ls_model_config *out, char *err,
+                          size_t errlen)
+{
+    if (!root) return -1;
+    struct ctx c = {.path = path, .root = root, .err = err, .errlen = errlen};
+    int rc = load_root(&c, out);
+    json_decref(root);
+    return rc;
+}
+
 int hf_config_parse(const char *name, const char *text, size_t len, struct ls_model_config *out,
                     char *err, size_t errlen)
 {
@@ -436,21 +447,12 @@ int hf_config_parse(const char *name, const char *text, size_t len, struct ls_mo
     json_error_t jerr;
     json_t *root =
         object_root(json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr), &jerr, name, err, errlen);
-    if (!root) return -1;
-    struct ctx c = {.path = name, .root = root, .err = err, .errlen = errlen};
-    int rc = load_root(&c, out);
-    json_decref(root);
-    return rc;
+    return config_of_root(root, name, out, err, errlen);
 }
 
 int hf_config_load(const char *path, struct ls_model_config *out, char *err, size_t errlen)
 {
-    json_t *root = load_json(path, err, errlen);
-    if (!root) return -1;
-    struct ctx c = {.path = path, .root = root, .err = err, .errlen = errlen};
-    int rc = load_root(&c, out);
-    json_decref(root);
-    return rc;
+    return config_of_root(load_json(path, err, errlen), path, out, err, errlen);
 }
 
 int hf_config_load_dir(const char *dir, struct ls_model_config *out, char *err, size_t errlen)

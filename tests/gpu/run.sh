@@ -5,7 +5,7 @@
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
 # smollm2 (after carry1), peer, bench, longctx, attforms, shapes, ab, bench70, scaling (#6),
 # allreduce, hang, lab, ncu. Each stage's log is
-# $OUT/<stage>.log; a short table of results is printed last.
+# $OUT/<stage>.log; a short table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
 mkdir -p "$OUT"
@@ -434,3 +434,7 @@ for s in $stages; do
 done
 echo "==== results"
 for s in $stages; do printf '%-10s %s\n' "$s" "${result[$s]:-not run}"; done
+# every log and JSON in one archive whose name sorts first: a device call brings back only a
+# few files of $OUT, so this one carries the rest
+logs=$(mktemp /tmp/lockstep-logs.XXXXXX)
+tar czf "$logs" -C "$OUT" --exclude=00-logs.tgz . && mv "$logs" "$OUT/00-logs.tgz"
