@@ -41,4 +41,4 @@ tests_fuzz_fuzz_hfconfig_CFLAGS = $(AM_CFLAGS) -g -O1 -fsanitize=fuzzer-no-link,
 tests_fuzz_fuzz_hfconfig_LDFLAGS = -fsanitize=fuzzer,address,undefined
 tests_fuzz_fuzz_hfconfig_LDADD = $(JANSSON_LIBS) -lm
 endif
-EXTRA_DIST += tests/fuzz/corpus/hfconfig
+EXTRA_DIST += tests/fuzz/corpus/hfconfig tests/fuzz/hfconfig.dict
