@@ -367,10 +367,9 @@ static int load_root(struct ctx *c, struct ls_model_config *out)
                        (long long)out->n_heads * out->head_dim, LS_HF_MAX_SIZE);
 
     json_t *eps = json_object_get(c->root, "rms_norm_eps");
-    if (!json_is_number(eps) || !((float)json_number_value(eps) > 0) ||
-        !((float)json_number_value(eps) < 1))
+    out->norm_eps = json_is_number(eps) ? (float)json_number_value(eps) : 0.0f;
+    if (!(out->norm_eps > 0 && out->norm_eps < 1)) /* in float: 1e-50 would become 0 */
         return field_fail(c, "rms_norm_eps", "a number in (0, 1)", eps);
-    out->norm_eps = (float)json_number_value(eps);
 
     json_t *act = json_object_get(c->root, "hidden_act");
     if (act && !(json_is_string(act) && (strcmp(json_string_value(act), "silu") == 0 ||

@@ -212,8 +212,8 @@ static int gguf_float(struct gguf_file *g, const char *arch, const char *key, fl
         *out = dflt;
         return 0;
     }
-    if (rc != GGUF_OK || !(*out > 0)) {
-        snprintf(err, errlen, "%s: metadata '%s': expected a positive number", path, full);
+    if (rc != GGUF_OK || !(*out > 0) || !isfinite(*out)) {
+        snprintf(err, errlen, "%s: metadata '%s': expected a positive finite number", path, full);
         return -1;
     }
     return 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets with clang (ASan + UBSan) in BUILD_DIR and run each for SECONDS on
-# a scratch copy of its committed seed corpus. One line per target: "fuzz ok: NAME ..." or
-# "fuzz FAILED: NAME ..." (with the crash log); exit status 1 if any target failed.
+# a scratch copy of its committed seed corpus, with tests/fuzz/NAME.dict where there is one. One
+# line per target: "fuzz ok: NAME ..." or "fuzz FAILED: NAME ..." (with the crash log); exit
+# status 1 if any target failed.
 #   tests/fuzz/run.sh BUILD_DIR SECONDS
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,7 +20,9 @@ failed=0
 for t in "${targets[@]}"; do
     corpus=$(mktemp -d)
     [ -d "$top/tests/fuzz/corpus/$t" ] && cp -r "$top/tests/fuzz/corpus/$t/." "$corpus/"
-    if ./tests/fuzz/fuzz_$t -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \
+    dict=()
+    [ -f "$top/tests/fuzz/$t.dict" ] && dict=(-dict="$top/tests/fuzz/$t.dict")
+    if ./tests/fuzz/fuzz_$t -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 "${dict[@]}" \
         -artifact_prefix="$build/fuzz-$t-" "$corpus" >"fuzz-$t.log" 2>&1; then
         echo "fuzz ok: $t, $(grep -o 'Done [0-9]* runs' "fuzz-$t.log" | head -n1) in ${seconds}s"
     else

@@ -76,6 +76,14 @@ check "truncated GGUF: the error names the file" err_has "trunc.gguf"
 printf 'GGUF\x63\x00\x00\x00' | cat - <(tail -c +9 "$model" | head -c 1000000) >"$tmp/badver.gguf"
 run_mpi 2 "$LOCKSTEP" generate -m "$tmp/badver.gguf" -p hi
 check "GGUF with version 99: the version is named" err_has "version"
+# a metadata float made infinite in place (key, then its type, then the value): the field named
+key=llama.rope.freq_base
+off=$(grep -obUaF "$key" "$model" | head -n 1 | cut -d: -f1)
+cp "$model" "$tmp/inf.gguf"
+printf '\x00\x00\x80\x7f' | dd of="$tmp/inf.gguf" bs=1 seek=$((off + ${#key} + 4)) conv=notrunc status=none
+run_mpi 2 "$LOCKSTEP" generate -m "$tmp/inf.gguf" -p hi
+check "GGUF with an infinite $key: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "GGUF with an infinite $key: the field is named" err_has "metadata '$key': expected a positive finite number"
 
 # ---- prompts: invalid UTF-8, stdin
 printf 'caf\xc3 au lait' >"$tmp/bad.txt"
