@@ -28,15 +28,15 @@ if ENABLE_FUZZ
 check_PROGRAMS += tests/fuzz/fuzz_safetensors
 tests_fuzz_fuzz_safetensors_SOURCES = tests/fuzz/fuzz_safetensors.c runtime/safetensors.c \
 	runtime/safetensors.h runtime/json_util.c runtime/log.c
-tests_fuzz_fuzz_safetensors_CFLAGS = $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_safetensors_LDFLAGS = $(FUZZ_LDFLAGS)
+tests_fuzz_fuzz_safetensors_CFLAGS = $(FUZZ_COMPILE_FLAGS)
+tests_fuzz_fuzz_safetensors_LDFLAGS = $(FUZZ_LINK_FLAGS)
 tests_fuzz_fuzz_safetensors_LDADD = $(JANSSON_LIBS)
 # and on the config.json reader (seed corpus: tests/fuzz/corpus/hfconfig)
 check_PROGRAMS += tests/fuzz/fuzz_hfconfig
 tests_fuzz_fuzz_hfconfig_SOURCES = tests/fuzz/fuzz_hfconfig.c runtime/hfconfig.c \
 	runtime/hfconfig.h runtime/model_config.h runtime/log.c
-tests_fuzz_fuzz_hfconfig_CFLAGS = $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_hfconfig_LDFLAGS = $(FUZZ_LDFLAGS)
+tests_fuzz_fuzz_hfconfig_CFLAGS = $(FUZZ_COMPILE_FLAGS)
+tests_fuzz_fuzz_hfconfig_LDFLAGS = $(FUZZ_LINK_FLAGS)
 tests_fuzz_fuzz_hfconfig_LDADD = $(JANSSON_LIBS) -lm
 endif
 EXTRA_DIST += tests/fuzz/corpus/hfconfig tests/fuzz/hfconfig.dict

@@ -27,7 +27,7 @@ if ENABLE_FUZZ
 # run by hand: tests/fuzz/fuzz_tokenizer_json -max_total_time=60 tests/fuzz/corpus/tokenizer_json
 check_PROGRAMS += tests/fuzz/fuzz_tokenizer_json
 tests_fuzz_fuzz_tokenizer_json_SOURCES = tests/fuzz/fuzz_tokenizer_json.c $(TOKENIZER_SRC) runtime/log.c
-tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(FUZZ_CFLAGS)
-tests_fuzz_fuzz_tokenizer_json_LDFLAGS = $(FUZZ_LDFLAGS)
+tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(FUZZ_COMPILE_FLAGS)
+tests_fuzz_fuzz_tokenizer_json_LDFLAGS = $(FUZZ_LINK_FLAGS)
 tests_fuzz_fuzz_tokenizer_json_LDADD = $(JANSSON_LIBS) $(PCRE2_LIBS)
 endif
