@@ -16,7 +16,7 @@
  *    bitwise rank 0's result.
  *  - fused residual + RMSNorm against float64 (relative L2 error < 1e-5 f32, < 8e-3 bf16),
  *    bitwise equal to one-shot + ls_residual_rmsnorm, in place (out == x) and not.
- *  - graph: one-shot, two-shot, fused and bf16 all-reduces captured in one CUDA graph and
+ *  - graph: one-shot, two-shot, fused (with the norm and, at 8192, residual only) and bf16 all-reduces captured in one CUDA graph and
  *    replayed --replays times back to back; integer-valued data make every sum exact, and
  *    accumulators prove every replay ran every all-reduce once.
  * Then the latency sweep (bf16, or --sweep-dtype f32 as the engine's activations are; 1 KB ...
@@ -703,16 +703,19 @@ static void run_graph(uint64_t seed, int replays)
     float *d_src1 = dmalloc(n1 * 4), *d_work1 = dmalloc(n1 * 4), *d_acc1 = dmalloc(n1 * 4);
     float *d_src2 = dmalloc(n2 * 4), *d_work2 = dmalloc(n2 * 4), *d_acc2 = dmalloc(n2 * 4);
     float *d_p3 = dmalloc(n1 * 4), *d_res3 = dmalloc(n1 * 4);
-    float *d_junk = dmalloc(nmax * 4), *d_w = dmalloc((size_t)dim * 4);
+    /* the decode step's form at TP > 1: residual only (normed NULL), the 70B's 8192 in f32 */
+    const size_t n5 = 8192;
+    float *d_p5 = dmalloc(n5 * 4), *d_res5 = dmalloc(n5 * 4);
+    float *d_junk = dmalloc(nmax * 4), *d_w = dmalloc(n5 * 4);
     uint16_t *h_src4 = xmalloc(n4 * 2), *h_eager4 = xmalloc(n4 * 2), *h_got4 = xmalloc(n4 * 2);
     uint16_t *d_src4 = dmalloc(n4 * 2), *d_work4 = dmalloc(n4 * 2);
 
-    for (int j = 0; j < dim; j++) h_src[j] = 1.0f;
-    to_dev(d_w, h_src, (size_t)dim * 4);
+    for (size_t j = 0; j < n5; j++) h_src[j] = 1.0f;
+    to_dev(d_w, h_src, n5 * 4);
     /* sources (per rank) and accumulators' starting values (the same on every rank) */
-    float *d_srcs[3] = {d_src1, d_src2, d_p3}, *d_accs[3] = {d_acc1, d_acc2, d_res3};
-    size_t ns[3] = {n1, n2, n1};
-    for (int k = 0; k < 3; k++) {
+    float *d_srcs[4] = {d_src1, d_src2, d_p3, d_p5}, *d_accs[4] = {d_acc1, d_acc2, d_res3, d_res5};
+    size_t ns[4] = {n1, n2, n1, n5};
+    for (int k = 0; k < 4; k++) {
         for (size_t i = 0; i < ns[k]; i++)
             h_src[i] = small_int(seed + (uint64_t)k, (uint64_t)g_rank, i);
         to_dev(d_srcs[k], h_src, ns[k] * 4);
@@ -738,6 +741,8 @@ static void run_graph(uint64_t seed, int replays)
                         LS_AR_F32, g_stream);
     ls_allreduce_residual_rmsnorm(g_st, d_p3, d_res3, d_res3, d_junk, d_w, 1, dim, 1e-5f, LS_AR_F32,
                                   g_stream);
+    ls_allreduce_residual_rmsnorm(g_st, d_p5, d_res5, d_res5, NULL, d_w, 1, (int)n5, 1e-5f,
+                                  LS_AR_F32, g_stream);
     CHECK_CUDA(cudaMemcpyAsync(d_work4, d_src4, n4 * 2, cudaMemcpyDeviceToDevice, g_stream));
     g_custom->allreduce_sum(g_custom, d_work4, n4, LS_BF16, g_stream);
     CHECK_CUDA(cudaStreamEndCapture(g_stream, &graph));
@@ -751,8 +756,8 @@ static void run_graph(uint64_t seed, int replays)
 
     int ok = 1;
     char first[256] = "";
-    const char *names[3] = {"one-shot", "two-shot", "fused"};
-    for (int k = 0; k < 3; k++) {
+    const char *names[4] = {"one-shot", "two-shot", "fused", "residual only"};
+    for (int k = 0; k < 4; k++) {
         for (size_t i = 0; i < ns[k]; i++) {
             double s = 0;
             for (int r = 0; r < g_size; r++) s += small_int(seed + (uint64_t)k, (uint64_t)r, i);
@@ -776,11 +781,12 @@ static void run_graph(uint64_t seed, int replays)
         ok = 0;
     }
     report(ok,
-           "graph of 4 all-reduces (one-shot, two-shot, fused, routed bf16 %s) replayed %d "
+           "graph of 5 all-reduces (one-shot, two-shot, fused, residual only, routed bf16 %s) "
+           "replayed %d "
            "times: every sum exact%s%s",
            ls_comm_custom_path(g_custom, n4, LS_BF16), replays, ok ? "" : " # ", first);
     if (g_rank == 0)
-        printf("# %d replays in %.3f s: %.2f us per replay of 4 all-reduces + 2 norms + 3 copies\n",
+        printf("# %d replays in %.3f s: %.2f us per replay of 5 all-reduces + 2 norms + 3 copies\n",
                replays, dt, dt * 1e6 / replays);
     /* eager after graph: the epoch in device memory carries on */
     to_dev(d_work4, h_src4, n4 * 2);
@@ -793,7 +799,7 @@ static void run_graph(uint64_t seed, int replays)
     CHECK_CUDA(cudaGraphExecDestroy(exec));
     CHECK_CUDA(cudaGraphDestroy(graph));
     void *frees[] = {d_src1, d_work1, d_acc1, d_src2, d_work2, d_acc2,
-                     d_p3,   d_res3,  d_junk, d_w,    d_src4,  d_work4};
+                     d_p3,   d_res3,  d_junk, d_w,    d_src4,  d_work4, d_p5, d_res5};
     for (size_t k = 0; k < sizeof frees / sizeof frees[0]; k++) cudaFree(frees[k]);
     free(h_src);
     free(h_acc0);
