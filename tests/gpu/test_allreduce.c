@@ -16,8 +16,9 @@
  *    bitwise rank 0's result.
  *  - fused residual + RMSNorm against float64 (relative L2 error < 1e-5 f32, < 8e-3 bf16),
  *    bitwise equal to one-shot + ls_residual_rmsnorm, in place (out == x) and not.
- *  - graph: one-shot, two-shot, fused (with the norm and, at 8192, residual only) and bf16 all-reduces captured in one CUDA graph and
- *    replayed --replays times back to back; integer-valued data make every sum exact, and
+ *  - graph: one-shot, two-shot, fused (with the norm and, at 8192, residual only) and bf16
+ *    all-reduces captured in one CUDA graph and replayed --replays times back to back;
+ *    integer-valued data make every sum exact, and
  *    accumulators prove every replay ran every all-reduce once.
  * Then the latency sweep (bf16, or --sweep-dtype f32 as the engine's activations are; 1 KB ...
  * --max-mb MB, powers of 2, 8 KB among them): median microseconds per all-reduce of
