@@ -799,8 +799,8 @@ static void run_graph(uint64_t seed, int replays)
 
     CHECK_CUDA(cudaGraphExecDestroy(exec));
     CHECK_CUDA(cudaGraphDestroy(graph));
-    void *frees[] = {d_src1, d_work1, d_acc1, d_src2, d_work2, d_acc2,
-                     d_p3,   d_res3,  d_junk, d_w,    d_src4,  d_work4, d_p5, d_res5};
+    void *frees[] = {d_src1, d_work1, d_acc1, d_src2, d_work2, d_acc2, d_p3,
+                     d_res3, d_junk,  d_w,    d_src4, d_work4, d_p5,   d_res5};
     for (size_t k = 0; k < sizeof frees / sizeof frees[0]; k++) cudaFree(frees[k]);
     free(h_src);
     free(h_acc0);
