@@ -342,11 +342,12 @@ static __device__ __forceinline__ Unit<E> load_unit_padded(const E *p, size_t u,
     return x;
 }
 
-/* unit u of our contribution summed with every peer's, pulled from our LL area (rank r's lines
- * at area + r * lslot); the lines stay until ll_clear. *ok is cleared on a timeout. */
-template <typename E, bool AL>
-static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own, size_t u,
-                                                      size_t n, const char *area, size_t lslot,
+/* our unit `mine` summed with every peer's unit pulled from our LL area (rank r's lines at
+ * area + r * lslot + u * 32); the lines stay until ll_clear. *ok is cleared on a timeout. Our
+ * own unit is loaded before the pulls (a load after one would wait for the peer first). */
+template <typename E>
+static __device__ __forceinline__ Unit<E> ll_sum_with(const ls_ar_state &st, const Unit<E> &mine,
+                                                      size_t u, const char *area, size_t lslot,
                                                       uint32_t f, epoch_t e, bool *ok)
 {
     Unit<E> x[LS_AR_MAX_RANKS];
@@ -354,13 +355,22 @@ static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, con
     for (int r = 0; r < LS_AR_MAX_RANKS; r++)
         if (r < st.size) {
             if (r == st.rank) {
-                x[r] = load_unit_padded<E, AL>(own, u, n);
+                x[r] = mine;
             } else if (!ll_pull(st, area + r * lslot + u * 32, f, r, e, &x[r].v)) {
                 x[r].v = make_uint4(0, 0, 0, 0);
                 *ok = false;
             }
         }
     return sum_units<E>(x, st.size);
+}
+
+/* unit u of our contribution (own[u]) summed with every peer's, as ll_sum_with */
+template <typename E, bool AL>
+static __device__ __forceinline__ Unit<E> ll_sum_unit(const ls_ar_state &st, const E *own, size_t u,
+                                                      size_t n, const char *area, size_t lslot,
+                                                      uint32_t f, epoch_t e, bool *ok)
+{
+    return ll_sum_with<E>(st, load_unit_padded<E, AL>(own, u, n), u, area, lslot, f, e, ok);
 }
 
 /* ---- one-shot ---- */
@@ -510,8 +520,14 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
     size_t u0, u1;
     block_range(nu, &u0, &u1);
     const size_t first = u0 + threadIdx.x;
-    Unit<E> pre;
-    if (first < u1) pre = load_unit_padded<E, AL>(partial, first, n);
+    /* the first unit's partial and residual before the epoch's read (after the PDL wait every
+     * kernel before this one has ended, so both are final): no L2 round trip is left between a
+     * peer's lines arriving and the store of out */
+    Unit<E> pre, xpre;
+    if (first < u1) {
+        pre = load_unit_padded<E, AL>(partial, first, n);
+        xpre = load_unit_padded<E, AL>(x, first, n);
+    }
     const epoch_t e = begin(st, &s_e, &s_fail);
     if (!s_fail) {
         const uint32_t f = ll_flag(e);
@@ -526,8 +542,10 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
         char *local = static_cast<char *>(st.buf[st.rank]) + area;
         bool ok = true;
         for (size_t u = first; u < u1 && ok; u += blockDim.x) {
-            const Unit<E> a = ll_sum_unit<E, AL>(st, partial, u, n, local, lslot, f, e, &ok);
-            const Unit<E> xv = load_unit_padded<E, AL>(x, u, n);
+            const bool one = u == first;
+            const Unit<E> v = one ? pre : load_unit_padded<E, AL>(partial, u, n);
+            const Unit<E> xv = one ? xpre : load_unit_padded<E, AL>(x, u, n);
+            const Unit<E> a = ll_sum_with<E>(st, v, u, local, lslot, f, e, &ok);
             Unit<E> o;
 #pragma unroll
             for (int k = 0; k < V; k++)
