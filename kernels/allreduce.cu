@@ -454,62 +454,19 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
 
 /* LL one-shot: the same units and sums as oneshot_kernel (the last unit zero-padded past n),
  * with no fence and no flag exchange: each thread pushes its units as LL lines, then pulls
- * every peer's lines for the same units, sums, and zeroes the lines it read. */
-template <typename E, bool AL>
+ * every peer's lines for the same units, sums, and zeroes the lines it read. RES: out = x +
+ * sum instead, the decode step's all-reduce + residual without the norm (normed NULL), its
+ * [rows][dim] partial taken as one flat array spread over the grid rather than a row a block
+ * (fused_ll_kernel, where at batch 1 each thread of one block pulls its units one after
+ * another: 2 at Llama-8B's 4096, 4 at 70B's 8192), rounded as residual_rmsnorm_row rounds it:
+ * bitwise the fused kernel's out. x may alias out (a thread reads x[u] before it writes
+ * out[u]). A thread's first unit (and x) loads while thread 0 fetches the epoch: after the PDL
+ * wait every kernel before this one has ended, and no L2 round trip is left between a peer's
+ * lines arriving and the store of out. */
+template <typename E, bool AL, bool RES>
 static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
-    oneshot_ll_kernel(const __grid_constant__ ls_ar_state st, const E *in, E *out, size_t n)
-{
-    pdl_launch_dependents();
-    pdl_wait();
-    constexpr int V = Elt<E>::V;
-    __shared__ epoch_t s_e;
-    __shared__ int s_fail;
-    const size_t nu = (n + V - 1) / V;
-    size_t u0, u1;
-    block_range(nu, &u0, &u1);
-    /* the first unit loads while thread 0 fetches the epoch */
-    const size_t first = u0 + threadIdx.x;
-    Unit<E> pre;
-    if (first < u1) pre = load_unit_padded<E, AL>(in, first, n);
-    const epoch_t e = begin(st, &s_e, &s_fail);
-    if (!s_fail) {
-        const uint32_t f = ll_flag(e);
-        const size_t lslot = ls_ar_ll_slot(nu);
-        const size_t area = st.ll_off + (size_t)(e & 1) * st.ll_bytes;
-        const size_t mine = area + (size_t)st.rank * lslot;
-        for (size_t u = first; u < u1; u += blockDim.x) {
-            const Unit<E> x = u == first ? pre : load_unit_padded<E, AL>(in, u, n);
-            for (int q = 0; q < st.size; q++)
-                if (q != st.rank) ll_push(static_cast<char *>(st.buf[q]) + mine + u * 32, x.v, f);
-        }
-        char *local = static_cast<char *>(st.buf[st.rank]) + area;
-        bool ok = true;
-        for (size_t u = first; u < u1 && ok; u += blockDim.x) {
-            const Unit<E> sum = ll_sum_unit<E, AL>(st, in, u, n, local, lslot, f, e, &ok);
-            if ((u + 1) * V <= n) {
-                store_unit<E, AL>(out, u, sum);
-            } else {
-#pragma unroll
-                for (int k = 0; k < V; k++)
-                    if (u * V + k < n) out[u * V + k] = sum.e[k];
-            }
-            for (int r = 0; r < st.size; r++)
-                if (r != st.rank) ll_clear(local + r * lslot + u * 32);
-        }
-    }
-    end(st, e);
-}
-
-/* The decode step's all-reduce + residual without the norm (normed NULL) over LL lines: the
- * [rows][dim] partial as one flat array of units spread over the grid as in oneshot_ll_kernel,
- * instead of a row a block (fused_ll_kernel), where at batch 1 one block pulls every unit, each
- * thread its units one after another (2 at Llama-8B's 4096, 4 at 70B's 8192, each an L2 round
- * trip and possibly a wait). out = x + sum, rounded as residual_rmsnorm_row rounds it: bitwise
- * the fused kernel's out. x may alias out (a thread reads x[u] before it writes out[u]). */
-template <typename E, bool AL>
-static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
-    residual_ll_kernel(const __grid_constant__ ls_ar_state st, const E *partial, const E *x, E *out,
-                       size_t n)
+    oneshot_ll_kernel(const __grid_constant__ ls_ar_state st, const E *in, const E *x, E *out,
+                      size_t n)
 {
     pdl_launch_dependents();
     pdl_wait();
@@ -520,13 +477,10 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
     size_t u0, u1;
     block_range(nu, &u0, &u1);
     const size_t first = u0 + threadIdx.x;
-    /* the first unit's partial and residual before the epoch's read (after the PDL wait every
-     * kernel before this one has ended, so both are final): no L2 round trip is left between a
-     * peer's lines arriving and the store of out */
     Unit<E> pre, xpre;
     if (first < u1) {
-        pre = load_unit_padded<E, AL>(partial, first, n);
-        xpre = load_unit_padded<E, AL>(x, first, n);
+        pre = load_unit_padded<E, AL>(in, first, n);
+        if (RES) xpre = load_unit_padded<E, AL>(x, first, n);
     }
     const epoch_t e = begin(st, &s_e, &s_fail);
     if (!s_fail) {
@@ -535,7 +489,7 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
         const size_t area = st.ll_off + (size_t)(e & 1) * st.ll_bytes;
         const size_t mine = area + (size_t)st.rank * lslot;
         for (size_t u = first; u < u1; u += blockDim.x) {
-            const Unit<E> v = u == first ? pre : load_unit_padded<E, AL>(partial, u, n);
+            const Unit<E> v = u == first ? pre : load_unit_padded<E, AL>(in, u, n);
             for (int q = 0; q < st.size; q++)
                 if (q != st.rank) ll_push(static_cast<char *>(st.buf[q]) + mine + u * 32, v.v, f);
         }
@@ -543,13 +497,15 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
         bool ok = true;
         for (size_t u = first; u < u1 && ok; u += blockDim.x) {
             const bool one = u == first;
-            const Unit<E> v = one ? pre : load_unit_padded<E, AL>(partial, u, n);
-            const Unit<E> xv = one ? xpre : load_unit_padded<E, AL>(x, u, n);
-            const Unit<E> a = ll_sum_with<E>(st, v, u, local, lslot, f, e, &ok);
-            Unit<E> o;
+            const Unit<E> v = one ? pre : load_unit_padded<E, AL>(in, u, n);
+            Unit<E> xv;
+            if (RES) xv = one ? xpre : load_unit_padded<E, AL>(x, u, n);
+            Unit<E> o = ll_sum_with<E>(st, v, u, local, lslot, f, e, &ok);
+            if (RES) {
 #pragma unroll
-            for (int k = 0; k < V; k++)
-                o.e[k] = Elt<E>::fromf(Elt<E>::tof(xv.e[k]) + Elt<E>::tof(a.e[k]));
+                for (int k = 0; k < V; k++)
+                    o.e[k] = Elt<E>::fromf(Elt<E>::tof(xv.e[k]) + Elt<E>::tof(o.e[k]));
+            }
             if ((u + 1) * V <= n) {
                 store_unit<E, AL>(out, u, o);
             } else {
@@ -1018,13 +974,16 @@ static void oneshot_launch(const ls_ar_state *st, const void *in, void *out, siz
 {
     const size_t units = ls_ar_units(count, sizeof(E));
     const bool al = aligned16(in) && aligned16(out);
-    const bool ll = ls_ar_use_ll(st, count * sizeof(E), units);
-    void (*k)(ls_ar_state, const E *, E *, size_t) =
-        ll ? (al ? oneshot_ll_kernel<E, true> : oneshot_ll_kernel<E, false>)
-           : (al ? oneshot_kernel<E, true> : oneshot_kernel<E, false>);
+    if (ls_ar_use_ll(st, count * sizeof(E), units)) {
+        pdl_launch(al ? oneshot_ll_kernel<E, true, false> : oneshot_ll_kernel<E, false, false>,
+                   grid_for(units, st->threads, st->max_blocks), st->threads, 0, s, *st,
+                   (const E *)in, (const E *)nullptr, (E *)out, count);
+        return;
+    }
     /* the flag kernel's blocks split the whole units, its tail goes to the last block */
-    const int grid = grid_for(ll ? units : count * sizeof(E) / 16, st->threads, st->max_blocks);
-    pdl_launch(k, grid, st->threads, 0, s, *st, (const E *)in, (E *)out, count);
+    pdl_launch(al ? oneshot_kernel<E, true> : oneshot_kernel<E, false>,
+               grid_for(count * sizeof(E) / 16, st->threads, st->max_blocks), st->threads, 0, s,
+               *st, (const E *)in, (E *)out, count);
 }
 
 extern "C" void ls_allreduce_oneshot(const struct ls_ar_state *st, const void *in, void *out,
@@ -1089,7 +1048,7 @@ static void fused_launch(const ls_ar_state *st, const void *partial, const void 
     const size_t n = (size_t)rows * dim, flat = ls_ar_units(n, sizeof(E));
     if (!normed && st->spread && ls_ar_use_ll(st, n * sizeof(E), flat)) {
         const bool al = aligned16(partial) && aligned16(x) && aligned16(out);
-        pdl_launch(al ? residual_ll_kernel<E, true> : residual_ll_kernel<E, false>,
+        pdl_launch(al ? oneshot_ll_kernel<E, true, true> : oneshot_ll_kernel<E, false, true>,
                    (unsigned)grid_for(flat, st->threads, st->max_blocks), (unsigned)st->threads,
                    (size_t)0, s, *st, (const E *)partial, (const E *)x, (E *)out, n);
         return;

@@ -74,7 +74,8 @@ struct ls_ar_state {
     int max_blocks;                /* grid cap, <= LS_AR_MAX_BLOCKS */
     int fence_all;                 /* every storing thread fences, not only the flag's */
     int spread;                    /* the residual-only fused step over LL lines spreads its
-                                      units over the grid (residual_ll_kernel), not a row a block */
+                                      units over the grid (the LL one-shot's RES form), not a
+                                      row a block */
     size_t ll_max;                 /* one-shot and fused messages up to this many bytes go LL */
     size_t ll_off, ll_bytes;       /* the two LL areas: offset of the first, bytes of each */
     void *buf[LS_AR_MAX_RANKS];    /* every rank's registered buffer, mapped here; [rank] ours */
