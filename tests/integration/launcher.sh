@@ -15,6 +15,8 @@ TWO=$SRCDIR/hostfiles/two-nodes-8gpus
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Open MPI's session directories under our own tmp (see lib.sh)
+export OMPI_MCA_orte_tmpdir_base="$tmp"
 n=0
 failed=0
 echo "1..16"

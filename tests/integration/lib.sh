@@ -10,6 +10,11 @@ tap_n=0
 tap_failed=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# each script's jobs keep Open MPI's session directories under its own tmp: a job that ends
+# removes the shared top directory (/tmp/ompi.HOST.UID) when it looks empty, and a job of
+# another script starting at that moment (make check -j) then fails in orte_init with "No such
+# file or directory"
+export OMPI_MCA_orte_tmpdir_base="$tmp"
 
 ok() { tap_n=$((tap_n + 1)); echo "ok $tap_n - $*"; }
 not_ok() { tap_n=$((tap_n + 1)); tap_failed=$((tap_failed + 1)); echo "not ok $tap_n - $*"; }
