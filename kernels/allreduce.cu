@@ -968,18 +968,27 @@ static void check_args(const ls_ar_state *st, ls_ar_dtype t, size_t need, size_t
     }
 }
 
+/* the LL one-shot over n elements taken as one flat array of units, when they fit its lines
+ * (RES: out = x + the sum); false: the caller launches another kernel */
+template <typename E, bool RES>
+static bool ll_flat_launch(const ls_ar_state *st, const void *in, const void *x, void *out,
+                           size_t n, cudaStream_t s)
+{
+    const size_t units = ls_ar_units(n, sizeof(E));
+    if (!ls_ar_use_ll(st, n * sizeof(E), units)) return false;
+    const bool al = aligned16(in) && (!RES || aligned16(x)) && aligned16(out);
+    pdl_launch(al ? oneshot_ll_kernel<E, true, RES> : oneshot_ll_kernel<E, false, RES>,
+               grid_for(units, st->threads, st->max_blocks), st->threads, 0, s, *st, (const E *)in,
+               (const E *)x, (E *)out, n);
+    return true;
+}
+
 template <typename E>
 static void oneshot_launch(const ls_ar_state *st, const void *in, void *out, size_t count,
                            cudaStream_t s)
 {
-    const size_t units = ls_ar_units(count, sizeof(E));
+    if (ll_flat_launch<E, false>(st, in, nullptr, out, count, s)) return;
     const bool al = aligned16(in) && aligned16(out);
-    if (ls_ar_use_ll(st, count * sizeof(E), units)) {
-        pdl_launch(al ? oneshot_ll_kernel<E, true, false> : oneshot_ll_kernel<E, false, false>,
-                   grid_for(units, st->threads, st->max_blocks), st->threads, 0, s, *st,
-                   (const E *)in, (const E *)nullptr, (E *)out, count);
-        return;
-    }
     /* the flag kernel's blocks split the whole units, its tail goes to the last block */
     pdl_launch(al ? oneshot_kernel<E, true> : oneshot_kernel<E, false>,
                grid_for(count * sizeof(E) / 16, st->threads, st->max_blocks), st->threads, 0, s,
@@ -1042,17 +1051,12 @@ template <typename E>
 static void fused_launch(const ls_ar_state *st, const void *partial, const void *x, void *out,
                          void *normed, const void *w, int rows, int dim, float eps, cudaStream_t s)
 {
+    const size_t n = (size_t)rows * dim;
+    /* the residual alone: its units spread over the grid by the LL one-shot's RES form */
+    if (!normed && st->spread && ll_flat_launch<E, true>(st, partial, x, out, n, s)) return;
     const size_t units = (size_t)rows * ls_ar_units((size_t)dim, sizeof(E));
     const bool vec = norm_vec(partial, x, out, normed, w, dim, sizeof(E));
-    const bool ll = ls_ar_use_ll(st, (size_t)rows * dim * sizeof(E), units);
-    const size_t n = (size_t)rows * dim, flat = ls_ar_units(n, sizeof(E));
-    if (!normed && st->spread && ls_ar_use_ll(st, n * sizeof(E), flat)) {
-        const bool al = aligned16(partial) && aligned16(x) && aligned16(out);
-        pdl_launch(al ? oneshot_ll_kernel<E, true, true> : oneshot_ll_kernel<E, false, true>,
-                   (unsigned)grid_for(flat, st->threads, st->max_blocks), (unsigned)st->threads,
-                   (size_t)0, s, *st, (const E *)partial, (const E *)x, (E *)out, n);
-        return;
-    }
+    const bool ll = ls_ar_use_ll(st, n * sizeof(E), units);
     void (*k)(ls_ar_state, const E *, const E *, E *, E *, const E *, int, int, float) =
         ll ? (vec ? fused_ll_kernel<E, true> : fused_ll_kernel<E, false>)
            : (vec ? fused_kernel<E, true> : fused_kernel<E, false>);
