@@ -112,10 +112,10 @@ static __device__ __forceinline__ void st_release_sys(epoch_t *p, epoch_t v)
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-static __device__ __forceinline__ unsigned atomic_add_acq_rel_gpu(unsigned *p, unsigned v)
+static __device__ __forceinline__ unsigned atomic_add_release_gpu(unsigned *p, unsigned v)
 {
     unsigned old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
+    asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;"
                  : "=r"(old)
                  : "l"(p), "r"(v)
                  : "memory");
@@ -142,30 +142,36 @@ static __device__ __forceinline__ ls_ar_ctl *ctl_of(const ls_ar_state &st)
     return static_cast<ls_ar_ctl *>(st.ctl);
 }
 
-/* Thread 0 reads the epoch once for the block; every block of a launch reads the same value,
- * because only the last block to finish advances it. Returns this launch's epoch. */
+/* Thread 0 reads the epoch once for the block and counts the block in with a release add (the
+ * read is ordered before it); every block of a launch reads the same value, because only the
+ * block that arrives last advances it, at its end, when every block's count (and so its read) is
+ * in. The add's answer is back long before the block ends, so no block's exit waits on an
+ * atomic (the count used to be taken at each block's end, an acq_rel round trip on the path of
+ * the grid's completion). Returns this launch's epoch. */
+static __shared__ int s_ar_last; /* this block arrived last (begin), so it ends the epoch (end) */
+
 static __device__ __forceinline__ epoch_t begin(const ls_ar_state &st, epoch_t *s_e, int *s_fail)
 {
     if (threadIdx.x == 0) {
-        volatile ls_ar_ctl *c = ctl_of(st);
-        *s_e = c->epoch + 1;
-        *s_fail = c->abort != 0;
+        ls_ar_ctl *c = ctl_of(st);
+        volatile ls_ar_ctl *vc = c;
+        *s_e = vc->epoch + 1;
+        *s_fail = vc->abort != 0;
+        s_ar_last = atomic_add_release_gpu(&c->arrived, 1u) == gridDim.x - 1;
     }
     __syncthreads();
     return *s_e;
 }
 
-/* The acq_rel add orders this block's epoch read before the last block's epoch write; the
- * next launch on the stream sees the new epoch at the kernel boundary. */
+/* The last block to arrive acquires the others' counts (and with them their epoch reads) and
+ * advances the epoch; the next launch on the stream sees it at the kernel boundary. */
 static __device__ __forceinline__ void end(const ls_ar_state &st, epoch_t e)
 {
-    if (threadIdx.x == 0) {
-        ls_ar_ctl *c = ctl_of(st);
-        if (atomic_add_acq_rel_gpu(&c->done, 1u) == gridDim.x - 1) {
-            volatile ls_ar_ctl *vc = c;
-            vc->done = 0;
-            vc->epoch = e;
-        }
+    if (threadIdx.x == 0 && s_ar_last) {
+        volatile ls_ar_ctl *vc = ctl_of(st);
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        vc->arrived = 0;
+        vc->epoch = e;
     }
 }
 
