@@ -57,6 +57,16 @@ static __device__ __forceinline__ void prefetch_l2_bulk(const void *p, unsigned 
 // LOCKSTEP_ATT_GROUP_FORM): 0 (1, 2), 1 (1, 4), 2 (2, 1), 3 (2, 2)
 #define GA_FORMS 4
 
+// whether group_attention takes hq q heads over hkv KV heads of hd in form `form` with nw warps
+static inline int group_attention_ok(int hq, int hkv, int hd, int form, int nw)
+{
+    if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || form < 0 ||
+        form >= GA_FORMS)
+        return 0;
+    const int hpw = form >= 2 ? 2 : 1;
+    return hpw * hd <= 256 && (hq / hkv + hpw - 1) / hpw <= nw;
+}
+
 // out [g][hd] = attention of q [g][hd] (fp32) over K, V [n][hd] (bf16, rows hd apart). Every
 // thread of the block calls it; sm: GA_SMEM_FLOATS(NW) floats. Needs hd % 8 == 0, hd <= 256,
 // HPW * hd <= 256, ceil(g / HPW) <= NW (the host checks).

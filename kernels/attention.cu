@@ -750,11 +750,7 @@ static __global__ void __launch_bounds__(NW * 32, 1)
 
 extern "C" int ls_attention_group_ok(int hq, int hkv, int hd, int form)
 {
-    if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || form < 0 ||
-        form >= GA_FORMS)
-        return 0;
-    const int hpw = form >= 2 ? 2 : 1;
-    return hpw * hd <= 256 && (hq / hkv + hpw - 1) / hpw <= 32;
+    return group_attention_ok(hq, hkv, hd, form, 32);
 }
 
 extern "C" void ls_attention_decode_group(float *out, const float *q, const uint16_t *kcache,

@@ -30,7 +30,6 @@
 #include "config.h"
 #include "gemv.h"
 #include "att_group.cuh"
-#include "attention.h"
 #include "bf16.cuh"
 #include "device.cuh"
 #include "pdl.cuh"
@@ -838,7 +837,6 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int grid = units < di.sms ? units : di.sms;
     const int rows = (acc >= 2 ? 2 : 1) * ((units + grid - 1) / grid);
     if ((acc == 2 || acc == 4) && rows / 2 > GEMV_ROPE_PAIRS) return false;
-    if (acc == 4 && (rp.group + (rp.form >= 2)) / (rp.form >= 2 ? 2 : 1) > nt / 32) return false;
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
@@ -975,7 +973,8 @@ extern "C" int ls_gemv_rope_kv_att(float *qkv, float *att, int *counters, const 
         ls_die(__FILE__, __LINE__, "ls_gemv_rope_kv_att",
                "expected k >= 1, hq >= 1, hkv >= 1 and an even head_dim <= 256");
     shapes_from_env();
-    if (!g_xreg || hkv > GEMV_ATT_MAX_GROUPS || !ls_attention_group_ok(hq, hkv, hd, form) ||
+    const int nt = g_xreg >= 2 ? 1024 : 512; // xreg_launch's block
+    if (!g_xreg || hkv > GEMV_ATT_MAX_GROUPS || !group_attention_ok(hq, hkv, hd, form, nt / 32) ||
         (hd & (hd - 1)))
         return 0;
     const ls_device di = ls_device_get();

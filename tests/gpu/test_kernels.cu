@@ -1216,6 +1216,11 @@ static void test_gemv_rope_att(const char *label, int hq, int hkv, int hd, int k
 
 static void tests_gemv_rope_att(void)
 {
+    if (g_quick) { // memcheck: the small shapes
+        test_gemv_rope_att("smollm2", 9, 3, 64, 576, 0, 100, 0);
+        test_gemv_rope_att("smollm2 tp3", 3, 1, 64, 576, 1, 5, 1);
+        return;
+    }
     for (int form = 0; form < 4; form++)
         for (int n : {1, 256, 1000}) test_gemv_rope_att("llama8b", 32, 8, 128, 4096, 0, n, form);
     test_gemv_rope_att("llama8b tp2", 16, 4, 128, 4096, 0, 300, 0);
