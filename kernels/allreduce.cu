@@ -112,10 +112,10 @@ static __device__ __forceinline__ void st_release_sys(epoch_t *p, epoch_t v)
     asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-static __device__ __forceinline__ unsigned atomic_add_release_gpu(unsigned *p, unsigned v)
+static __device__ __forceinline__ unsigned atomic_add_acq_rel_gpu(unsigned *p, unsigned v)
 {
     unsigned old;
-    asm volatile("atom.release.gpu.global.add.u32 %0, [%1], %2;"
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;"
                  : "=r"(old)
                  : "l"(p), "r"(v)
                  : "memory");
@@ -143,21 +143,7 @@ static __device__ __forceinline__ ls_ar_ctl *ctl_of(const ls_ar_state &st)
 }
 
 /* Thread 0 reads the epoch once for the block; every block of a launch reads the same value,
- * because only the block that arrives last advances it, at its end, when every block's count
- * (and so its read) is in. The count: after the barrier that publishes the epoch, lane 0 of the
- * block's last warp adds the block in with a release add (the read is ordered before it by the
- * barrier) and keeps the answer for end(); only that warp waits for the add, and its answer is
- * back long before the block ends. (The count used to be taken at each block's end, an acq_rel
- * round trip on the path of the grid's completion; taken by thread 0 before the barrier, the
- * whole block waited for it: measured slower, 8B TP=2 +0.03 ms, 70B +0.07.) Returns this
- * launch's epoch. */
-static __shared__ int s_ar_last; /* this block arrived last (begin), so it ends the epoch (end) */
-
-static __device__ __forceinline__ bool ar_counter_thread()
-{
-    return threadIdx.x == blockDim.x - 32;
-}
-
+ * because only the last block to finish advances it. Returns this launch's epoch. */
 static __device__ __forceinline__ epoch_t begin(const ls_ar_state &st, epoch_t *s_e, int *s_fail)
 {
     if (threadIdx.x == 0) {
@@ -166,20 +152,20 @@ static __device__ __forceinline__ epoch_t begin(const ls_ar_state &st, epoch_t *
         *s_fail = c->abort != 0;
     }
     __syncthreads();
-    if (ar_counter_thread())
-        s_ar_last = atomic_add_release_gpu(&ctl_of(st)->arrived, 1u) == gridDim.x - 1;
     return *s_e;
 }
 
-/* The last block to arrive acquires the others' counts (and with them their epoch reads) and
- * advances the epoch; the next launch on the stream sees it at the kernel boundary. */
+/* The acq_rel add orders this block's epoch read before the last block's epoch write; the
+ * next launch on the stream sees the new epoch at the kernel boundary. */
 static __device__ __forceinline__ void end(const ls_ar_state &st, epoch_t e)
 {
-    if (ar_counter_thread() && s_ar_last) {
-        volatile ls_ar_ctl *vc = ctl_of(st);
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        vc->arrived = 0;
-        vc->epoch = e;
+    if (threadIdx.x == 0) {
+        ls_ar_ctl *c = ctl_of(st);
+        if (atomic_add_acq_rel_gpu(&c->done, 1u) == gridDim.x - 1) {
+            volatile ls_ar_ctl *vc = c;
+            vc->done = 0;
+            vc->epoch = e;
+        }
     }
 }
 

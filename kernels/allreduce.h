@@ -88,7 +88,7 @@ struct ls_ar_state {
 /* this rank's epoch counter; zeroed at create, touched only by the kernels */
 struct ls_ar_ctl {
     unsigned long long epoch; /* epoch of the last completed all-reduce */
-    unsigned arrived;         /* blocks of the running launch that have read the epoch */
+    unsigned done;            /* blocks of the running launch that have finished */
     unsigned abort;           /* set by the first timeout: later launches do nothing */
 };
 
