@@ -37,7 +37,6 @@
 // O += P V. Key tiles stop at the last query of the block.
 #include "config.h"
 #include "attention.h"
-#include "att_group.cuh"
 #include "bf16.cuh"
 #include "device.cuh"
 #include "pdl.cuh"
@@ -720,50 +719,6 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
     pdl_launch_cluster(fn, grid, ATT_WARPS * 32, 0, s, (unsigned)cluster, out, workspace, q, kcache,
                        vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale, cluster);
-    CHECK_CUDA(cudaGetLastError());
-}
-
-// The group kernel (att_group.cuh): one block of NW warps a KV head, the whole context. The
-// rows of positions before the current one are final before the kernel (as in the split
-// kernel), so the optional L2 prefetch of them goes out before the PDL wait.
-template <int NW>
-static __global__ void __launch_bounds__(NW * 32, 1)
-    attn_group_kernel(float *__restrict__ out, const float *__restrict__ q,
-                      const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
-                      const int *__restrict__ pos, int g, int hd, int max_ctx, float qscale,
-                      int form, int prefetch)
-{
-    __shared__ float sm[GA_SMEM_FLOATS(NW)];
-    pdl_launch_dependents();
-    const int kvh = blockIdx.x;
-    int n = pos[0] + 1;
-    n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
-    const uint16_t *K = kcache + (size_t)kvh * max_ctx * hd, *V = vcache + (size_t)kvh * max_ctx * hd;
-    if (prefetch && threadIdx.x == 0) {
-        prefetch_l2_bulk(K, (unsigned)((n - 1) * hd * 2));
-        prefetch_l2_bulk(V, (unsigned)((n - 1) * hd * 2));
-    }
-    pdl_wait();
-    group_attention_form<NW>(form, out + (size_t)kvh * g * hd, q + (size_t)kvh * g * hd, K, V, n,
-                             g, hd, qscale, sm);
-}
-
-extern "C" int ls_attention_group_ok(int hq, int hkv, int hd, int form)
-{
-    return group_attention_ok(hq, hkv, hd, form, 32);
-}
-
-extern "C" void ls_attention_decode_group(float *out, const float *q, const uint16_t *kcache,
-                                          const uint16_t *vcache, const int *pos, int hq, int hkv,
-                                          int hd, int max_ctx, int form, int prefetch, void *stream)
-{
-    if (!ls_attention_group_ok(hq, hkv, hd, form) || max_ctx < 1 || ((uintptr_t)q & 15))
-        ls_die(__FILE__, __LINE__, "ls_attention_decode_group",
-               "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, form 0..3 with its q heads a "
-               "warp set (form >= 2: 2, hd <= 128) in 32 warps, and q on a 16-byte boundary");
-    const float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
-    pdl_launch(attn_group_kernel<32>, (unsigned)hkv, 1024u, (size_t)0, (cudaStream_t)stream, out,
-               q, kcache, vcache, pos, hq / hkv, hd, max_ctx, qscale, form, prefetch);
     CHECK_CUDA(cudaGetLastError());
 }
 

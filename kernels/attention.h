@@ -59,18 +59,6 @@ void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, con
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, float *workspace, void *stream);
 
-/* The group kernel (kernels/att_group.cuh): one block of 1024 threads a KV head over the whole
- * context, no split and no merge across blocks; out, q, the caches and pos as ls_attention_decode
- * with fresh 0 (q [hq][hd] contiguous). form: which q heads a warp holds and how many steps a
- * lane has in flight (0: 1 head, 2 steps; 1: 1, 4; 2: 2, 1; 3: 2, 2); prefetch: the K and V
- * rows before the current position are first asked of L2 by the bulk copy unit.
- * ls_attention_group_ok says whether a shape and form are taken (else the call dies). The same
- * device code runs in the QKV GEMV's tail (ls_gemv_rope_kv_att, gemv.h). */
-int ls_attention_group_ok(int hq, int hkv, int hd, int form);
-void ls_attention_decode_group(float *out, const float *q, const uint16_t *kcache,
-                               const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
-                               int max_ctx, int form, int prefetch, void *stream);
-
 /* out[t][h][:] for t < T, h < hq: causal attention of position pos0 + t over cache positions
  * 0 .. pos0 + t. q: row t at q + t*q_stride (the fused QKV buffer works as is), head h at
  * + h*hd. Needs hd in {64, 128, 256}, hq % hkv == 0, pos0 + T <= max_ctx (checked). */

@@ -1,4 +1,4 @@
-// bf16 helpers shared by the kernel families (attention.cu, gemv.cu, att_group.cuh): the two
+// bf16 helpers shared by the kernel families (attention.cu, gemv.cu): the two
 // halves of a 32-bit word as fp32 (exact), eight of them from a 16-byte load, and the
 // streaming 16-byte load of data no kernel of the running grid writes.
 #ifndef LOCKSTEP_KERNELS_BF16_CUH

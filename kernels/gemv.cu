@@ -29,7 +29,6 @@
 // written after it.
 #include "config.h"
 #include "gemv.h"
-#include "att_group.cuh"
 #include "bf16.cuh"
 #include "device.cuh"
 #include "pdl.cuh"
@@ -337,18 +336,11 @@ static __global__ void __launch_bounds__(NT, MINB)
 // the matrix's row i + s * hd/2 (rope_row), read and written there: the layout of W, y and the
 // cache is unchanged. Results are bitwise those of the GEMV followed by ls_rope_kv.
 #define GEMV_ROPE_PAIRS 64 // pairs per block at most (their angles live in shared memory)
-#define GEMV_ATT_MAX_GROUPS 64 // KV groups a rank at most for the attention in the tail
 struct gemv_rope {
     uint16_t *kc, *vc;     // this layer's cache, [hkv][max_ctx][hd] bf16
     const int *pos;        // pos[0]: the position
     const float *inv_freq; // [hd/2]
     int q_rows, qk_rows, hd_shift, max_ctx, interleaved;
-    // ATT (ls_gemv_rope_kv_att): the attention's output [hq][hd], one row counter per KV group
-    // (zero between launches), q heads a group, group_attention's form and q's scale
-    float *att;
-    int *cnt;
-    int group, form;
-    float qscale;
 };
 
 static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
@@ -378,14 +370,7 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // SO: the SwiGLU in the epilogue of the fused gate+up matrix (n = 2f rows: gate, then up): a
 // block takes gate rows u0 .. u1 - 1 and the up rows f + u0 .. f + u1 - 1 with them, and writes
 // y[i] = silu(gate_i) * up_i for its i (f outputs).
-// ATT (with RP): the decode attention in the tail (ls_gemv_rope_kv_att): after its epilogue's
-// stores each block fences and adds, per KV group, the rows of the group it holds (the q rows
-// of the group's heads, its k and v rows: (group + 2) hd in all) to the group's counter; a
-// block whose add completes a group runs that group's attention (group_attention: q and the
-// current position's K and V rows through L2) and sets the counter back to zero. No block waits
-// for another; the attention of the groups runs on as many SMs, while later rows still stream.
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false,
-          bool ATT = false>
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
@@ -399,9 +384,6 @@ static __global__ void __launch_bounds__(NT, 1)
     extern __shared__ float psum[];
     __shared__ float red[NW];
     __shared__ float2 rcs[RP ? GEMV_ROPE_PAIRS : 1]; // RP: each pair's (cos, sin)
-    // ATT: group_attention's shared memory, the groups this block completes and their count
-    __shared__ float att_sm[ATT ? GA_SMEM_FLOATS(NW) : 1];
-    __shared__ int s_grp[ATT ? GEMV_ATT_MAX_GROUPS : 1], s_ngrp;
     const int K8 = k >> 3, S = (K8 + 31) >> 5;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     // RP: whole pairs per block
@@ -445,7 +427,6 @@ static __global__ void __launch_bounds__(NT, 1)
     };
     uint4 next[U][CM];
     load(next, 0); // weights depend on no earlier kernel: in flight during the wait
-    if (ATT && threadIdx.x == 0) s_ngrp = 0;
     if (RP) {
         // the angles: the position and inv_freq are written by no kernel of this step
         for (int t = threadIdx.x; t < rows / 2; t += NT) {
@@ -579,34 +560,6 @@ static __global__ void __launch_bounds__(NT, 1)
             }
             y[i0] = v0;
             y[i1] = v1;
-        }
-        if constexpr (ATT) {
-            // release: every thread's stores before the block's counts
-            __threadfence();
-            __syncthreads();
-            const int hkv = (rp.qk_rows - rp.q_rows) >> rp.hd_shift, gq = rp.group << rp.hd_shift;
-            if ((int)threadIdx.x < hkv) {
-                const int j = threadIdx.x;
-                auto in = [&](int a, int b) { // rows [a, b) of this block's [r0, r1)
-                    const int lo = a > r0 ? a : r0, hi = b < r1 ? b : r1;
-                    return hi > lo ? hi - lo : 0;
-                };
-                const int c = in(j * gq, (j + 1) * gq) +
-                              in(rp.q_rows + (j << rp.hd_shift), rp.q_rows + ((j + 1) << rp.hd_shift)) +
-                              in(rp.qk_rows + (j << rp.hd_shift), rp.qk_rows + ((j + 1) << rp.hd_shift));
-                if (c && atomicAdd(&rp.cnt[j], c) + c == gq + 2 * hd) s_grp[atomicAdd(&s_ngrp, 1)] = j;
-            }
-            __syncthreads();
-            const int ng = s_ngrp, n = p + 1 < 1 ? 1 : p + 1 > rp.max_ctx ? rp.max_ctx : p + 1;
-            for (int i = 0; i < ng; i++) {
-                const int j = s_grp[i];
-                __threadfence(); // acquire: the other blocks' rows of the group
-                const size_t kv = (size_t)j * rp.max_ctx * hd;
-                group_attention_form<NT / 32>(rp.form, rp.att + (size_t)j * gq, y + (size_t)j * gq,
-                                              rp.kc + kv, rp.vc + kv, n, rp.group, hd, rp.qscale,
-                                              att_sm);
-                if (threadIdx.x == 0) rp.cnt[j] = 0;
-            }
         }
     } else if constexpr (SO) {
         const int half = rows / 2;
@@ -795,7 +748,7 @@ static void set_smem_attr(const void *fn, const ls_device &di)
 typedef void (*xreg_fn)(float *, const uint4 *, const float *, const float *, int, int,
                         const float *, float, const gemv_rope);
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
-    xreg_fn f[4][5];
+    xreg_fn f[4][4];
 };
 
 template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
@@ -805,25 +758,22 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
         {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false, true>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true, false, true>},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false, true>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false, true>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true, false, true>},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false, true>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr, nullptr, nullptr},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr, nullptr},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, false, TR, false>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false>, nullptr, nullptr,
-          nullptr}}};
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false>, nullptr, nullptr}}};
     return t;
 }
 
 // launches the column-resident kernel when the shape suits it (columns per warp within the
 // shape's limit, the per-row sums in shared memory); false: the caller takes another path
 // acc: 0 y =, 1 y +=, 2 RoPE and the cache store (rp; n even, whole pairs per block), 3 the
-// SwiGLU of the gate | up rows (n even, y of n / 2), 4 as 2 with the attention in the tail
+// SwiGLU of the gate | up rows (n even, y of n / 2)
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const ls_device &di,
                         size_t smem_max, cudaStream_t s, const gemv_rope &rp = {})
@@ -836,7 +786,7 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int units = acc >= 2 ? n / 2 : n; // rows, or pairs of rows
     const int grid = units < di.sms ? units : di.sms;
     const int rows = (acc >= 2 ? 2 : 1) * ((units + grid - 1) / grid);
-    if ((acc == 2 || acc == 4) && rows / 2 > GEMV_ROPE_PAIRS) return false;
+    if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
@@ -951,9 +901,8 @@ extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, c
     if (fast_path(W, x, norm_w, k, smem_max) && (hd & (hd - 1)) == 0 && g_xreg) {
         int sh = 0;
         while ((1 << sh) < hd) sh++;
-        const gemv_rope rp = {kcache, vcache, pos,     inv_freq,         hq * hd, (hq + hkv) * hd,
-                              sh,     max_ctx, interleaved != 0, nullptr, nullptr, 0,
-                              0,      0.0f};
+        const gemv_rope rp = {kcache,          vcache, pos,     inv_freq,        hq * hd,
+                              (hq + hkv) * hd, sh,     max_ctx, interleaved != 0};
         if (xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
                         eps, di, smem_max, s, rp))
             return;
@@ -961,35 +910,6 @@ extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, c
     gemv_launch(qkv, W, x, bias, 1, n, k, false, norm_w, eps, 0, stream);
     ls_rope_kv(qkv, qkv + (size_t)hq * hd, qkv + (size_t)(hq + hkv) * hd, n, n, kcache, vcache, pos,
                inv_freq, 1, hq, hkv, hd, max_ctx, interleaved, nullptr, nullptr, 0.0f, stream);
-}
-
-extern "C" int ls_gemv_rope_kv_att(float *qkv, float *att, int *counters, const uint16_t *W,
-                                   const float *x, const float *bias, int k, const float *norm_w,
-                                   float eps, int hq, int hkv, int hd, uint16_t *kcache,
-                                   uint16_t *vcache, const int *pos, const float *inv_freq,
-                                   int max_ctx, int interleaved, int form, void *stream)
-{
-    if (k < 1 || hq < 1 || hkv < 1 || hd < 2 || hd % 2 || hd > 256)
-        ls_die(__FILE__, __LINE__, "ls_gemv_rope_kv_att",
-               "expected k >= 1, hq >= 1, hkv >= 1 and an even head_dim <= 256");
-    shapes_from_env();
-    const int nt = g_xreg >= 2 ? 1024 : 512; // xreg_launch's block
-    if (!g_xreg || hkv > GEMV_ATT_MAX_GROUPS || !group_attention_ok(hq, hkv, hd, form, nt / 32) ||
-        (hd & (hd - 1)))
-        return 0;
-    const ls_device di = ls_device_get();
-    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM - GA_SMEM_FLOATS(32) * 4 -
-                            GEMV_ATT_MAX_GROUPS * 4;
-    if (!fast_path(W, x, norm_w, k, smem_max)) return 0;
-    int sh = 0;
-    while ((1 << sh) < hd) sh++;
-    const gemv_rope rp = {kcache,          vcache,     pos,      inv_freq,
-                          hq * hd,         (hq + hkv) * hd,     sh,       max_ctx,
-                          interleaved != 0, att,       counters, hq / hkv,
-                          form,            1.0f / sqrtf((float)hd) * 1.4426950408889634f};
-    return xreg_launch(qkv, W, x, bias, (hq + 2 * hkv) * hd, k,
-                       norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4, norm_w, eps, di, smem_max,
-                       (cudaStream_t)stream, rp);
 }
 
 extern "C" int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x,

@@ -51,19 +51,6 @@ void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float 
                      uint16_t *vcache, const int *pos, const float *inv_freq, int max_ctx,
                      int interleaved, void *stream);
 
-/* ls_gemv_rope_kv (the same qkv and caches, bitwise) with the decode attention of that position
- * done in the kernel's tail: att [hq][hd] as ls_attention_decode_group in form `form` gives it
- * (the block that completes a KV group's rows runs the group's attention; docs/DESIGN.md).
- * counters: hkv device ints, zero before the first call; every call leaves them at zero.
- * Returns 0, launching nothing, where the one-kernel form does not take the shape (as
- * ls_gemv_rope_kv's, more than 64 KV heads, or a form ls_attention_group_ok refuses): the
- * caller then runs ls_gemv_rope_kv and an attention kernel. */
-int ls_gemv_rope_kv_att(float *qkv, float *att, int *counters, const uint16_t *W, const float *x,
-                        const float *bias, int k, const float *norm_w, float eps, int hq, int hkv,
-                        int hd, uint16_t *kcache, uint16_t *vcache, const int *pos,
-                        const float *inv_freq, int max_ctx, int interleaved, int form,
-                        void *stream);
-
 /* One position: h[i] = silu(g[i]) * u[i] for i < f, where g | u = W . x (W [2f][k] bf16: the
  * gate rows, then the up rows; x normed first as in ls_gemv_ex when norm_w is set): the gate+up
  * GEMV with the SwiGLU in its epilogue, f outputs instead of 2f. Returns 0, launching nothing,

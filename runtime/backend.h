@@ -74,13 +74,11 @@ struct ls_backend {
     /* One position: qkv [(hq + 2 hkv) * hd] = the QKV matmul of x (normed by nw first when nw
      * is set, as matmul_rmsnorm; else as matmul), then rope_kv of it without q/k norms, as one
      * operation (the CUDA backend: RoPE and the cache store in the GEMV's epilogue; NULL: not
-     * offered). Returns 1 where it also did the position's attention into att [hq * hd] (the
-     * CUDA backend's decode form 2 with LOCKSTEP_ATT_GROUP=3: in the GEMV's tail), 0 where the
-     * caller is to run attention. */
-    int (*matmul_rope_kv)(float *qkv, const float *x, const float *nw, float eps, const void *W,
-                          const float *bias, int k, void *kc, void *vc, const int *pos,
-                          const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
-                          int interleaved, float *att);
+     * offered) */
+    void (*matmul_rope_kv)(float *qkv, const float *x, const float *nw, float eps, const void *W,
+                           const float *bias, int k, void *kc, void *vc, const int *pos,
+                           const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
+                           int interleaved);
     /* causal attention of the T positions pos[0] .. pos[0] + T - 1 (pos0 is pos[0] as known to
      * the host; a decode step of a graph reads pos instead); q at qkv + t * stride; out
      * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */
@@ -106,8 +104,8 @@ struct ls_backend {
 
     /* Optional (NULL: one form): the form of the decode step the backend wants at a context of
      * ctx positions, for attention over hq and hkv heads (this rank's) and a cache of max_ctx
-     * (0 or 1: the CUDA attention launched in clusters or not; 2: the group attention,
-     * LOCKSTEP_ATT_GROUP), and the form the next steps' work is issued in. A graph holds one form's launches, so the engine keeps one graph per
+     * (0 or 1; the CUDA attention launched in clusters or not), and the form the next steps'
+     * work is issued in. A graph holds one form's launches, so the engine keeps one graph per
      * form. */
     int (*decode_form)(int ctx, int hq, int hkv, int max_ctx);
     void (*set_decode_form)(int form);

@@ -140,12 +140,11 @@ static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *p
 }
 
 /* composed: the engine's fused sequence is the same calls on the CPU */
-static int cpu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps,
-                              const void *W, const float *bias, int k, void *kc, void *vc,
-                              const int *pos, const float *inv_freq, int hq, int hkv, int hd,
-                              int max_ctx, int interleaved, float *att)
+static void cpu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps,
+                               const void *W, const float *bias, int k, void *kc, void *vc,
+                               const int *pos, const float *inv_freq, int hq, int hkv, int hd,
+                               int max_ctx, int interleaved)
 {
-    (void)att; /* the attention stays the caller's */
     const int n = (hq + 2 * hkv) * hd;
     if (nw)
         cpu_matmul_rmsnorm(qkv, x, nw, eps, W, bias, 1, k, n);
@@ -153,7 +152,6 @@ static int cpu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float
         ref_matmul(qkv, x, W, bias, 1, k, n);
     cpu_rope_kv(qkv, n, kc, vc, pos, inv_freq, 1, hq, hkv, hd, max_ctx, interleaved, NULL, NULL,
                 0.0f);
-    return 0;
 }
 
 static void cpu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,

@@ -38,31 +38,8 @@ static struct {
     size_t tmp_cap;     /* bytes */
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
-    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters,
-                           2 the group attention (LOCKSTEP_ATT_GROUP) */
-    int *grp_cnt;       /* the QKV tail's row counters, one per KV group (zeroed once) */
+    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
 } cu;
-
-/* The group attention (kernels/att_group.cuh, docs/DESIGN.md), for decode steps at contexts up
- * to LOCKSTEP_ATT_GROUP_CTX positions (default 1024): LOCKSTEP_ATT_GROUP=1 decodes with the
- * group kernel instead of the split kernel, 2 the same with its L2 prefetch, 3 with the
- * attention in the QKV GEMV's tail (one kernel fewer a layer); 0 or unset: off.
- * LOCKSTEP_ATT_GROUP_FORM (0..3) picks group_attention's form. Experiments: off by default
- * until measured. */
-static struct {
-    int read, mode, ctx, form;
-} grp;
-
-static void grp_from_env(void)
-{
-    if (grp.read) return;
-    grp.read = 1;
-    const char *m = getenv("LOCKSTEP_ATT_GROUP"), *c = getenv("LOCKSTEP_ATT_GROUP_CTX"),
-               *f = getenv("LOCKSTEP_ATT_GROUP_FORM");
-    grp.mode = m && *m >= '1' && *m <= '3' && !m[1] ? *m - '0' : 0;
-    grp.ctx = c && atoi(c) > 0 ? atoi(c) : 1024;
-    grp.form = f && *f >= '0' && *f <= '3' && !f[1] ? *f - '0' : 0;
-}
 
 static cudaStream_t stream_get(void)
 {
@@ -352,18 +329,13 @@ static int cu_matmul_gu_swiglu(float *h, const float *x, const float *nw, float 
     return ls_gemv_gu_swiglu(h, W, x, nw, eps, f, k, stream_get());
 }
 
-static int cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps, const void *W,
-                             const float *bias, int k, void *kc, void *vc, const int *pos,
-                             const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
-                             int interleaved, float *att)
+static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps, const void *W,
+                              const float *bias, int k, void *kc, void *vc, const int *pos,
+                              const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
+                              int interleaved)
 {
-    if (cu.att_form == 2 && grp.mode == 3 && att && cu.grp_cnt &&
-        ls_gemv_rope_kv_att(qkv, att, cu.grp_cnt, W, x, bias, k, nw, eps, hq, hkv, hd, kc, vc, pos,
-                            inv_freq, max_ctx, interleaved, grp.form, stream_get()))
-        return 1;
     ls_gemv_rope_kv(qkv, W, x, bias, k, nw, eps, hq, hkv, hd, kc, vc, pos, inv_freq, max_ctx,
                     interleaved, stream_get());
-    return 0;
 }
 
 /* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
@@ -387,8 +359,6 @@ static int cu_decode_form(int ctx, int hq, int hkv, int max_ctx)
         const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
         from = !v || !*v ? INT_MAX : atoi(v) > 0 ? atoi(v) : 0;
     }
-    grp_from_env();
-    if (grp.mode && ctx <= grp.ctx) return 2;
     const int at = from != INT_MAX ? from : hkv > 4 ? 3072 : 6144;
     if (!at || ctx <= at) return 0;
     return ctx > ls_attention_cluster_reach(hq, hkv, max_ctx);
@@ -397,10 +367,6 @@ static int cu_decode_form(int ctx, int hq, int hkv, int max_ctx)
 static void cu_set_decode_form(int form)
 {
     cu.att_form = form;
-    if (form == 2 && !cu.grp_cnt) { /* set before any capture (the engine's decode step) */
-        CHECK_CUDA(cudaMalloc((void **)&cu.grp_cnt, 64 * sizeof(int)));
-        CHECK_CUDA(cudaMemsetAsync(cu.grp_cnt, 0, 64 * sizeof(int), stream_get()));
-    }
 }
 
 static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
@@ -425,12 +391,6 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
     int prefill_ok = (hd == 64 || hd == 128 || hd == 256) && !(ap && !strcmp(ap, "0"));
     if (T > 1 && prefill_ok) {
         ls_attention_prefill(out, qkv, stride, kc, vc, pos0, T, hq, hkv, hd, max_ctx, stream_get());
-        return;
-    }
-    if (T == 1 && cu.att_form == 2 && (grp.mode == 1 || grp.mode == 2) &&
-        ls_attention_group_ok(hq, hkv, hd, grp.form) && stride == (hq + 2 * hkv) * hd) {
-        ls_attention_decode_group(out, qkv, kc, vc, pos, hq, hkv, hd, max_ctx, grp.form,
-                                  grp.mode == 2, stream_get());
         return;
     }
     /* decode, or a prefill of a head size the prefill kernel lacks: one position at a time,

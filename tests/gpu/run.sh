@@ -46,13 +46,9 @@ stage_build() {
 }
 
 ngpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
-# LOCKSTEP_ATT_CLUSTER and LOCKSTEP_ATT_GROUP(_FORM, _CTX), when set, reach every rank (a run
-# may turn the attention's cluster merge off, or the group attention on, for all stages)
-mpi() {
-    mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE ${LOCKSTEP_ATT_CLUSTER:+-x LOCKSTEP_ATT_CLUSTER} \
-        ${LOCKSTEP_ATT_GROUP:+-x LOCKSTEP_ATT_GROUP} ${LOCKSTEP_ATT_GROUP_FORM:+-x LOCKSTEP_ATT_GROUP_FORM} \
-        ${LOCKSTEP_ATT_GROUP_CTX:+-x LOCKSTEP_ATT_GROUP_CTX} "$@"
-}
+# LOCKSTEP_ATT_CLUSTER, when set, reaches every rank (a run may turn the attention's cluster
+# merge off for all stages)
+mpi() { mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE ${LOCKSTEP_ATT_CLUSTER:+-x LOCKSTEP_ATT_CLUSTER} "$@"; }
 
 stage_info() {
     local n

@@ -109,10 +109,6 @@ template <typename T> struct dev {
     }
     dev(const dev &) = delete;
     dev &operator=(const dev &) = delete;
-    dev(dev &&o) noexcept : p(o.p), n(o.n) // vectors of copies (the benches' rotations)
-    {
-        o.p = nullptr;
-    }
     void up(const T *h)
     {
         CHECK_CUDA(cudaMemcpy(p, h, n * sizeof(T), cudaMemcpyHostToDevice));
@@ -1108,186 +1104,9 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
 
 // the decode tests with the cluster merge (contexts of up to 8 chunks) and without it (every
 // split through the workspace); prefill once
-// The attention in the QKV GEMV's tail (ls_gemv_rope_kv_att): qkv and the caches bitwise those
-// of ls_gemv_rope_kv; the attention against the reference over the GPU's own qkv and cache, and
-// bitwise the group kernel's on the same inputs in the same form; the counters back to zero;
-// and in a graph (three launches with PDL on the one counter array, as three layers) replayed
-// bitwise the eager result.
-static void test_gemv_rope_att(const char *label, int hq, int hkv, int hd, int k, int interleaved,
-                               int n, int form)
-{
-    char name[200];
-    snprintf(name, sizeof name, "gemv_rope_kv_att %s hq=%d hkv=%d hd=%d k=%d ctx=%d form=%d", label,
-             hq, hkv, hd, k, n, form);
-    const int nr = (hq + 2 * hkv) * hd, max_ctx = 2048, p = n - 1;
-    const float eps = 1e-5f;
-    std::vector<uint16_t> Wb, kc, vc;
-    std::vector<float> Wf, kr, vr;
-    rand_bf16((size_t)nr * k, Wb, Wf, 0.05f);
-    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f);
-    std::vector<float> inv(hd / 2);
-    ref_rope_inv_freq(inv.data(), hd, 500000.0f, LS_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192);
-    make_cache(hkv, hd, max_ctx, n, kc, vc, kr, vr); // position p is overwritten by the kernels
-    const size_t csz = kc.size();
-    dev<uint16_t> dW((size_t)nr * k), dkc(csz), dvc(csz), dkc2(csz), dvc2(csz);
-    dev<float> dx(k), dnw(k), dinv(inv.size()), dy(nr), dy2(nr), datt((size_t)hq * hd),
-        datt2((size_t)hq * hd);
-    dev<int> dpos(1), dcnt(64);
-    dW.up(Wb);
-    dx.up(x);
-    dnw.up(nw);
-    dinv.up(inv);
-    dpos.up(&p);
-    dkc.up(kc);
-    dvc.up(vc);
-    dkc2.up(kc);
-    dvc2.up(vc);
-    CHECK_CUDA(cudaMemset(dcnt.p, 0, 64 * sizeof(int)));
-    dy.poison();
-    dy2.poison();
-    datt.poison();
-    datt2.poison();
-    const int taken = ls_gemv_rope_kv_att(dy.p, datt.p, dcnt.p, dW.p, dx.p, nullptr, k, dnw.p, eps,
-                                          hq, hkv, hd, dkc.p, dvc.p, dpos.p, dinv.p, max_ctx,
-                                          interleaved, form, nullptr);
-    if (!taken) {
-        report(false, "%s: not taken", name);
-        return;
-    }
-    ls_gemv_rope_kv(dy2.p, dW.p, dx.p, nullptr, k, dnw.p, eps, hq, hkv, hd, dkc2.p, dvc2.p, dpos.p,
-                    dinv.p, max_ctx, interleaved, nullptr);
-    ls_attention_decode_group(datt2.p, dy2.p, dkc2.p, dvc2.p, dpos.p, hq, hkv, hd, max_ctx, form, 0,
-                              nullptr);
-    CHECK_CUDA(cudaGetLastError());
-    std::vector<float> y = dy.down(), y2 = dy2.down(), att = datt.down(), att2 = datt2.down();
-    std::vector<uint16_t> kg = dkc.down(), vg = dvc.down(), kg2 = dkc2.down(), vg2 = dvc2.down();
-    std::vector<int> cnt = dcnt.down();
-    bool zero = std::all_of(cnt.begin(), cnt.end(), [](int c) { return c == 0; });
-    const bool same = !memcmp(y.data(), y2.data(), nr * sizeof(float)) && kg == kg2 && vg == vg2;
-    // reference: attention of the GPU's q over the GPU's cache
-    std::vector<float> kf((size_t)n * hkv * hd), vf(kf.size()), ref((size_t)hq * hd);
-    for (int h = 0; h < hkv; h++)
-        for (int t = 0; t < n; t++)
-            for (int d = 0; d < hd; d++) {
-                const size_t c = ((size_t)h * max_ctx + t) * hd + d, r = ((size_t)t * hkv + h) * hd + d;
-                kf[r] = bf2f(kg[c]);
-                vf[r] = bf2f(vg[c]);
-            }
-    std::vector<int> kv_of(hq);
-    for (int h = 0; h < hq; h++) kv_of[h] = h / (hq / hkv);
-    ref_attention(ref.data(), y.data(), nr, kf.data(), vf.data(), p, 1, hq, hkv, hd, kv_of.data());
-    check(name, compare(att.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
-    const bool as_group = !memcmp(att.data(), att2.data(), att.size() * sizeof(float));
-    report(same && as_group && zero,
-           "%s: qkv and caches bitwise gemv_rope_kv's (%s), attention bitwise the group "
-           "kernel's (%s), counters back to zero (%s)",
-           name, same ? "equal" : "DIFFER", as_group ? "equal" : "DIFFER", zero ? "yes" : "NO");
-
-    // a graph of three launches (three layers on one counter array), replayed
-    cudaStream_t st;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    ls_kernels_set_pdl(1);
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int l = 0; l < 3; l++)
-        ls_gemv_rope_kv_att(dy.p, datt.p, dcnt.p, dW.p, dx.p, nullptr, k, dnw.p, eps, hq, hkv, hd,
-                            dkc.p, dvc.p, dpos.p, dinv.p, max_ctx, interleaved, form, st);
-    CHECK_CUDA(cudaStreamEndCapture(st, &g));
-    CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
-    ls_kernels_set_pdl(0);
-    int ok = 0;
-    const int reps = 20;
-    for (int r = 0; r < reps; r++) {
-        CHECK_CUDA(cudaMemsetAsync(datt.p, 0xff, datt.n * sizeof(float), st));
-        CHECK_CUDA(cudaGraphLaunch(ge, st));
-        CHECK_CUDA(cudaStreamSynchronize(st));
-        std::vector<float> got = datt.down();
-        ok += !memcmp(got.data(), att.data(), got.size() * sizeof(float));
-    }
-    cnt = dcnt.down();
-    zero = std::all_of(cnt.begin(), cnt.end(), [](int c) { return c == 0; });
-    CHECK_CUDA(cudaGraphExecDestroy(ge));
-    CHECK_CUDA(cudaGraphDestroy(g));
-    CHECK_CUDA(cudaStreamDestroy(st));
-    report(ok == reps && zero, "%s: in a graph (3 launches, PDL), %d of %d replays bitwise, counters zero (%s)",
-           name, ok, reps, zero ? "yes" : "NO");
-}
-
-static void tests_gemv_rope_att(void)
-{
-    if (g_quick) { // memcheck: the small shapes
-        test_gemv_rope_att("smollm2", 9, 3, 64, 576, 0, 100, 0);
-        test_gemv_rope_att("smollm2 tp3", 3, 1, 64, 576, 1, 5, 1);
-        return;
-    }
-    for (int form = 0; form < 4; form++)
-        for (int n : {1, 256, 1000}) test_gemv_rope_att("llama8b", 32, 8, 128, 4096, 0, n, form);
-    test_gemv_rope_att("llama8b tp2", 16, 4, 128, 4096, 0, 300, 0);
-    test_gemv_rope_att("llama8b gguf", 32, 8, 128, 4096, 1, 77, 0);
-    test_gemv_rope_att("llama70b tp2", 32, 4, 128, 8192, 0, 256, 0);
-    test_gemv_rope_att("llama70b tp2", 32, 4, 128, 8192, 0, 513, 2);
-    test_gemv_rope_att("smollm2", 9, 3, 64, 576, 0, 100, 0);
-    test_gemv_rope_att("smollm2 tp3", 3, 1, 64, 576, 1, 5, 1);
-    test_gemv_rope_att("qwen2-like", 14, 2, 64, 896, 0, 600, 3);
-}
-
-// the group kernel (ls_attention_decode_group): against the reference, and a second launch
-// bitwise the first (nothing but its inputs decides its result)
-static void test_decode_group(int hq, int hkv, int hd, int n, int max_ctx, int form, int prefetch)
-{
-    char name[160];
-    snprintf(name, sizeof name, "attention_decode_group hq=%d hkv=%d hd=%d ctx=%d form=%d%s", hq,
-             hkv, hd, n, form, prefetch ? " prefetch" : "");
-    if (!ls_attention_group_ok(hq, hkv, hd, form)) {
-        report(false, "%s: shape not taken", name);
-        return;
-    }
-    std::vector<uint16_t> kc, vc;
-    std::vector<float> q, ref;
-    make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, ref);
-    dev<uint16_t> dkc(kc.size()), dvc(vc.size());
-    dev<float> dq(q.size()), dout(q.size());
-    dev<int> dpos(1);
-    int p = n - 1;
-    dkc.up(kc);
-    dvc.up(vc);
-    dq.up(q);
-    dpos.up(&p);
-    dout.poison();
-    ls_attention_decode_group(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, form,
-                              prefetch, nullptr);
-    std::vector<float> out = dout.down();
-    check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
-    dout.poison();
-    ls_kernels_set_pdl(1);
-    ls_attention_decode_group(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, form,
-                              prefetch, nullptr);
-    ls_kernels_set_pdl(0);
-    std::vector<float> out2 = dout.down();
-    report(!memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
-           "%s: second launch (PDL) bitwise equal", name);
-}
-
-static void tests_decode_group(void)
-{
-    const int mc = g_quick ? 1024 : 4096;
-    for (int form = 0; form < 4; form++) {
-        for (int n : {1, 2, 31, 256, 1000}) test_decode_group(32, 8, 128, n, mc, form, form & 1);
-        test_decode_group(16, 4, 128, 300, mc, form, 0);  // 8B at TP=2
-        test_decode_group(32, 4, 128, 257, mc, form, 1);  // 70B at TP=2: 8 q heads a group
-        test_decode_group(9, 3, 64, 777, mc, form, 0);    // SmolLM2: 3 q heads a group
-        test_decode_group(3, 1, 64, 65, mc, form, 1);
-        test_decode_group(5, 5, 96, 333, mc, form, 0);    // 12 of 16 lanes
-        test_decode_group(16, 1, 64, 500, mc, form, 0);   // 16 q heads a group
-        if (form < 2) test_decode_group(4, 2, 256, 200, mc, form, 1);
-    }
-}
-
 static void tests_decode(void);
 static void tests_attention(void)
 {
-    tests_decode_group();
     tests_decode();
     g_att_clusters = 0;
     tests_decode();
@@ -1794,55 +1613,6 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
         100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6);
 }
 
-// The decode attention of one layer alone, back to back with PDL, the split kernel against the
-// group kernel in each form (with and without its L2 prefetch), at the engine's cache layout
-// (4096 positions a head) and context ctx, over copies of the cache totalling >= 256 MB so each
-// launch reads its K and V from HBM, as in the step (the weights' stream evicts them there).
-static void bench_group_attention(int hq, int hkv, int hd, int ctx)
-{
-    const int max_ctx = 4096;
-    const size_t csz = (size_t)hkv * max_ctx * hd;
-    const int copies = (int)std::max<size_t>(4, ((size_t)256 << 20) / (4 * csz) + 1);
-    std::vector<dev<uint16_t>> kc, vc;
-    kc.reserve(copies);
-    vc.reserve(copies);
-    for (int i = 0; i < copies; i++) {
-        kc.emplace_back(csz);
-        vc.emplace_back(csz);
-        fill_bf16<<<2048, 256>>>(kc[i].p, csz, 3 + 2 * i);
-        fill_bf16<<<2048, 256>>>(vc[i].p, csz, 4 + 2 * i);
-    }
-    dev<float> q((size_t)hq * hd), out((size_t)hq * hd);
-    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
-    CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
-    dev<int> pos(1);
-    int p = ctx - 1;
-    pos.up(&p);
-    fill_f32<<<64, 256>>>(q.p, q.n, 5);
-    CHECK_CUDA(cudaDeviceSynchronize());
-    ls_kernels_set_pdl(1);
-    const float split = time_batch(40, 20, [&](int i) {
-        ls_attention_decode(out.p, q.p, kc[i % copies].p, vc[i % copies].p, pos.p, hq, hkv, hd,
-                            max_ctx, nsplit, 0, 1, ws.p, nullptr);
-    });
-    printf("decode attention hq=%d hkv=%d hd=%d ctx=%d, back to back with PDL from HBM: split "
-           "(nsplit %d) %.2f us; group kernel",
-           hq, hkv, hd, ctx, nsplit, split * 1e3);
-    for (int form = 0; form < 4; form++)
-        for (int pf = 0; pf < 2; pf++) {
-            if (!ls_attention_group_ok(hq, hkv, hd, form)) continue;
-            const float t = time_batch(40, 20, [&](int i) {
-                ls_attention_decode_group(out.p, q.p, kc[i % copies].p, vc[i % copies].p, pos.p,
-                                          hq, hkv, hd, max_ctx, form, pf, nullptr);
-            });
-            printf(" | form %d%s %.2f", form, pf ? "+pf" : "", t * 1e3);
-        }
-    printf(" us\n");
-    ls_kernels_set_pdl(0);
-    fflush(stdout);
-}
-
 static void benchmarks(void)
 {
     printf("\n==== benchmarks\n");
@@ -1931,9 +1701,6 @@ static void benchmarks(void)
         for (int ctx : {256, 1024}) bench_layer_chain(ctx);
         ls_attention_set_cluster(old);
     }
-    for (int ctx : {128, 256, 512, 1024}) bench_group_attention(32, 8, 128, ctx);
-    for (int ctx : {256, 1024}) bench_group_attention(16, 4, 128, ctx);
-    for (int ctx : {256, 1024}) bench_group_attention(32, 4, 128, ctx);
     bench_decode_attention(32, 8, 128, 4096);
     bench_decode_attention(32, 8, 128, 32768);
     bench_decode_attention(16, 4, 128, 32768);
@@ -2025,7 +1792,6 @@ int main(int argc, char **argv)
         tests_elementwise();
         tests_rope();
         tests_gemv_rope();
-        tests_gemv_rope_att();
         tests_attention();
         tests_sample();
         printf("==== %d passed, %d failed\n", g_passed, g_failed);
