@@ -627,7 +627,7 @@ extern "C" void ls_attention_set_decode_shape(int chunk, int wide, int *old_chun
     if (old_chunk) *old_chunk = g_shape.min_chunk;
     if (old_wide) *old_wide = g_shape.wide;
     g_shape.min_chunk = chunk >= 8 && chunk <= 4096 ? chunk : ATT_MIN_CHUNK;
-    g_shape.wide = wide < 0 ? -1 : wide != 0;
+    g_shape.wide = wide == -2 ? g_shape.wide : wide < 0 ? -1 : wide != 0;
 }
 
 // the longest context at which the short-context cluster merge applies (every live chunk in

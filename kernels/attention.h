@@ -31,8 +31,9 @@ extern "C" {
 int ls_attention_decode_splits(int hq, int hkv, int max_ctx);
 /* experiments and tests: the decode kernel's fewest positions per chunk (8..4096; else the
  * default) and its form (wide: 1 the short-context form, 0 the long-context one, -1 by the cache
- * length); the old settings to *old_chunk and *old_wide when not NULL. Set before the split count
- * is taken. */
+ * length, -2 unchanged); the old settings to *old_chunk and *old_wide when not NULL. Set before
+ * the split count is taken, or (the CUDA backend's short-chunk form) only around
+ * ls_attention_decode, with the split taken at the default. */
 void ls_attention_set_decode_shape(int chunk, int wide, int *old_chunk, int *old_wide);
 /* experiments and tests: the split decode's blocks launched in clusters of 8 chunks, whose
  * partials meet in distributed shared memory when every live chunk lies in the first cluster
