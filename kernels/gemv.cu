@@ -49,14 +49,10 @@
 // PDL for every kernel family (pdl.cuh): off until the backend or a test turns it on
 int ls_pdl_on;
 
-// 16-byte streaming load of read-only data that is not worth keeping in L1
+// 16-byte streaming load of weights: read-only, not worth keeping in L1 (bf16.cuh)
 static __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
 {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
+    return ld_stream(reinterpret_cast<const uint16_t *>(p));
 }
 
 static __device__ __forceinline__ float warp_sum(float v)
