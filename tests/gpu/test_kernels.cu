@@ -454,11 +454,12 @@ static void tests_gemv(void)
         test_gemv_fused("xreg cm4", 1000, 7168, 1, 3);
         ls_gemv_set_xreg(xreg);
     }
-    // the column-resident kernel's 1024-thread shape, and its form with two batches in flight
-    // and the rows' sums reduced together (3)
-    for (int form = 2; form <= 3; form++) {
+    // the column-resident kernel's 1024-thread shape, its form with two batches in flight and
+    // the rows' sums reduced together (3), and that form with two columns a warp too, the
+    // second's x in shared memory (4: k > 8192)
+    for (int form = 2; form <= 4; form++) {
         const int xreg = ls_gemv_set_xreg(form);
-        const char *f = form == 2 ? "xreg1024" : "xreg1024tr";
+        const char *f = form == 2 ? "xreg1024" : form == 3 ? "xreg1024tr" : "xreg1024xs";
         char name[64];
         auto nm = [&](const char *what) {
             snprintf(name, sizeof name, "%s%s", f, what);
@@ -472,6 +473,11 @@ static void tests_gemv(void)
         test_gemv_fused(nm(""), 3000, 4096, 1, 2);
         test_gemv_fused(nm(" cm2"), 1000, 7168, 1, 3);
         test_gemv(nm(" cm4 falls back"), 600, 14336, 1, false, true);
+        // two columns a warp (the 8B's down at TP=1, the 70B's at TP=2; plain, residual, norm)
+        test_gemv(nm(" cm2"), 600, 14336, 1, true, false);
+        test_gemv_fused(nm(" cm2 down"), 4096, 14336, 1, 2);
+        test_gemv_fused(nm(" cm2"), 1000, 9000, 1, 1);
+        test_gemv(nm(" cm2 one batch"), 135, 12000, 1, false, false);
         // y += where a block has more rows than threads
         test_gemv_fused(nm(" rows > threads"), 150000, 64, 1, 2);
         // the SwiGLU input with fast intrinsics (the default) and exact (LOCKSTEP_GEMV_SILU=exact)
