@@ -1649,6 +1649,17 @@ static void benchmarks(void)
         {"smollm2 down swiglu", 576, 1536, true},     {"smollm2 lm-head", 49152, 576, false},
     };
     for (const auto &s : shapes) bench_gemv(s, 1, csv);
+    // the two-column shapes (k > 8192: the downs with plain input, as the engine runs them) in
+    // the default form (one batch in flight) and with two batches (LOCKSTEP_GEMV_XREG=4)
+    for (int form : {3, 4}) {
+        const int old = ls_gemv_set_xreg(form);
+        const gemv_shape wide[] = {
+            {form == 3 ? "8b down 4096x14336 x3" : "8b down 4096x14336 x4", 4096, 14336, false},
+            {form == 3 ? "70b/2 down 8192x14336 x3" : "70b/2 down 8192x14336 x4", 8192, 14336,
+             false}};
+        for (const auto &w : wide) bench_gemv(w, 1, csv);
+        ls_gemv_set_xreg(old);
+    }
     printf("several positions per pass (T): weight bytes per pass are the same\n");
     for (int T : {2, 4, 8}) {
         bench_gemv(shapes[0], T, csv);
