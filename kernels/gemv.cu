@@ -494,7 +494,9 @@ static __global__ void __launch_bounds__(NT, 1)
             xs[((warp * (CM - 1) + j - 1) * 2 + 1) * 32 + lane] = xb[j];
         }
     }
-    auto xa_of = [&](int j) { return XS && j > 0 ? xs[((warp * (CM - 1) + j - 1) * 2) * 32 + lane] : xa[j]; };
+    auto xa_of = [&](int j) {
+        return XS && j > 0 ? xs[((warp * (CM - 1) + j - 1) * 2) * 32 + lane] : xa[j];
+    };
     auto xb_of = [&](int j) {
         return XS && j > 0 ? xs[((warp * (CM - 1) + j - 1) * 2 + 1) * 32 + lane] : xb[j];
     };
@@ -789,9 +791,11 @@ static const xreg_fns<NT, L, CM, TR> &xreg_table()
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true, false, XS>,
           gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false, true, XS>},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false, false, XS>, nullptr, nullptr},
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false, false, XS>, nullptr,
+          nullptr},
          {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, false, TR, false, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false, false, XS>, nullptr, nullptr}}};
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false, false, XS>, nullptr,
+          nullptr}}};
     return t;
 }
 
