@@ -41,6 +41,10 @@ stage_build() {
         make -j"$(nproc)" && make -j"$(nproc)" check TESTS= || return 1
     fi
     [ -z "${REF_SRC:-}" ] && return 0
+    build_ref
+}
+# lockstep from REF_SRC into REF_SRC/build-ref (for `ab` settings named @ref)
+build_ref() {
     (cd "$top/$REF_SRC" && ./autogen.sh && mkdir -p build-ref && cd build-ref && configure_here &&
         make -j"$(nproc)" lockstep)
 }
@@ -269,6 +273,14 @@ stage_longctx() {
 stage_ab() {
     local v tp n x kv a r rounds=${AB_ROUNDS:-1} tag bin
     n=$(ngpus)
+    # an @ref setting needs REF_SRC's build; a call that carries REF_SRC replaces the machine's
+    # copy, and its build-ref with it, so build it here when it is missing
+    case " ${AB:-} " in
+    *" @ref"*)
+        [ -n "${REF_SRC:-}" ] || { echo "AB names @ref but REF_SRC is not set"; return 1; }
+        [ -x "$REF_SRC/build-ref/lockstep" ] || build_ref >"$OUT/build-ref.log" 2>&1 ||
+            { echo "the @ref build failed ($OUT/build-ref.log)"; return 1; } ;;
+    esac
     for r in $(seq "$rounds"); do
     tag=$([ "$rounds" -gt 1 ] && echo "r$r-")
     for v in ${AB:--}; do
