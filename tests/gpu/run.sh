@@ -10,7 +10,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
 mkdir -p "$OUT"
 top=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$top"
+cd "$top" || exit 1
 stages=${STAGES:-build info launcher kernels e2e allreduce hang bench peer}
 declare -A result
 
@@ -137,7 +137,7 @@ stage_prefill() {
             decode-attention) env="LOCKSTEP_ATTN_PREFILL=0" ;;
             esac
             # shellcheck disable=SC2086
-            (export $env; gen_json $tp "$OUT/pf-gpu.json" --gpu --dummy tests/gpu/llama-hd128.json --prompt-ids "$ids" -n 4 --top-logits 4096 --top-logit-steps 1) &&
+            (export ${env?}; gen_json $tp "$OUT/pf-gpu.json" --gpu --dummy tests/gpu/llama-hd128.json --prompt-ids "$ids" -n 4 --top-logits 4096 --top-logit-steps 1) &&
                 echo -n "hd128 prefill TP=$tp $mode GPU vs CPU: " &&
                 python3 tests/gpu/compare_logits.py "$OUT/pf-gpu.json" "$OUT/pf-cpu.json" 3e-2 || ok=1
         done
@@ -168,7 +168,7 @@ stage_ref8b() {
 # SmolLM2 (the real Q4_1 GGUF, carried in two parts: tests/gpu/carry-model.sh) against the
 # transformers reference of tests/fixtures/smollm2, at TP=1 and 2 on GPUs
 stage_smollm2() {
-    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ok=0 tp p n kind args
+    local m=/tmp/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ok=0 tp p n args
     [ -d .carry2 ] && cp .carry2/* /tmp/smollm2/ 2>/dev/null
     [ -f "$m" ] || cat /tmp/smollm2/smollm2.part00 /tmp/smollm2/smollm2.part01 >"$m" || return 1
     echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $m" | sha256sum -c || return 1
@@ -366,7 +366,7 @@ stage_scaling() {
                 [ "$tp" = 1 ] && [ $ar = nccl ] && continue
                 f="$OUT/scale-$m-tp$tp-$ar.json"
                 mpi -np "$tp" build-gpu/lockstep bench --gpu --allreduce $ar --dummy $m --prompt-len 128 \
-                    --gen $([ $m = llama-3.1-70b ] && echo 64 || echo 256) --json "$f" >/dev/null 2>&1 || echo "$m TP=$tp $ar failed"
+                    --gen "$([ "$m" = llama-3.1-70b ] && echo 64 || echo 256)" --json "$f" >/dev/null 2>&1 || echo "$m TP=$tp $ar failed"
                 [ -f "$f" ] && python3 - "$f" "$m" "$tp" "$ar" >>"$OUT/scaling.tsv" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
