@@ -486,20 +486,20 @@ static __global__ void __launch_bounds__(NT, 1)
             }
         }
     }
-    // XS: columns after the first to shared memory; xa_of / xb_of give column j's x
+    // XS: columns after the first to shared memory (this lane's half h of column j at
+    // xs_at(j, h)); xa_of / xb_of give column j's x
+    auto xs_at = [&](int j, int h) -> float4 & {
+        return xs[((warp * (CM - 1) + j - 1) * 2 + h) * 32 + lane];
+    };
     if constexpr (XS) {
 #pragma unroll
         for (int j = 1; j < CM; j++) {
-            xs[((warp * (CM - 1) + j - 1) * 2) * 32 + lane] = xa[j];
-            xs[((warp * (CM - 1) + j - 1) * 2 + 1) * 32 + lane] = xb[j];
+            xs_at(j, 0) = xa[j];
+            xs_at(j, 1) = xb[j];
         }
     }
-    auto xa_of = [&](int j) {
-        return XS && j > 0 ? xs[((warp * (CM - 1) + j - 1) * 2) * 32 + lane] : xa[j];
-    };
-    auto xb_of = [&](int j) {
-        return XS && j > 0 ? xs[((warp * (CM - 1) + j - 1) * 2 + 1) * 32 + lane] : xb[j];
-    };
+    auto xa_of = [&](int j) { return XS && j > 0 ? xs_at(j, 0) : xa[j]; };
+    auto xb_of = [&](int j) { return XS && j > 0 ? xs_at(j, 1) : xb[j]; };
 
     if (TR) {
         // two batches in flight: batch b + 2's loads go out as soon as batch b's products are
