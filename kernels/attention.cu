@@ -627,7 +627,7 @@ extern "C" void ls_attention_set_decode_shape(int chunk, int wide, int *old_chun
     if (old_chunk) *old_chunk = g_shape.min_chunk;
     if (old_wide) *old_wide = g_shape.wide;
     g_shape.min_chunk = chunk >= 8 && chunk <= 4096 ? chunk : ATT_MIN_CHUNK;
-    g_shape.wide = wide == -2 ? g_shape.wide : wide < 0 ? -1 : wide != 0;
+    g_shape.wide = wide < 0 ? -1 : wide != 0;
 }
 
 // the longest context at which the short-context cluster merge applies (every live chunk in
@@ -692,19 +692,20 @@ static bool wide_form(int max_ctx)
 
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
-                                    int max_ctx, int nsplit, int fresh, int clusters,
+                                    int max_ctx, int nsplit, int fresh, int clusters, int chunk,
                                     float *workspace, void *stream)
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
         nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) || ((uintptr_t)q & 15) ||
-        fresh < 0)
+        fresh < 0 || (chunk && (chunk < 8 || chunk > 4096)))
         ls_die(__FILE__, __LINE__, "ls_attention_decode",
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
-               "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
+               "workspace when nsplit > 1, q on a 16-byte boundary, fresh >= 0 and chunk 0 or "
+               "8 .. 4096");
     const int group = hq / hkv;
     const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
-    const int mc = min_chunk();
+    const int mc = chunk ? chunk : min_chunk();
     const bool wide = wide_form(max_ctx);
     decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
                    : lg == 16 ? pick_decode_g<16>(gm, wide)

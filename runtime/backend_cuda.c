@@ -416,14 +416,10 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
     }
     /* decode, or a prefill of a head size the prefill kernel lacks: one position at a time,
      * each reading its own position from pos[t] */
-    int old_chunk = 0, old_wide = -1;
-    if (cu.att_form == 2) /* chunks of at least short_chunk() positions; the split unchanged */
-        ls_attention_set_decode_shape(short_chunk(), -2, &old_chunk, &old_wide);
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
-                            hq, hkv, hd, max_ctx, nsplit, t, cu.att_form != 1, cu.attn_ws,
-                            stream_get());
-    if (cu.att_form == 2) ls_attention_set_decode_shape(old_chunk, old_wide, NULL, NULL);
+                            hq, hkv, hd, max_ctx, nsplit, t, cu.att_form != 1,
+                            cu.att_form == 2 ? short_chunk() : 0, cu.attn_ws, stream_get());
 }
 
 static void cu_add(float *x, const float *y, size_t n)

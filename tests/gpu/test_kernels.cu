@@ -937,7 +937,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     dws.poison();
     if (wsb) CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        g_att_clusters, wsb ? dws.p : nullptr, nullptr);
+                        g_att_clusters, 0, wsb ? dws.p : nullptr, nullptr);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
     if (!wsb) return;
@@ -955,7 +955,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     bool zero = counters_zero();
     dout.poison();
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        g_att_clusters, dws.p, nullptr);
+                        g_att_clusters, 0, dws.p, nullptr);
     std::vector<float> out2 = dout.down();
     zero = counters_zero() && zero;
     report(zero && !memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
@@ -973,7 +973,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
         dpos.up(&pi);
         dout.poison();
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            g_att_clusters, dws.p, nullptr);
+                            g_att_clusters, 0, dws.p, nullptr);
         eager[i] = dout.down();
     }
     cudaStream_t st;
@@ -984,7 +984,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < 3; l++)
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            g_att_clusters, dws.p, st);
+                            g_att_clusters, 0, dws.p, st);
     CHECK_CUDA(cudaStreamEndCapture(st, &g));
     CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
     ls_kernels_set_pdl(0);
@@ -1073,7 +1073,7 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
                                      max_ctx, n - 1 - fresh, n - 1, 40000);
     CHECK_CUDA(cudaGetLastError());
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, fresh,
-                        g_att_clusters, nsplit > 1 ? dws.p : nullptr, nullptr);
+                        g_att_clusters, 0, nsplit > 1 ? dws.p : nullptr, nullptr);
     ls_kernels_set_pdl(0);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
@@ -1518,7 +1518,7 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
                    pos.p, inv.p, 1, hq, hkv, hd, max_ctx, 0, nullptr, nullptr, 1e-5f, nullptr);
     };
     auto att = [&] {
-        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1,
+        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, 0,
                             ws.p, nullptr);
     };
     ls_kernels_set_pdl(1);
@@ -1581,7 +1581,7 @@ static void bench_layer_chain(int ctx)
                            nullptr);
             if (form <= 2)
                 ls_attention_decode(att.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit,
-                                    0, 1, ws.p, nullptr);
+                                    0, 1, 0, ws.p, nullptr);
             ls_gemv_ex(x.p, wo, att.p, nullptr, 1, D, hq * hd, 0, nullptr, 0.0f, 1, nullptr);
             ls_gemv_ex(gu.p, wgu, x.p, nullptr, 1, 2 * F, D, 0, nw.p, 1e-5f, 0, nullptr);
             ls_gemv_ex(x.p, wd, gu.p, nullptr, 1, D, F, 1, nullptr, 0.0f, 1, nullptr);
@@ -1608,8 +1608,8 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
     fill_f32<<<64, 256>>>(q.p, q.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
     float ms = time_batch(60, 10, [&](int) {
-        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, ws.p,
-                            nullptr);
+        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, 0,
+                            ws.p, nullptr);
     });
     double bytes = 2.0 * csz * 2;
     printf(
