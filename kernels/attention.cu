@@ -692,20 +692,19 @@ static bool wide_form(int max_ctx)
 
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
-                                    int max_ctx, int nsplit, int fresh, int clusters, int chunk,
+                                    int max_ctx, int nsplit, int fresh, int clusters,
                                     float *workspace, void *stream)
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
         nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) || ((uintptr_t)q & 15) ||
-        fresh < 0 || (chunk && (chunk < 8 || chunk > 4096)))
+        fresh < 0)
         ls_die(__FILE__, __LINE__, "ls_attention_decode",
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
-               "workspace when nsplit > 1, q on a 16-byte boundary, fresh >= 0 and chunk 0 or "
-               "8 .. 4096");
+               "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
     const int group = hq / hkv;
     const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
-    const int mc = chunk ? chunk : min_chunk();
+    const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);
     decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
                    : lg == 16 ? pick_decode_g<16>(gm, wide)

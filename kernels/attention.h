@@ -54,12 +54,10 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
  * PDL the kernel reads the K/V rows of the positions before those ahead of its wait, and pos
  * too: pos must be written before the forward's kernels (by a copy or an earlier graph).
  * clusters: 0 launches the split without clusters (its chunks merge through the workspace);
- * nonzero, with clusters where they apply and ls_attention_set_cluster allows. chunk: the
- * fewest positions a chunk (8 .. 4096; 0: the default, ls_attention_set_decode_shape's), for
- * the split nsplit taken at the default (the CUDA backend's short-chunk form). */
+ * nonzero, with clusters where they apply and ls_attention_set_cluster allows. */
 void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
-                         int fresh, int clusters, int chunk, float *workspace, void *stream);
+                         int fresh, int clusters, float *workspace, void *stream);
 
 /* out[t][h][:] for t < T, h < hq: causal attention of position pos0 + t over cache positions
  * 0 .. pos0 + t. q: row t at q + t*q_stride (the fused QKV buffer works as is), head h at

@@ -366,14 +366,7 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // SO: the SwiGLU in the epilogue of the fused gate+up matrix (n = 2f rows: gate, then up): a
 // block takes gate rows u0 .. u1 - 1 and the up rows f + u0 .. f + u1 - 1 with them, and writes
 // y[i] = silu(gate_i) * up_i for its i (f outputs).
-// XS (with TR, CM = 2; LOCKSTEP_GEMV_XREG=4, an experiment): the x of a warp's columns after
-// its first in shared memory, each lane's own 8 inputs a column there (written and read by that
-// lane only: no barrier), so that two batches of CM columns fit the 64 registers of the
-// 1024-thread block (with x in registers the two-batch form spills at CM = 2). The wide matrices
-// (k > 8192: the 8B's down at TP=1, the 70B's at TP=2) then keep two batches in flight, as the
-// one-column shapes do, instead of one.
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false,
-          bool XS = false>
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
@@ -385,9 +378,6 @@ static __global__ void __launch_bounds__(NT, 1)
     // [rows][ps], ps = slots | 1: an odd stride, so the epilogue's lanes (a row each) read
     // distinct banks (an even one put 16 or 32 lanes on one bank)
     extern __shared__ float psum[];
-    // XS: [NW][CM - 1][2][32] float4 of x ahead of the sums
-    float4 *const xs = reinterpret_cast<float4 *>(psum);
-    float *const pss = XS ? psum + NW * (CM - 1) * 2 * 32 * 4 : psum;
     __shared__ float red[NW];
     __shared__ float2 rcs[RP ? GEMV_ROPE_PAIRS : 1]; // RP: each pair's (cos, sin)
     const int K8 = k >> 3, S = (K8 + 31) >> 5;
@@ -486,20 +476,6 @@ static __global__ void __launch_bounds__(NT, 1)
             }
         }
     }
-    // XS: columns after the first to shared memory (this lane's half h of column j at
-    // xs_at(j, h)); xa_of / xb_of give column j's x
-    auto xs_at = [&](int j, int h) -> float4 & {
-        return xs[((warp * (CM - 1) + j - 1) * 2 + h) * 32 + lane];
-    };
-    if constexpr (XS) {
-#pragma unroll
-        for (int j = 1; j < CM; j++) {
-            xs_at(j, 0) = xa[j];
-            xs_at(j, 1) = xb[j];
-        }
-    }
-    auto xa_of = [&](int j) { return XS && j > 0 ? xs_at(j, 0) : xa[j]; };
-    auto xb_of = [&](int j) { return XS && j > 0 ? xs_at(j, 1) : xb[j]; };
 
     if (TR) {
         // two batches in flight: batch b + 2's loads go out as soon as batch b's products are
@@ -510,12 +486,7 @@ static __global__ void __launch_bounds__(NT, 1)
             for (int i = 0; i < U; i++) {
                 a[i] = 0.0f;
 #pragma unroll
-                for (int j = 0; j < CM; j++) {
-                    if constexpr (XS)
-                        a[i] = dot8(cur[i][j], xa_of(j), xb_of(j), a[i]);
-                    else
-                        a[i] = dot8(cur[i][j], xa[j], xb[j], a[i]);
-                }
+                for (int j = 0; j < CM; j++) a[i] = dot8(cur[i][j], xa[j], xb[j], a[i]);
             }
 #pragma unroll
             for (int i = 0; i < U; i++)
@@ -524,7 +495,7 @@ static __global__ void __launch_bounds__(NT, 1)
             if ((b + 2) * U < my_rows) load(next, (b + 2) * U);
             const float t = warp_sum_rows<U>(a, lane);
             const int rl = b * U + lane / (32 / U);
-            if ((lane & (32 / U - 1)) == 0 && rl < my_rows) pss[(g + rl * G) * ps + slot] = t;
+            if ((lane & (32 / U - 1)) == 0 && rl < my_rows) psum[(g + rl * G) * ps + slot] = t;
         }
     } else if (active) {
         for (int b = 0; b * U < my_rows; b++) {
@@ -542,7 +513,7 @@ static __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
                 for (int j = 0; j < CM; j++) a = dot8(wv[i][j], xa[j], xb[j], a);
                 a = warp_sum(a);
-                if (lane == 0) pss[(g + rl * G) * ps + slot] = a;
+                if (lane == 0) psum[(g + rl * G) * ps + slot] = a;
             }
         }
     }
@@ -563,8 +534,8 @@ static __global__ void __launch_bounds__(NT, 1)
         for (int t = threadIdx.x; t < rows / 2; t += NT) {
             const int l = r0 + 2 * t, i0 = rope_row(rp, l), i1 = rope_row(rp, l + 1);
             float v0 = 0.0f, v1 = 0.0f;
-            for (int c = 0; c < slots; c++) v0 += pss[2 * t * ps + c];
-            for (int c = 0; c < slots; c++) v1 += pss[(2 * t + 1) * ps + c];
+            for (int c = 0; c < slots; c++) v0 += psum[2 * t * ps + c];
+            for (int c = 0; c < slots; c++) v1 += psum[(2 * t + 1) * ps + c];
             if (NORM) { // never contracted with the bias: equal to the plain form's
                 v0 = __fmul_rn(v0, scale);
                 v1 = __fmul_rn(v1, scale);
@@ -590,8 +561,8 @@ static __global__ void __launch_bounds__(NT, 1)
         const int half = rows / 2;
         for (int t = threadIdx.x; t < half; t += NT) {
             float gs = 0.0f, us = 0.0f;
-            for (int c = 0; c < slots; c++) gs += pss[t * ps + c];
-            for (int c = 0; c < slots; c++) us += pss[(half + t) * ps + c];
+            for (int c = 0; c < slots; c++) gs += psum[t * ps + c];
+            for (int c = 0; c < slots; c++) us += psum[(half + t) * ps + c];
             if (NORM) {
                 gs = __fmul_rn(gs, scale);
                 us = __fmul_rn(us, scale);
@@ -601,7 +572,7 @@ static __global__ void __launch_bounds__(NT, 1)
     } else {
         for (int r = threadIdx.x; r < rows; r += NT) {
             float sum = 0.0f;
-            for (int c = 0; c < slots; c++) sum += pss[r * ps + c];
+            for (int c = 0; c < slots; c++) sum += psum[r * ps + c];
             if (NORM) sum = __fmul_rn(sum, scale);
             const float b = bias ? bias[r0 + r] : 0.0f;
             float *yp = y + r0 + r;
@@ -696,8 +667,7 @@ static int g_shapes_set;
 // the column-resident kernel for T = 1 where it applies: 3 (the default: 1024 threads, two row
 // batches in flight and the rows' sums reduced together where a warp has one column; 8B decode
 // 4.252 ms at TP=1, 2.856 at TP=2), 2 (1024 threads, one batch: 4.283 / 2.852), 1 (512
-// threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034); 4 (an experiment,
-// not yet measured): as 3, and two batches where a warp has two columns too (the XS form)
+// threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 
@@ -706,7 +676,7 @@ static void shapes_from_env(void)
     if (g_shapes_set) return;
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
-    if (xr && xr[0] >= '0' && xr[0] <= '4' && !xr[1]) g_xreg = xr[0] - '0';
+    if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -777,25 +747,22 @@ template <int NT, int L, int CM, bool TR> struct xreg_fns {
     xreg_fn f[4][4];
 };
 
-template <int NT, int L, int CM, bool TR = false, bool XS = false>
-static const xreg_fns<NT, L, CM, TR> &xreg_table()
+template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, CM, TR> &xreg_table()
 {
     constexpr int U = L / CM;
     static const xreg_fns<NT, L, CM, TR> t = {
-        {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false, true, XS>},
-         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false, true, XS>},
-         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false, false, XS>, nullptr,
-          nullptr},
-         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, false, TR, false, false, XS>,
-          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false, false, XS>, nullptr,
-          nullptr}}};
+        {{gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, true, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, true>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_PLAIN, false, TR, false, true>},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, true, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, true>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_NORM, false, TR, false, true>},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, false, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU, true, TR, false>, nullptr, nullptr},
+         {gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, false, TR, false>,
+          gemv_xreg_kernel<NT, U, CM, GEMV_IN_SWIGLU_FAST, true, TR, false>, nullptr, nullptr}}};
     return t;
 }
 
@@ -816,15 +783,12 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int grid = units < di.sms ? units : di.sms;
     const int rows = (acc >= 2 ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
-    // odd stride: no bank conflicts; the XS form's x of the second columns ahead of it
-    const size_t smem = (size_t)rows * (slots | 1) * sizeof(float) +
-                        (nt == 1024 && cm == 2 && g_xreg == 4 ? (size_t)32 * 2 * 32 * 16 : 0);
+    const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
     if (smem > smem_max) return false;
     // the two-batch form for one column per warp only (with two it spills)
-    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg >= 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
+    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
                                                       : xreg_table<1024, 4, 1>().f[in][acc])
-                               : g_xreg == 4 ? xreg_table<1024, 4, 2, true, true>().f[in][acc]
-                                             : xreg_table<1024, 4, 2>().f[in][acc])
+                                       : xreg_table<1024, 4, 2>().f[in][acc])
                  : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
                  : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
                             : xreg_table<512, 8, 4>().f[in][acc];
@@ -978,7 +942,7 @@ extern "C" int ls_gemv_set_xreg(int on)
 {
     shapes_from_env();
     const int old = g_xreg;
-    g_xreg = on < 0 ? 0 : on > 4 ? 4 : on;
+    g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
     return old;
 }
 

@@ -38,8 +38,7 @@ static struct {
     size_t tmp_cap;     /* bytes */
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
-    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters,
-                           2 in clusters of short chunks */
+    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -339,25 +338,6 @@ static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float
                     interleaved, stream_get());
 }
 
-/* Form 2 (LOCKSTEP_ATT_SHORT=N, 8..63 positions; off by default, an experiment to measure):
- * while the context fits 8 chunks of N (one cluster, so the cluster merge applies), the
- * attention's chunks are at least N positions instead of 64: twice the blocks at N = 32 and
- * half the positions each. Past 8 N positions form 0 again, so longer contexts run as before
- * (the same split; the chunk length is the kernel's, from the context). Measured with N = 32
- * for every context (LOCKSTEP_ATT_CHUNK=32, sixteenth session): 70B TP=2 at contexts 128-256
- * 17.705 / 17.735 against 17.867 / 17.858 ms a token, but 8B TP=2 at 128-384 2.612 / 2.613
- * against 2.545 / 2.553, where past 256 the 12 chunks left the cluster merge; this form keeps
- * them to the contexts that stay in it. */
-static int short_chunk(void)
-{
-    static int n = -1;
-    if (n < 0) {
-        const char *v = getenv("LOCKSTEP_ATT_SHORT");
-        n = v && atoi(v) >= 8 && atoi(v) < 64 ? atoi(v) : 0;
-    }
-    return n;
-}
-
 /* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
  * clusters. The cluster merge shortens the attention at contexts within one cluster of chunks,
  * but the clustered launch costs at long contexts, where every chunk is live and merges through
@@ -379,7 +359,6 @@ static int cu_decode_form(int ctx, int hq, int hkv, int max_ctx)
         const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
         from = !v || !*v ? INT_MAX : atoi(v) > 0 ? atoi(v) : 0;
     }
-    if (short_chunk() && ctx <= 8 * short_chunk()) return 2;
     const int at = from != INT_MAX ? from : hkv > 4 ? 3072 : 6144;
     if (!at || ctx <= at) return 0;
     return ctx > ls_attention_cluster_reach(hq, hkv, max_ctx);
@@ -418,8 +397,8 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
      * each reading its own position from pos[t] */
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
-                            hq, hkv, hd, max_ctx, nsplit, t, cu.att_form != 1,
-                            cu.att_form == 2 ? short_chunk() : 0, cu.attn_ws, stream_get());
+                            hq, hkv, hd, max_ctx, nsplit, t, !cu.att_form, cu.attn_ws,
+                            stream_get());
 }
 
 static void cu_add(float *x, const float *y, size_t n)

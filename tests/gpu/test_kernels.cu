@@ -454,12 +454,11 @@ static void tests_gemv(void)
         test_gemv_fused("xreg cm4", 1000, 7168, 1, 3);
         ls_gemv_set_xreg(xreg);
     }
-    // the column-resident kernel's 1024-thread shape, its form with two batches in flight and
-    // the rows' sums reduced together (3), and that form with two columns a warp too, the
-    // second's x in shared memory (4: k > 8192)
-    for (int form = 2; form <= 4; form++) {
+    // the column-resident kernel's 1024-thread shape, and its form with two batches in flight
+    // and the rows' sums reduced together (3)
+    for (int form = 2; form <= 3; form++) {
         const int xreg = ls_gemv_set_xreg(form);
-        const char *f = form == 2 ? "xreg1024" : form == 3 ? "xreg1024tr" : "xreg1024xs";
+        const char *f = form == 2 ? "xreg1024" : "xreg1024tr";
         char name[64];
         auto nm = [&](const char *what) {
             snprintf(name, sizeof name, "%s%s", f, what);
@@ -473,11 +472,6 @@ static void tests_gemv(void)
         test_gemv_fused(nm(""), 3000, 4096, 1, 2);
         test_gemv_fused(nm(" cm2"), 1000, 7168, 1, 3);
         test_gemv(nm(" cm4 falls back"), 600, 14336, 1, false, true);
-        // two columns a warp (the 8B's down at TP=1, the 70B's at TP=2; plain, residual, norm)
-        test_gemv(nm(" cm2"), 600, 14336, 1, true, false);
-        test_gemv_fused(nm(" cm2 down"), 4096, 14336, 1, 2);
-        test_gemv_fused(nm(" cm2"), 1000, 9000, 1, 1);
-        test_gemv(nm(" cm2 one batch"), 135, 12000, 1, false, false);
         // y += where a block has more rows than threads
         test_gemv_fused(nm(" rows > threads"), 150000, 64, 1, 2);
         // the SwiGLU input with fast intrinsics (the default) and exact (LOCKSTEP_GEMV_SILU=exact)
@@ -937,7 +931,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     dws.poison();
     if (wsb) CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        g_att_clusters, 0, wsb ? dws.p : nullptr, nullptr);
+                        g_att_clusters, wsb ? dws.p : nullptr, nullptr);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
     if (!wsb) return;
@@ -955,7 +949,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     bool zero = counters_zero();
     dout.poison();
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        g_att_clusters, 0, dws.p, nullptr);
+                        g_att_clusters, dws.p, nullptr);
     std::vector<float> out2 = dout.down();
     zero = counters_zero() && zero;
     report(zero && !memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
@@ -973,7 +967,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
         dpos.up(&pi);
         dout.poison();
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            g_att_clusters, 0, dws.p, nullptr);
+                            g_att_clusters, dws.p, nullptr);
         eager[i] = dout.down();
     }
     cudaStream_t st;
@@ -984,7 +978,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < 3; l++)
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            g_att_clusters, 0, dws.p, st);
+                            g_att_clusters, dws.p, st);
     CHECK_CUDA(cudaStreamEndCapture(st, &g));
     CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
     ls_kernels_set_pdl(0);
@@ -1073,7 +1067,7 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
                                      max_ctx, n - 1 - fresh, n - 1, 40000);
     CHECK_CUDA(cudaGetLastError());
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, fresh,
-                        g_att_clusters, 0, nsplit > 1 ? dws.p : nullptr, nullptr);
+                        g_att_clusters, nsplit > 1 ? dws.p : nullptr, nullptr);
     ls_kernels_set_pdl(0);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
@@ -1518,7 +1512,7 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
                    pos.p, inv.p, 1, hq, hkv, hd, max_ctx, 0, nullptr, nullptr, 1e-5f, nullptr);
     };
     auto att = [&] {
-        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, 0,
+        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1,
                             ws.p, nullptr);
     };
     ls_kernels_set_pdl(1);
@@ -1581,7 +1575,7 @@ static void bench_layer_chain(int ctx)
                            nullptr);
             if (form <= 2)
                 ls_attention_decode(att.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit,
-                                    0, 1, 0, ws.p, nullptr);
+                                    0, 1, ws.p, nullptr);
             ls_gemv_ex(x.p, wo, att.p, nullptr, 1, D, hq * hd, 0, nullptr, 0.0f, 1, nullptr);
             ls_gemv_ex(gu.p, wgu, x.p, nullptr, 1, 2 * F, D, 0, nw.p, 1e-5f, 0, nullptr);
             ls_gemv_ex(x.p, wd, gu.p, nullptr, 1, D, F, 1, nullptr, 0.0f, 1, nullptr);
@@ -1608,8 +1602,8 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
     fill_f32<<<64, 256>>>(q.p, q.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
     float ms = time_batch(60, 10, [&](int) {
-        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, 0,
-                            ws.p, nullptr);
+        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, ws.p,
+                            nullptr);
     });
     double bytes = 2.0 * csz * 2;
     printf(
@@ -1649,17 +1643,6 @@ static void benchmarks(void)
         {"smollm2 down swiglu", 576, 1536, true},     {"smollm2 lm-head", 49152, 576, false},
     };
     for (const auto &s : shapes) bench_gemv(s, 1, csv);
-    // the two-column shapes (k > 8192: the downs with plain input, as the engine runs them) in
-    // the default form (one batch in flight) and with two batches (LOCKSTEP_GEMV_XREG=4)
-    for (int form : {3, 4}) {
-        const int old = ls_gemv_set_xreg(form);
-        const gemv_shape wide[] = {
-            {form == 3 ? "8b down 4096x14336 x3" : "8b down 4096x14336 x4", 4096, 14336, false},
-            {form == 3 ? "70b/2 down 8192x14336 x3" : "70b/2 down 8192x14336 x4", 8192, 14336,
-             false}};
-        for (const auto &w : wide) bench_gemv(w, 1, csv);
-        ls_gemv_set_xreg(old);
-    }
     printf("several positions per pass (T): weight bytes per pass are the same\n");
     for (int T : {2, 4, 8}) {
         bench_gemv(shapes[0], T, csv);
