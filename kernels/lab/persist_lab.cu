@@ -1,6 +1,6 @@
-// Kernel boundaries or a grid barrier? One Llama-3.1-8B TP=1 decode layer's four GEMVs (QKV, o,
-// gate+up, down; plain inputs, o and down adding into the residual) run two ways with the same
-// per-row code, so that only the boundary mechanism differs:
+// Kernel boundaries or a grid barrier? One decode layer's four GEMVs (QKV, o, gate+up, down;
+// plain inputs, o and down adding into the residual; Llama-3.1-8B at TP=1 and 2, Llama-3.1-70B
+// at TP=2) run three ways with the same per-row code, so that only the boundary differs:
 //   sep      four kernels per layer, launched with PDL as the engine does: each block issues its
 //            first row batch, waits (griddepcontrol.wait) for the kernel before, then runs;
 //   persist  one cooperative kernel for L layers, one block per SM: after its last rows of one
@@ -8,9 +8,13 @@
 //            arrives on a grid counter and spins until every block has arrived, then runs. No
 //            block exits and starts again, no grid completion and flush, and the next matrix's
 //            bytes are in flight while the block's own epilogue and the barrier run.
+//   fused    QKV and o as in sep, then gate+up and down in one kernel (fgd_kernel): the down
+//            split along its inputs over the gate+up blocks, each adding its partial output
+//            with atomics (float4, or 64-bit fixed point: reproducible), so that the boundary
+//            between the two matrices goes (checked against a reference in double, not bitwise);
 // Each also with an attention stand-in between QKV and o (IDLE_NS: blocks that hold 48 SMs for
-// that long without touching DRAM, as the lab's idle kernel does). Both forms are checked bitwise
-// against each other over one layer. Weights rotate over 8 layers (3.5 GB, past L2). The
+// that long without touching DRAM, as the lab's idle kernel does). sep and persist are checked
+// bitwise against each other over one layer. Weights rotate over 8 layers (3.5 GB, past L2). The
 // question it answers: is the ~3.5 us per GEMV boundary (the tenth session's layer chain: 108.6
 // us per layer for 94.2 us of bytes) what a persistent decode kernel would win back? And, from
 // each block's globaltimer stamps in the PDL chain (timeline), where a boundary's time goes.
@@ -23,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <type_traits>
 #include <vector>
 
 extern "C" void ls_die(const char *file, int line, const char *call, const char *msg)
@@ -169,11 +174,16 @@ static __device__ __forceinline__ void run_matrix(Wf W, int n, int k, uint4 (&a)
         if ((bi + 1) * U < o.my_rows) body(b, bi + 1);
     }
     // the next matrix's first batches: a is free once the last batch (in a or b) is summed
-    const next_mat nm = next();
-    if (nm.on) {
-        const geo nx = make_geo(nm.W, nm.n, nm.k);
-        issue<NCM>(nx, a, 0);
-        if (PRE2) issue<NCM>(nx, b, rows_per_batch<NCM>());
+    // (or, for a Next that takes the two register sets, whatever it issues into them)
+    if constexpr (std::is_invocable_v<Next, uint4(&)[4], uint4(&)[4]>) {
+        next(a, b);
+    } else {
+        const next_mat nm = next();
+        if (nm.on) {
+            const geo nx = make_geo(nm.W, nm.n, nm.k);
+            issue<NCM>(nx, a, 0);
+            if (PRE2) issue<NCM>(nx, b, rows_per_batch<NCM>());
+        }
     }
     __syncthreads();
     if (mark && threadIdx.x == 0) *mark = gtime(); // every warp's products done
@@ -223,21 +233,23 @@ struct layer_bufs {
     float *x, *qkv, *gu; // residual [4096], QKV out [nqkv], gate+up out [f2]
 };
 
-// a layer's shapes at TP ranks (Llama-3.1-8B): QKV nqkv x 4096, o 4096 x ko, gate+up f2 x 4096,
-// down 4096 x f; the down's columns per warp (cmd: 2 where k / 256 > 32 columns)
-template <int TP> struct lsh {
-    static constexpr int d = 4096, nqkv = 6144 / TP, ko = 4096 / TP, f2 = 28672 / TP,
-                         f = 14336 / TP, cmd = (f / 8 + 31) / 32 > 32 ? 2 : 1;
+// a layer's shapes at TP ranks (M = 0: Llama-3.1-8B; 1: Llama-3.1-70B): QKV nqkv x d, o d x ko,
+// gate+up f2 x d, down d x f; the down's columns per warp (cmd: 2 where k / 256 > 32 columns)
+template <int TP, int M = 0> struct lsh {
+    static constexpr int d = M ? 8192 : 4096, nqkv = (M ? 10240 : 6144) / TP, ko = d / TP,
+                         f2 = (M ? 57344 : 28672) / TP, f = f2 / 2,
+                         cmd = (f / 8 + 31) / 32 > 32 ? 2 : 1;
     static constexpr size_t per =
         (size_t)nqkv * d + (size_t)d * ko + (size_t)f2 * d + (size_t)d * f;
+    static constexpr const char *name = M ? "70B" : "8B";
 };
 
 // layer l's matrix m (QKV, o, gate+up, down), 8 layers' weights rotating; o reads the first ko
 // QKV outputs, down the first f gate+up outputs (stand-ins for attention and SwiGLU)
-template <int TP>
+template <int TP, int M>
 static __host__ __device__ __forceinline__ const uint16_t *mat_w(const uint16_t *W, int l, int m)
 {
-    using S = lsh<TP>;
+    using S = lsh<TP, M>;
     const uint16_t *w = W + (size_t)(l % 8) * S::per;
     if (m >= 1) w += (size_t)S::nqkv * S::d;
     if (m >= 2) w += (size_t)S::d * S::ko;
@@ -247,12 +259,12 @@ static __host__ __device__ __forceinline__ const uint16_t *mat_w(const uint16_t 
 
 // the persistent form: L layers, one block per SM, idle_ns of attention stand-in on the first
 // 48 blocks between QKV and o (its own barrier phase)
-template <bool PRE2, int TP>
+template <bool PRE2, int TP, int M>
 static __global__ void __launch_bounds__(NT, 1)
     persist_kernel(const uint16_t *__restrict__ W, layer_bufs bf, int L, unsigned *ctr,
                    unsigned base, unsigned long long idle_ns)
 {
-    using S = lsh<TP>;
+    using S = lsh<TP, M>;
     extern __shared__ float psum[];
     // the launch's parameters from shared memory where needed (volatile: not held in registers
     // across the matrices' loops, which need all 64)
@@ -267,7 +279,7 @@ static __global__ void __launch_bounds__(NT, 1)
         sW = W, sb = bf, sctr = ctr, sbase = base, sidle = idle_ns, sphase = 0, sl = 0, sL = L;
     uint4 a[4], b[4];
     {
-        const geo o = make_geo(mat_w<TP>(W, 0, 0), S::nqkv, S::d);
+        const geo o = make_geo(mat_w<TP, M>(W, 0, 0), S::nqkv, S::d);
         issue<1>(o, a, 0);
         if (PRE2) issue<1>(o, b, 4);
     }
@@ -284,10 +296,10 @@ static __global__ void __launch_bounds__(NT, 1)
     auto nxt = [&](int m, int n, int k) {
         return [=] {
             const int l = P(sl) + (m == 4);
-            return next_mat{mat_w<TP>(P(sW), l, m & 3), n, k, l < P(sL)};
+            return next_mat{mat_w<TP, M>(P(sW), l, m & 3), n, k, l < P(sL)};
         };
     };
-    auto wl = [&](int m) { return [=] { return mat_w<TP>(P(sW), P(sl), m); }; };
+    auto wl = [&](int m) { return [=] { return mat_w<TP, M>(P(sW), P(sl), m); }; };
     auto bx = [&] { return P(sb.x); };
     auto bqkv = [&] { return P(sb.qkv); };
     auto bgu = [&] { return P(sb.gu); };
@@ -351,6 +363,114 @@ static __global__ void __launch_bounds__(NT, 1)
         __syncthreads();
         if (threadIdx.x == 0) ts[4 * blockIdx.x + 3] = gtime();
     }
+}
+
+// The gate+up and down GEMVs in one kernel (fgd), the down split along its inputs. A block
+// computes its gate+up rows as the separate kernel does, takes the products of their two halves
+// as its share of h (the lab's stand-in for the SwiGLU: h_j = gu[r0 + j] * gu[r0 + nh + j], nh =
+// rows / 2) and multiplies them by the rows of the transposed down that those inputs meet (DT,
+// f x d: row i holds input i's weights for every output; the block's rows are r0 / 2 ..
+// r0 / 2 + nh), adding its partial output into x with float4 atomics. The down's first rows are
+// issued before the gate+up epilogue (they do not depend on h), so the boundary between the two
+// matrices (the release, the down's ramp and the slowest block's lag once) is gone; the price is
+// the atomics (d floats a block) and a sum order that changes from run to run. A measurement,
+// not a kernel for the engine: x is also the gate+up's input, read by every block right after
+// its PDL wait, long before any block's atomics (one block per SM, all resident).
+// FX: the partials added as 64-bit integers in units of 2^-32 into xacc instead of as floats
+// into x: integer sums do not depend on the order, so the result is reproducible (the form an
+// engine would need; what it costs is the question)
+template <int D, bool FX>
+static __global__ void __launch_bounds__(NT, 1)
+    fgd_kernel(const uint16_t *__restrict__ Wgu, const uint16_t *__restrict__ DT, float *x,
+               float *gu, int f2, int f, unsigned long long *xacc)
+{
+    extern __shared__ float psum[];
+    __shared__ float hs[256];
+    constexpr int C = D / 8;   // 16-byte chunks a DT row
+    constexpr int RS = NT / C; // DT rows a pass of the block
+    static_assert(NT % C == 0 && (RS == 1 || RS == 2), "one or two DT rows a pass");
+    uint4 a[4], b[4];
+    pdl_launch_dependents();
+    issue<1>(make_geo(Wgu, f2, D), a, 0);
+    pdl_wait();
+    int r0, rows, slots;
+    split(f2, D, r0, rows, slots);
+    const int nh = rows / 2, base = r0 / 2;
+    const int c = threadIdx.x % C, half = threadIdx.x / C;
+    const uint4 *dt = reinterpret_cast<const uint4 *>(DT) + (size_t)base * C + c;
+    // the thread's DT rows j = half + RS u; batch bi: u = 2 bi, 2 bi + 1 (in a when bi is even)
+    auto issue_dt = [&](uint4(&w)[4], int bi) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int j = half + RS * (2 * bi + i);
+            w[i] = j < nh && base + j < f ? ld_weights(dt + (size_t)j * C) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    run_matrix<1, false, false, 1>([=] { return Wgu; }, f2, D, a, b,
+                                   [=] { return (const float *)x; }, [=] { return gu; }, psum,
+                                   false,
+                                   [&](uint4(&wa)[4], uint4(&wb)[4]) {
+                                       issue_dt(wa, 0);
+                                       issue_dt(wb, 1);
+                                   });
+    __syncthreads(); // the block's gu rows written
+    for (int j = threadIdx.x; j < nh; j += NT)
+        hs[j] = __ldcg(gu + r0 + j) * __ldcg(gu + r0 + nh + j);
+    __syncthreads();
+    float acc[8] = {};
+    auto body = [&](uint4(&w)[4], int bi) {
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int j = half + RS * (2 * bi + i);
+            if (j < nh) {
+                const float h = hs[j];
+                float wf[8];
+                unpack8(w[i], wf);
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[e] = fmaf(h, wf[e], acc[e]);
+            }
+        }
+        issue_dt(w, bi + 2);
+    };
+    const int nb = (nh + 2 * RS - 1) / (2 * RS);
+    for (int bi = 0; bi < nb; bi += 2) {
+        body(a, bi);
+        if (bi + 1 < nb) body(b, bi + 1);
+    }
+    if (RS == 2) {
+        if (half == 1)
+            for (int e = 0; e < 8; e++) psum[c * 8 + e] = acc[e];
+        __syncthreads();
+        if (half == 1) return;
+        for (int e = 0; e < 8; e++) acc[e] += psum[c * 8 + e];
+    }
+    if (FX) {
+        for (int e = 0; e < 8; e++)
+            atomicAdd(xacc + 8 * c + e, (unsigned long long)__float2ll_rn(acc[e] * 4294967296.0f));
+    } else {
+        atomicAdd(reinterpret_cast<float4 *>(x + 8 * c),
+                  make_float4(acc[0], acc[1], acc[2], acc[3]));
+        atomicAdd(reinterpret_cast<float4 *>(x + 8 * c + 4),
+                  make_float4(acc[4], acc[5], acc[6], acc[7]));
+    }
+}
+
+// fgd's down as one thread an output, in double, in the same blocks' rows: x += the partials
+static __global__ void fgd_ref_down(const uint16_t *DT, float *x, const float *gu, int d, int f2,
+                                    int f, int nblocks)
+{
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= d) return;
+    double sum = 0;
+    for (int bk = 0; bk < nblocks; bk++) {
+        const int r0 = (int)((unsigned)bk * (unsigned)f2 / nblocks);
+        const int rows = (int)((unsigned)(bk + 1) * (unsigned)f2 / nblocks) - r0;
+        const int nh = rows / 2, base = r0 / 2;
+        for (int j = 0; j < nh && base + j < f; j++)
+            sum += (double)(gu[r0 + j] * gu[r0 + nh + j]) *
+                   __uint_as_float((uint32_t)DT[(size_t)(base + j) * d + col] << 16);
+    }
+    x[col] += (float)sum;
 }
 
 static __global__ void idle_kernel(unsigned long long ns)
@@ -471,27 +591,38 @@ template <int TP, typename Run> static void timeline(int sms, Run run)
 }
 
 // the bitwise check and the timings at one TP degree's shapes; false when a check failed
-template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv, float *gu,
-                                     unsigned *ctr, unsigned &base)
+template <int TP, int M>
+static bool run_tp(int sms, uint16_t *W, float *x, float *qkv, float *gu, unsigned *ctr,
+                   unsigned &base, unsigned long long *xacc)
 {
-    using S = lsh<TP>;
+    using S = lsh<TP, M>;
     const int L = 8;
     const layer_bufs bf = {x, qkv, gu};
-    // shared memory: the most rows a block has (gate+up) x the odd slot stride
-    const size_t smem = (size_t)((S::f2 + sms - 1) / sms) * (16 | 1) * sizeof(float);
+    // shared memory: the most a matrix needs, its rows a block x the odd slot stride
+    auto need = [&](int n, int k) {
+        return (size_t)((n + sms - 1) / sms) * (std::min(NW, (k / 8 + 31) / 32) | 1) *
+               sizeof(float);
+    };
+    const size_t smem = std::max(std::max(need(S::nqkv, S::d), need(S::d, S::ko)),
+                                 std::max(need(S::f2, S::d), need(S::d, S::f)));
     for (const void *fn :
-         {(const void *)persist_kernel<false, TP>, (const void *)persist_kernel<true, TP>,
+         {(const void *)persist_kernel<false, TP, M>, (const void *)persist_kernel<true, TP, M>,
           (const void *)sep_kernel<1, false>, (const void *)sep_kernel<1, true>,
           (const void *)sep_kernel<S::cmd, true>})
         CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
+    const size_t fsmem = std::max(smem, (size_t)S::d * sizeof(float));
+    for (const void *fn :
+         {(const void *)fgd_kernel<S::d, false>, (const void *)fgd_kernel<S::d, true>})
+        CHECK_CUDA(
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fsmem));
     auto persist = [&](bool pre2, int layers, unsigned long long idle) {
         // 4 or 5 arrivals per layer per block; base: the counter's value at this launch
         const unsigned per = (idle ? 5u : 4u) * (unsigned)layers * (unsigned)sms;
         void *args[] = {(void *)&W, (void *)&bf, (void *)&layers, (void *)&ctr, (void *)&base,
                         (void *)&idle};
-        const void *fn = pre2 ? (const void *)persist_kernel<true, TP>
-                              : (const void *)persist_kernel<false, TP>;
+        const void *fn = pre2 ? (const void *)persist_kernel<true, TP, M>
+                              : (const void *)persist_kernel<false, TP, M>;
         CHECK_CUDA(cudaLaunchCooperativeKernel(fn, dim3(sms), dim3(NT), args, smem, 0));
         base += per;
     };
@@ -501,15 +632,30 @@ template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv,
         ls_pdl_on = 1;
         auto stamp = [&](int l, int m) { return ts ? ts + (size_t)(4 * l + m) * 4 * sms : ts; };
         for (int l = 0; l < layers; l++) {
-            pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 0),
+            pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP, M>(W, l, 0),
                        (const float *)x, qkv, S::nqkv, S::d, stamp(l, 0));
             if (idle) pdl_launch(idle_kernel, 48, 128, (size_t)16 << 10, (cudaStream_t)0, idle);
-            pdl_launch(sep_kernel<1, true>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 1),
+            pdl_launch(sep_kernel<1, true>, sms, NT, smem, (cudaStream_t)0, mat_w<TP, M>(W, l, 1),
                        (const float *)qkv, x, S::d, S::ko, stamp(l, 1));
-            pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP>(W, l, 2),
+            pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP, M>(W, l, 2),
                        (const float *)x, gu, S::f2, S::d, stamp(l, 2));
             pdl_launch(sep_kernel<S::cmd, true>, sms, NT, smem, (cudaStream_t)0,
-                       mat_w<TP>(W, l, 3), (const float *)gu, x, S::d, S::f, stamp(l, 3));
+                       mat_w<TP, M>(W, l, 3), (const float *)gu, x, S::d, S::f, stamp(l, 3));
+        }
+        ls_pdl_on = 0;
+    };
+    // QKV, o and gate+up with down in one kernel (fgd_kernel), PDL
+    auto fused = [&](int layers, unsigned long long idle, bool fx) {
+        ls_pdl_on = 1;
+        for (int l = 0; l < layers; l++) {
+            pdl_launch(sep_kernel<1, false>, sms, NT, smem, (cudaStream_t)0, mat_w<TP, M>(W, l, 0),
+                       (const float *)x, qkv, S::nqkv, S::d, (unsigned long long *)nullptr);
+            if (idle) pdl_launch(idle_kernel, 48, 128, (size_t)16 << 10, (cudaStream_t)0, idle);
+            pdl_launch(sep_kernel<1, true>, sms, NT, smem, (cudaStream_t)0, mat_w<TP, M>(W, l, 1),
+                       (const float *)qkv, x, S::d, S::ko, (unsigned long long *)nullptr);
+            pdl_launch(fx ? fgd_kernel<S::d, true> : fgd_kernel<S::d, false>, sms, NT, fsmem,
+                       (cudaStream_t)0, mat_w<TP, M>(W, l, 2), mat_w<TP, M>(W, l, 3), x, gu, S::f2,
+                       S::f, xacc);
         }
         ls_pdl_on = 0;
     };
@@ -548,10 +694,68 @@ template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv,
             ok = ok && diff == 0 && finite == hs.size();
         }
 
+    // fgd against its reference: gu bitwise (the same gate+up code), x within 1e-5 (atomics
+    // in any order against a sum in double)
+    {
+        std::vector<float> hf(D + F2), hr(D + F2);
+        auto grab2 = [&](std::vector<float> &h) {
+            CHECK_CUDA(cudaDeviceSynchronize());
+            CHECK_CUDA(cudaMemcpy(h.data(), x, sizeof(float) * D, cudaMemcpyDeviceToHost));
+            CHECK_CUDA(cudaMemcpy(h.data() + D, gu, sizeof(float) * F2, cudaMemcpyDeviceToHost));
+        };
+        reset();
+        fgd_kernel<S::d, false><<<sms, NT, fsmem>>>(mat_w<TP, M>(W, 0, 2), mat_w<TP, M>(W, 0, 3), x,
+                                                    gu, S::f2, S::f, xacc);
+        CHECK_CUDA(cudaGetLastError());
+        grab2(hf);
+        // the fixed-point form, twice: the same bits each time
+        std::vector<unsigned long long> acc1(D), acc2(D);
+        for (auto *acc : {&acc1, &acc2}) {
+            reset();
+            CHECK_CUDA(cudaMemset(xacc, 0, sizeof(unsigned long long) * D));
+            fgd_kernel<S::d, true><<<sms, NT, fsmem>>>(mat_w<TP, M>(W, 0, 2), mat_w<TP, M>(W, 0, 3),
+                                                       x, gu, S::f2, S::f, xacc);
+            CHECK_CUDA(cudaGetLastError());
+            CHECK_CUDA(cudaDeviceSynchronize());
+            CHECK_CUDA(cudaMemcpy(acc->data(), xacc, sizeof(unsigned long long) * D,
+                                  cudaMemcpyDeviceToHost));
+        }
+        reset();
+        sep_kernel<1, false><<<sms, NT, smem>>>(mat_w<TP, M>(W, 0, 2), x, gu, S::f2, S::d, nullptr);
+        fgd_ref_down<<<(D + 127) / 128, 128>>>(mat_w<TP, M>(W, 0, 3), x, gu, D, S::f2, S::f, sms);
+        CHECK_CUDA(cudaGetLastError());
+        grab2(hr);
+        size_t gdiff = 0;
+        double e2 = 0, r2 = 0, d2 = 0;
+        std::vector<float> x0(D);
+        fill_x<<<16, 256>>>(x, D);
+        CHECK_CUDA(cudaMemcpy(x0.data(), x, sizeof(float) * D, cudaMemcpyDeviceToHost));
+        for (int i = 0; i < F2; i++) gdiff += memcmp(&hf[D + i], &hr[D + i], 4) != 0;
+        for (int i = 0; i < D; i++) {
+            e2 += ((double)hf[i] - hr[i]) * ((double)hf[i] - hr[i]);
+            r2 += (double)hr[i] * hr[i];
+            d2 += ((double)hr[i] - x0[i]) * ((double)hr[i] - x0[i]);
+        }
+        const double rel = sqrt(e2 / (r2 > 0 ? r2 : 1)), drel = sqrt(e2 / (d2 > 0 ? d2 : 1));
+        double f2e = 0;
+        for (int i = 0; i < D; i++) {
+            const double v = (double)x0[i] + (double)(long long)acc1[i] / 4294967296.0 - hr[i];
+            f2e += v * v;
+        }
+        const double frel = sqrt(f2e / (d2 > 0 ? d2 : 1));
+        const bool same = acc1 == acc2;
+        printf("%s TP=%d fused gate+up+down: gu %zu of %d differ; x ||out-ref||/||ref|| = %.2e "
+               "(%.2e of the down's part, whose norm is %.3g); fixed point %.2e of the down's "
+               "part, two runs %s\n",
+               S::name, TP, gdiff, F2, rel, drel, sqrt(d2), frel,
+               same ? "bitwise equal" : "DIFFERENT");
+        ok = ok && gdiff == 0 && rel < 1e-5 && d2 > 0 && drel < 1e-4 && frel < 1e-4 && same;
+    }
+
     const double bytes = (double)S::per * 2;
-    printf("one 8B TP=%d layer's four GEMVs, %d layers' weights rotating, us per layer (%.1f MB, "
+    printf("one %s TP=%d layer's four GEMVs, %d layers' weights rotating, us per layer (%.1f MB, "
            "%.2f us at the roofline):\n",
-           TP, L, bytes / 1e6, bytes / g_roof / 1e3);
+           S::name, TP, L, bytes / 1e6, bytes / g_roof / 1e3);
     for (unsigned long long idle : {0ull, 8000ull}) {
         // 8 layers per launch for the persistent kernel (a step has 32); sep the same 8
         reset();
@@ -559,9 +763,13 @@ template <int TP> static bool run_tp(int sms, uint16_t *W, float *x, float *qkv,
         const float p1 = time_ms(30, 1, [&](int) { persist(false, L, idle); }) / L;
         const float p2 = time_ms(30, 1, [&](int) { persist(true, L, idle); }) / L;
         const float p32 = time_ms(10, 1, [&](int) { persist(false, 4 * L, idle); }) / (4 * L);
+        const float fu = time_ms(30, 1, [&](int) { fused(L, idle, false); }) / L;
+        CHECK_CUDA(cudaMemset(xacc, 0, sizeof(unsigned long long) * S::d));
+        const float fx = time_ms(30, 1, [&](int) { fused(L, idle, true); }) / L;
         printf("  TP=%d idle %4.1f us between QKV and o: sep (PDL) %7.2f | persist %7.2f | "
-               "persist pre2 %7.2f | persist, 32 layers a launch %7.2f\n",
-               TP, idle / 1e3, s * 1e3, p1 * 1e3, p2 * 1e3, p32 * 1e3);
+               "persist pre2 %7.2f | persist, 32 layers a launch %7.2f | gate+up+down fused "
+               "%7.2f, fixed point %7.2f\n",
+               TP, idle / 1e3, s * 1e3, p1 * 1e3, p2 * 1e3, p32 * 1e3, fu * 1e3, fx * 1e3);
         fflush(stdout);
     }
     timeline<TP>(sms, [&](int layers, unsigned long long *ts) { sep(layers, 0, ts); });
@@ -578,20 +786,26 @@ int main(void)
     uint16_t *W;
     float *x, *qkv, *gu;
     unsigned *ctr;
-    using S = lsh<1>;
-    CHECK_CUDA(cudaMalloc(&W, S::per * 2 * 8));
-    CHECK_CUDA(cudaMalloc(&x, sizeof(float) * S::d));
-    CHECK_CUDA(cudaMalloc(&qkv, sizeof(float) * S::nqkv));
-    CHECK_CUDA(cudaMalloc(&gu, sizeof(float) * S::f2));
+    unsigned long long *xacc;
+    // room for the larger of the 8B TP=1 and 70B TP=2 layers
+    using S = lsh<1, 0>;
+    using S7 = lsh<2, 1>;
+    const size_t per = std::max(S::per, S7::per);
+    CHECK_CUDA(cudaMalloc(&W, per * 2 * 8));
+    CHECK_CUDA(cudaMalloc(&x, sizeof(float) * S7::d));
+    CHECK_CUDA(cudaMalloc(&xacc, sizeof(unsigned long long) * S7::d));
+    CHECK_CUDA(cudaMalloc(&qkv, sizeof(float) * std::max(S::nqkv, S7::nqkv)));
+    CHECK_CUDA(cudaMalloc(&gu, sizeof(float) * std::max(S::f2, S7::f2)));
     CHECK_CUDA(cudaMalloc(&ctr, sizeof(unsigned)));
     CHECK_CUDA(cudaMemset(ctr, 0, sizeof(unsigned)));
     // small weights (|w| < 2^-6): a layer keeps x bounded for the bitwise check
-    fill_bf16<<<4096, 256>>>(W, S::per * 8, 5, 0x3c00u);
+    fill_bf16<<<4096, 256>>>(W, per * 8, 5, 0x3c00u);
     CHECK_CUDA(cudaDeviceSynchronize());
     g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
     printf("streaming read 4 GiB: %.0f GB/s\n", g_roof);
     unsigned base = 0;
-    bool ok = run_tp<1>(di.sms, W, x, qkv, gu, ctr, base);
-    ok = run_tp<2>(di.sms, W, x, qkv, gu, ctr, base) && ok;
+    bool ok = run_tp<1, 0>(di.sms, W, x, qkv, gu, ctr, base, xacc);
+    ok = run_tp<2, 0>(di.sms, W, x, qkv, gu, ctr, base, xacc) && ok;
+    ok = run_tp<2, 1>(di.sms, W, x, qkv, gu, ctr, base, xacc) && ok;
     return ok ? 0 : 1;
 }
