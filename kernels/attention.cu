@@ -590,9 +590,11 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // for experiments; LOCKSTEP_ATT_WIDE=0|1 forces the kernel's short-context (wide-iteration) form
 // off or on (-1, the default: by the cache length); ls_attention_set_decode_shape overrides
 // both. LOCKSTEP_ATT_CLUSTER=0 turns the cluster merge off (ls_attention_set_cluster).
+// LOCKSTEP_ATT_HEADS=1|2|4 (an experiment): at most that many q heads a block (default
+// ATT_MAX_G), so a KV head's group spreads over more block rows, each with a shorter chain.
 static struct {
-    int read, min_chunk, wide, cluster;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1};
+    int read, min_chunk, wide, cluster, heads;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, ATT_MAX_G};
 
 static void shape_from_env(void)
 {
@@ -605,6 +607,16 @@ static void shape_from_env(void)
     if (w && (w[0] == '0' || w[0] == '1') && !w[1]) g_shape.wide = w[0] - '0';
     const char *cl = getenv("LOCKSTEP_ATT_CLUSTER");
     if (cl && (cl[0] == '0' || cl[0] == '1') && !cl[1]) g_shape.cluster = cl[0] - '0';
+    const char *hp = getenv("LOCKSTEP_ATT_HEADS");
+    if (hp && (hp[0] == '1' || hp[0] == '2' || hp[0] == '4') && !hp[1]) g_shape.heads = hp[0] - '0';
+}
+
+// q heads held per decode block (a kernel form: 1, 2, 4 or 8) for a group of q heads a KV head
+static int heads_per_block(int group)
+{
+    shape_from_env();
+    const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group;
+    return gm <= g_shape.heads ? gm : g_shape.heads;
 }
 
 extern "C" int ls_attention_set_cluster(int on)
@@ -643,7 +655,8 @@ extern "C" int ls_attention_cluster_reach(int hq, int hkv, int max_ctx)
 extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
 {
     if (hkv < 1 || hq < hkv || max_ctx < 1) return 1;
-    int group = hq / hkv, blocks = hkv * ((group + ATT_MAX_G - 1) / ATT_MAX_G);
+    const int group = hq / hkv, gm = heads_per_block(group);
+    const int blocks = hkv * ((group + gm - 1) / gm);
     int want = (4 * ls_device_get().sms + blocks - 1) / blocks; // ~4 blocks per SM
     const int mc = min_chunk();
     int most = (max_ctx + mc - 1) / mc;
@@ -702,7 +715,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
                "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
     const int group = hq / hkv;
-    const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group; // q heads held per block
+    const int gm = heads_per_block(group); // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);
