@@ -590,11 +590,11 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // for experiments; LOCKSTEP_ATT_WIDE=0|1 forces the kernel's short-context (wide-iteration) form
 // off or on (-1, the default: by the cache length); ls_attention_set_decode_shape overrides
 // both. LOCKSTEP_ATT_CLUSTER=0 turns the cluster merge off (ls_attention_set_cluster).
-// LOCKSTEP_ATT_HEADS=1|2|4 (an experiment): at most that many q heads a block (default
-// ATT_MAX_G), so a KV head's group spreads over more block rows, each with a shorter chain.
+// LOCKSTEP_ATT_HEADS=1|2|4|8: at most that many q heads a block (0, the default: by the
+// launch's size, heads_per_block).
 static struct {
     int read, min_chunk, wide, cluster, heads;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, ATT_MAX_G};
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0};
 
 static void shape_from_env(void)
 {
@@ -608,15 +608,27 @@ static void shape_from_env(void)
     const char *cl = getenv("LOCKSTEP_ATT_CLUSTER");
     if (cl && (cl[0] == '0' || cl[0] == '1') && !cl[1]) g_shape.cluster = cl[0] - '0';
     const char *hp = getenv("LOCKSTEP_ATT_HEADS");
-    if (hp && (hp[0] == '1' || hp[0] == '2' || hp[0] == '4') && !hp[1]) g_shape.heads = hp[0] - '0';
+    if (hp && (hp[0] == '1' || hp[0] == '2' || hp[0] == '4' || hp[0] == '8') && !hp[1])
+        g_shape.heads = hp[0] - '0';
 }
 
-// q heads held per decode block (a kernel form: 1, 2, 4 or 8) for a group of q heads a KV head
-static int heads_per_block(int group)
+// q heads held per decode block (a kernel form: 1, 2, 4 or 8) for groups of `group` q heads
+// on hkv KV heads, split in nsplit chunks. The most a block can hold (up to 8) unless half as
+// many still give at most one block per SM with every chunk live: then each KV head's group
+// runs on twice the block rows, each with half the heads and a shorter chain. That is the case
+// at short caches (nsplit is at most the cache's 64-position chunks), where the split leaves
+// most SMs idle: measured (seventeenth session, caches of 256-384) 70B TP=2 (8 heads a group:
+// 4 a block) -0.29 ms a token, 8B (4 a group: 2 a block) TP=1 -0.06 ms, TP=2 -0.07. Longer
+// caches keep the old form, where more rows would mean more waves (not measured).
+static int heads_per_block(int group, int hkv, int nsplit)
 {
     shape_from_env();
     const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group;
-    return gm <= g_shape.heads ? gm : g_shape.heads;
+    if (g_shape.heads) return gm <= g_shape.heads ? gm : g_shape.heads;
+    const int half = gm / 2; // 8 -> 4 and 4 -> 2 measured; 2 -> 1 not
+    if (half < 2) return gm;
+    const long blocks = (long)nsplit * hkv * ((group + half - 1) / half);
+    return blocks <= ls_device_get().sms ? half : gm;
 }
 
 extern "C" int ls_attention_set_cluster(int on)
@@ -655,8 +667,9 @@ extern "C" int ls_attention_cluster_reach(int hq, int hkv, int max_ctx)
 extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
 {
     if (hkv < 1 || hq < hkv || max_ctx < 1) return 1;
-    const int group = hq / hkv, gm = heads_per_block(group);
-    const int blocks = hkv * ((group + gm - 1) / gm);
+    // blocks a chunk, with the most heads a block (the split does not depend on
+    // heads_per_block, which depends on it)
+    int group = hq / hkv, blocks = hkv * ((group + ATT_MAX_G - 1) / ATT_MAX_G);
     int want = (4 * ls_device_get().sms + blocks - 1) / blocks; // ~4 blocks per SM
     const int mc = min_chunk();
     int most = (max_ctx + mc - 1) / mc;
@@ -715,7 +728,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
                "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
     const int group = hq / hkv;
-    const int gm = heads_per_block(group); // q heads held per block
+    const int gm = heads_per_block(group, hkv, nsplit); // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);

@@ -1151,6 +1151,20 @@ static void tests_decode(void)
     test_decode_pdl(32, 8, 128, 100, 4096);
     test_decode_pdl(32, 8, 128, 512, 4096);
     test_decode_pdl(32, 8, 128, 1000, 4096);
+    // short caches, where the split's chunks times the block rows fit one block a SM and each
+    // KV head's group runs on twice the rows with half the heads (heads_per_block): the bench's
+    // caches (prompt 128 + 256 or 128 generated) at 8B TP=1 (4 heads a group: 2 a block), TP=2,
+    // 70B TP=2 (8 a group: 4 a block), SmolLM2 (3 a group: 2 and 1)
+    for (int n : {1, 200, 384}) {
+        test_decode(32, 8, 128, n, 384, 0);
+        test_decode_pdl(32, 8, 128, n, 384);
+        test_decode(16, 4, 128, n, 384, 0);
+    }
+    for (int n : {1, 129, 256}) {
+        test_decode(64, 8, 128, n, 256, 0);
+        test_decode_pdl(32, 4, 128, n, 256);
+    }
+    test_decode_pdl(9, 3, 64, 300, 512);
     // PDL: the current position's K/V rows and q arrive late; contexts where that row is the
     // first, the middle and the last of its chunk
     for (int n : {1, 65, 100, 256}) test_decode_pdl(32, 8, 128, n, mc);
