@@ -29,11 +29,12 @@ enum {
     OPT_WARMUP,
     OPT_SWEEP,
     OPT_SWEEP_MAX,
+    OPT_MAX_CTX,
 };
 
 static const char bench_help[] =
     "usage: lockstep bench (-m MODEL | --dummy PRESET) [--prompt-len P] [--gen N] [--batch 1] "
-    "[--json FILE]\n"
+    "[--max-context N] [--json FILE]\n"
     "Measures the read roofline, prefill tokens/s and decode ms/token in one run, on every rank;\n"
     "rank 0 prints a table.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
@@ -43,6 +44,9 @@ static const char bench_help[] =
     "  --gen N              timed decode steps (default 256)\n"
     "  --warmup N           untimed decode steps first (default 16)\n"
     "  --batch B            sequences per step; only 1 is supported\n"
+    "  --max-context N      KV cache positions (default: the prompt, warm-up and timed steps, +1;\n"
+    "                       generate's default is 4096, which splits the decode attention\n"
+    "                       otherwise)\n"
     "  --bw-bytes N         bytes for the bandwidth measurement (default 4 GiB on GPUs, 512 MiB on "
     "CPUs)\n"
     "  --json FILE          also write the results as JSON\n"
@@ -189,6 +193,7 @@ int cmd_bench(int argc, char **argv)
         {"json", required_argument, NULL, OPT_JSON},
         {"allreduce-sweep", no_argument, NULL, OPT_SWEEP},
         {"sweep-max", required_argument, NULL, OPT_SWEEP_MAX},
+        {"max-context", required_argument, NULL, OPT_MAX_CTX},
         {"temperature", required_argument, NULL, RC_OPT_TEMP},
         {"top-k", required_argument, NULL, RC_OPT_TOP_K},
         {"top-p", required_argument, NULL, RC_OPT_TOP_P},
@@ -201,7 +206,7 @@ int cmd_bench(int argc, char **argv)
     const char *model = NULL, *json_path = NULL;
     char dummy[4200], err[512];
     long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, sweep_max = 64L << 20,
-         v;
+         max_ctx = 0, v;
     int reset = 1, opt, sweep = 0;
     struct ls_gen_params gp; /* only its sampling filters: what the decode step draws with */
     ls_gen_defaults(&gp);
@@ -241,6 +246,10 @@ int cmd_bench(int argc, char **argv)
             break;
         case OPT_SWEEP:
             sweep = 1;
+            break;
+        case OPT_MAX_CTX:
+            if (ls_parse_long("--max-context", optarg, 2, 1 << 22, &max_ctx, err, sizeof err))
+                return ls_usage_error("bench", err);
             break;
         case OPT_SWEEP_MAX:
             if (ls_parse_long("--sweep-max", optarg, 1024, 1L << 32, &sweep_max, err, sizeof err))
@@ -284,6 +293,14 @@ int cmd_bench(int argc, char **argv)
 
     struct rc_job j;
     int ctx_len = (int)(prompt_len + warmup + gen + 1);
+    if (max_ctx && max_ctx < ctx_len) {
+        snprintf(err, sizeof err,
+                 "--max-context %ld holds fewer positions than the run needs: %d (prompt %ld + "
+                 "warm-up %ld + timed %ld + 1)",
+                 max_ctx, ctx_len, prompt_len, warmup, gen);
+        return ls_usage_error("bench", err);
+    }
+    if (max_ctx) ctx_len = (int)max_ctx;
     rc_job_start(&j, &argc, &argv, &common, model, ctx_len,
                  (int)(prompt_len < 512 ? prompt_len : 512));
     const struct ls_model *m = j.model;
@@ -356,6 +373,7 @@ int cmd_bench(int argc, char **argv)
         printf("  %-38s %10.2f s (rank 0; %.2f GB/s)\n", "model load", j.load_s,
                (double)s->weight_bytes / 1e9 / j.load_s);
         printf("  %-38s %10.3f GB\n", "bytes read per decode step per rank", step_bytes / 1e9);
+        printf("  %-38s %10d positions\n", "KV cache (--max-context)", ctx_len);
         printf("  %-38s %10.1f tok/s  (%d tokens in %.3f ms)\n", "prefill", prompt_len / prefill,
                (int)prompt_len, prefill * 1e3);
         printf("  %-38s %10.3f ms/token = %.1f tok/s (slowest rank %.3f ms)\n", "decode", ms_tok,
@@ -383,6 +401,7 @@ int cmd_bench(int argc, char **argv)
                 ms_alone);
             json_object_set_new(o, "allreduce_share", json_real(share));
             json_object_set_new(o, "load_s", json_real(j.load_s));
+            json_object_set_new(o, "max_context", json_integer(ctx_len));
             json_object_set_new(o, "sampling",
                                 json_pack("{s:f, s:i, s:f, s:f}", "temperature",
                                           (double)sp.temperature, "top_k", sp.top_k, "top_p",

@@ -30,6 +30,14 @@ run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 -
 check "bench with sampling: exits 0 and says how it chose" eval '[ "$rc" -eq 0 ] && out_has "temperature 0.8, top-k 40, top-p 0.9"'
 check "bench with sampling: the JSON records it" \
     jq_file "$tmp/bs.json" '.sampling.temperature > 0.79 and .sampling.temperature < 0.81 and .sampling.top_k == 40 and .decode_ms_per_token > 0'
+check "bench JSON: the KV cache of the run's positions by default (16 + 2 + 8 + 1)" jq_file "$tmp/b.json" '.max_context == 27'
+run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --warmup 2 --bw-bytes 67108864 \
+    --max-context 600 --json "$tmp/bm.json"
+check "bench --max-context 600: exits 0, prints and records the cache" \
+    eval '[ "$rc" -eq 0 ] && out_has "600 positions" && jq_file "$tmp/bm.json" ".max_context == 600 and .decode_ms_per_token > 0"'
+run "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --warmup 2 --max-context 20
+check "bench --max-context below the run's positions: a clear usage error with both numbers" \
+    eval '[ "$rc" -eq 2 ] && err_has "--max-context 20 holds fewer positions than the run needs: 27"'
 run "$LOCKSTEP" bench --cpu --dummy smollm2-135m --top-p 0
 check "bench --top-p 0: a clear usage error naming the field" err_has "top_p"
 run "$LOCKSTEP" bench --batch 4 --dummy smollm2-135m
