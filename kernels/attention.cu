@@ -620,13 +620,26 @@ static void shape_from_env(void)
 // most SMs idle: measured (seventeenth session, caches of 256-384) 70B TP=2 (8 heads a group:
 // 4 a block) -0.29 ms a token, 8B (4 a group: 2 a block) TP=1 -0.06 ms, TP=2 -0.07. Longer
 // caches keep the old form, where more rows would mean more waves (not measured).
+// The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
+// where it is a form measured to gain (8 -> 4, 4 -> 2; 2 -> 1 not), else 0.
+static int most_heads(int group)
+{
+    return group >= 5 ? 8 : group >= 3 ? 4 : group;
+}
+
+static int half_heads(int group)
+{
+    const int half = most_heads(group) / 2;
+    return half >= 2 ? half : 0;
+}
+
 static int heads_per_block(int group, int hkv, int nsplit)
 {
     shape_from_env();
-    const int gm = group >= 5 ? 8 : group >= 3 ? 4 : group;
+    const int gm = most_heads(group);
     if (g_shape.heads) return gm <= g_shape.heads ? gm : g_shape.heads;
-    const int half = gm / 2; // 8 -> 4 and 4 -> 2 measured; 2 -> 1 not
-    if (half < 2) return gm;
+    const int half = half_heads(group);
+    if (!half) return gm;
     const long blocks = (long)nsplit * hkv * ((group + half - 1) / half);
     return blocks <= ls_device_get().sms ? half : gm;
 }
@@ -662,6 +675,26 @@ extern "C" int ls_attention_cluster_reach(int hq, int hkv, int max_ctx)
 {
     const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     return nsplit <= ATT_CLUSTER ? max_ctx : ATT_CLUSTER * min_chunk();
+}
+
+extern "C" int ls_attention_short_heads(int hq, int hkv)
+{
+    return hkv < 1 || hq < hkv || hq % hkv ? 0 : half_heads(hq / hkv);
+}
+
+// Contexts of n <= nsplit x min_chunk positions have ceil(n / min_chunk) live chunks (chunk_len),
+// so the live blocks fit one a SM up to (SMs / rows) chunks of min_chunk, or everywhere when
+// that many chunks are the whole split.
+extern "C" int ls_attention_short_reach(int hq, int hkv, int max_ctx)
+{
+    const int half = ls_attention_short_heads(hq, hkv);
+    if (!half || max_ctx < 1) return 0;
+    const int group = hq / hkv, rows = hkv * ((group + half - 1) / half);
+    const int chunks = ls_device_get().sms / rows;
+    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    if (chunks >= nsplit) return max_ctx;
+    const long reach = (long)chunks * min_chunk();
+    return reach < max_ctx ? (int)reach : max_ctx;
 }
 
 extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
@@ -718,17 +751,19 @@ static bool wide_form(int max_ctx)
 
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
-                                    int max_ctx, int nsplit, int fresh, int clusters,
+                                    int max_ctx, int nsplit, int fresh, int clusters, int heads,
                                     float *workspace, void *stream)
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
         nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) || ((uintptr_t)q & 15) ||
-        fresh < 0)
+        fresh < 0 || (heads && heads != 1 && heads != 2 && heads != 4 && heads != 8))
         ls_die(__FILE__, __LINE__, "ls_attention_decode",
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
-               "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
+               "workspace when nsplit > 1, q on a 16-byte boundary, fresh >= 0 and heads 0, 1, "
+               "2, 4 or 8");
     const int group = hq / hkv;
-    const int gm = heads_per_block(group, hkv, nsplit); // q heads held per block
+    int gm = heads_per_block(group, hkv, nsplit); // q heads held per block
+    if (heads) gm = most_heads(group) <= heads ? most_heads(group) : heads;
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);

@@ -900,15 +900,24 @@ static void make_decode(int hq, int hkv, int hd, int n, int max_ctx, std::vector
 // the decode tests' clusters argument (0: the workspace merge only), and which merge of the
 // chunks that runs, appended to their names
 static int g_att_clusters = 1;
+// the decode tests' heads argument (0: the default by the launch's size; else the most q heads
+// a block, as the short-context form passes)
+static int g_att_heads = 0;
 static const char *att_tag(void)
 {
-    return g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)";
+    static char t[96];
+    snprintf(t, sizeof t, "%s%s",
+             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)",
+             g_att_heads == 4   ? ", 4 heads a block"
+             : g_att_heads == 2 ? ", 2 heads a block"
+                                : "");
+    return t;
 }
 
 static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
 {
     if (nsplit == 0) nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    char name[128];
+    char name[224];
     snprintf(name, sizeof name, "attention_decode hq=%d hkv=%d hd=%d ctx=%d nsplit=%d%s", hq, hkv,
              hd, n, nsplit, att_tag());
     std::vector<uint16_t> kc, vc;
@@ -931,7 +940,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     dws.poison();
     if (wsb) CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        g_att_clusters, wsb ? dws.p : nullptr, nullptr);
+                        g_att_clusters, g_att_heads, wsb ? dws.p : nullptr, nullptr);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
     if (!wsb) return;
@@ -949,7 +958,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     bool zero = counters_zero();
     dout.poison();
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        g_att_clusters, dws.p, nullptr);
+                        g_att_clusters, g_att_heads, dws.p, nullptr);
     std::vector<float> out2 = dout.down();
     zero = counters_zero() && zero;
     report(zero && !memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
@@ -967,7 +976,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
         dpos.up(&pi);
         dout.poison();
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            g_att_clusters, dws.p, nullptr);
+                            g_att_clusters, g_att_heads, dws.p, nullptr);
         eager[i] = dout.down();
     }
     cudaStream_t st;
@@ -978,7 +987,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < 3; l++)
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            g_att_clusters, dws.p, st);
+                            g_att_clusters, g_att_heads, dws.p, st);
     CHECK_CUDA(cudaStreamEndCapture(st, &g));
     CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
     ls_kernels_set_pdl(0);
@@ -1033,7 +1042,7 @@ static __global__ void spin_then_write_qkv(float *q, const float *qs, size_t nq,
 static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fresh = 0)
 {
     const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    char name[128];
+    char name[224];
     snprintf(name, sizeof name,
              "attention_decode pdl hq=%d hkv=%d hd=%d ctx=%d fresh=%d nsplit=%d%s", hq, hkv, hd, n,
              fresh, nsplit, att_tag());
@@ -1067,7 +1076,7 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
                                      max_ctx, n - 1 - fresh, n - 1, 40000);
     CHECK_CUDA(cudaGetLastError());
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, fresh,
-                        g_att_clusters, nsplit > 1 ? dws.p : nullptr, nullptr);
+                        g_att_clusters, g_att_heads, nsplit > 1 ? dws.p : nullptr, nullptr);
     ls_kernels_set_pdl(0);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
@@ -1122,6 +1131,42 @@ static void tests_attention(void)
     }
 }
 
+// ls_attention_short_reach against the kernel's chunk rule (chunk_len: ceil(n / nsplit)
+// positions, at least 64): at the reach the live chunks times the doubled block rows fit one
+// block a SM, one position past it they do not (or the reach is the whole cache); and the
+// heads it halves: 8 -> 4, 4 and 3 -> 2, none for groups of 2 or 1
+static void test_short_reach(void)
+{
+    int dev = 0, sms = 0;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const struct {
+        int hq, hkv, max_ctx;
+    } cs[] = {{32, 8, 4096}, {32, 4, 4096}, {16, 4, 4096}, {64, 8, 8192},
+              {9, 3, 2048},  {32, 8, 384},  {32, 4, 256}};
+    for (const auto &c : cs) {
+        const int heads = ls_attention_short_heads(c.hq, c.hkv), group = c.hq / c.hkv;
+        const int want = group >= 5 ? 4 : 2;
+        const int nsplit = ls_attention_decode_splits(c.hq, c.hkv, c.max_ctx);
+        const int rows = c.hkv * ((group + want - 1) / want);
+        auto live = [&](int n) {
+            int len = (n + nsplit - 1) / nsplit;
+            len = len < 64 ? 64 : len;
+            return (n + len - 1) / len;
+        };
+        const int r = ls_attention_short_reach(c.hq, c.hkv, c.max_ctx);
+        const bool ok = heads == want && r >= 1 && r <= c.max_ctx && live(r) * rows <= sms &&
+                        (r == c.max_ctx || live(r + 1) * rows > sms);
+        report(ok,
+               "attention short-context form hq=%d hkv=%d max_ctx=%d: %d heads a block, reach %d "
+               "(nsplit %d, %d rows, %d SMs)",
+               c.hq, c.hkv, c.max_ctx, heads, r, nsplit, rows, sms);
+    }
+    const bool none = !ls_attention_short_heads(16, 8) && !ls_attention_short_heads(8, 8) &&
+                      !ls_attention_short_reach(16, 8, 4096);
+    report(none, "attention short-context form: none for groups of 2 and 1");
+}
+
 static void tests_decode(void)
 {
     const int mc = g_quick ? 1024 : 8192;
@@ -1165,6 +1210,22 @@ static void tests_decode(void)
         test_decode_pdl(32, 4, 128, n, 256);
     }
     test_decode_pdl(9, 3, 64, 300, 512);
+    // the CUDA backend's short-context form (LOCKSTEP_ATT_SHORT_HEADS): half the heads a block
+    // (ls_attention_short_heads) at the short contexts of a long cache, up to and past its reach
+    g_att_heads = ls_attention_short_heads(32, 8);
+    for (int n : {1, 100, 256, 512}) {
+        test_decode(32, 8, 128, n, 4096, 0);
+        test_decode_pdl(32, 8, 128, n, 4096);
+    }
+    g_att_heads = ls_attention_short_heads(32, 4);
+    for (int n : {1, 129, 1000}) {
+        test_decode(32, 4, 128, n, 4096, 0);
+        test_decode_pdl(32, 4, 128, n, 4096);
+    }
+    g_att_heads = ls_attention_short_heads(9, 3);
+    test_decode(9, 3, 64, 300, 4096, 0);
+    g_att_heads = 0;
+    test_short_reach();
     // PDL: the current position's K/V rows and q arrive late; contexts where that row is the
     // first, the middle and the last of its chunk
     for (int n : {1, 65, 100, 256}) test_decode_pdl(32, 8, 128, n, mc);
@@ -1526,7 +1587,7 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
                    pos.p, inv.p, 1, hq, hkv, hd, max_ctx, 0, nullptr, nullptr, 1e-5f, nullptr);
     };
     auto att = [&] {
-        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1,
+        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, 0,
                             ws.p, nullptr);
     };
     ls_kernels_set_pdl(1);
@@ -1589,7 +1650,7 @@ static void bench_layer_chain(int ctx)
                            nullptr);
             if (form <= 2)
                 ls_attention_decode(att.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit,
-                                    0, 1, ws.p, nullptr);
+                                    0, 1, 0, ws.p, nullptr);
             ls_gemv_ex(x.p, wo, att.p, nullptr, 1, D, hq * hd, 0, nullptr, 0.0f, 1, nullptr);
             ls_gemv_ex(gu.p, wgu, x.p, nullptr, 1, 2 * F, D, 0, nw.p, 1e-5f, 0, nullptr);
             ls_gemv_ex(x.p, wd, gu.p, nullptr, 1, D, F, 1, nullptr, 0.0f, 1, nullptr);
@@ -1616,8 +1677,8 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
     fill_f32<<<64, 256>>>(q.p, q.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
     float ms = time_batch(60, 10, [&](int) {
-        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, ws.p,
-                            nullptr);
+        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, 0,
+                            ws.p, nullptr);
     });
     double bytes = 2.0 * csz * 2;
     printf(
