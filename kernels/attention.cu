@@ -612,14 +612,6 @@ static void shape_from_env(void)
         g_shape.heads = hp[0] - '0';
 }
 
-// q heads held per decode block (a kernel form: 1, 2, 4 or 8) for groups of `group` q heads
-// on hkv KV heads, split in nsplit chunks. The most a block can hold (up to 8) unless half as
-// many still give at most one block per SM with every chunk live: then each KV head's group
-// runs on twice the block rows, each with half the heads and a shorter chain. That is the case
-// at short caches (nsplit is at most the cache's 64-position chunks), where the split leaves
-// most SMs idle: measured (seventeenth session, caches of 256-384) 70B TP=2 (8 heads a group:
-// 4 a block) -0.29 ms a token, 8B (4 a group: 2 a block) TP=1 -0.06 ms, TP=2 -0.07. Longer
-// caches keep the old form, where more rows would mean more waves (not measured).
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
 // where it is a form measured to gain (8 -> 4, 4 -> 2; 2 -> 1 not), else 0.
 static int most_heads(int group)
@@ -633,6 +625,14 @@ static int half_heads(int group)
     return half >= 2 ? half : 0;
 }
 
+// q heads held per decode block (a kernel form: 1, 2, 4 or 8) for groups of `group` q heads
+// on hkv KV heads, split in nsplit chunks. The most a block can hold (up to 8) unless half as
+// many still give at most one block per SM with every chunk live: then each KV head's group
+// runs on twice the block rows, each with half the heads and a shorter chain. That is the case
+// at short caches (nsplit is at most the cache's 64-position chunks), where the split leaves
+// most SMs idle: measured (seventeenth session, caches of 256-384) 70B TP=2 (8 heads a group:
+// 4 a block) -0.29 ms a token, 8B (4 a group: 2 a block) TP=1 -0.06 ms, TP=2 -0.07. Longer
+// caches keep the old form, where more rows would mean more waves (not measured).
 static int heads_per_block(int group, int hkv, int nsplit)
 {
     shape_from_env();

@@ -339,35 +339,6 @@ static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float
                     interleaved, stream_get());
 }
 
-/* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
- * clusters. The cluster merge shortens the attention at contexts within one cluster of chunks,
- * but the clustered launch costs at long contexts, where every chunk is live and merges through
- * the workspace anyway (measured in the eleventh session: context 4096 of 4096 25.4 against
- * 19.9 us, 32768 98 against 63; context 1000 of 4096 11.9 against 12.7). So past
- * LOCKSTEP_ATT_CLUSTER_CTX positions (0: never) and past the cluster merge's reach the engine
- * switches to a graph captured in form 1; results are the same bits either way there (the
- * workspace merge in both). The default depends on the KV heads a rank holds, from the 8B
- * decode (ms per token, clusters against without; twelfth and thirteenth sessions): with 8 a
- * rank (TP=1) the clusters are even at prompts of 1024 and 2048 (4.080 / 4.081, 4.305 / 4.301)
- * and behind from 4096 (4.642 / 4.430; 8192: 4.968 / 4.639), so 3072; with 4 (TP=2) they are
- * ahead or even up to 6144 (2048: 3.061 / 3.103, 4096: 3.146 / 3.164, 6144: 3.301 / 3.320)
- * and behind at 8192 (3.786 / 3.609), so 6144 for 4 KV heads a rank or fewer (fewer not
- * measured). */
-static int short_heads_on(void);
-
-static int cu_decode_form(int ctx, int hq, int hkv, int max_ctx)
-{
-    static int from = -1;
-    if (from < 0) {
-        const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
-        from = !v || !*v ? INT_MAX : atoi(v) > 0 ? atoi(v) : 0;
-    }
-    if (short_heads_on() && ctx <= ls_attention_short_reach(hq, hkv, max_ctx)) return 2;
-    const int at = from != INT_MAX ? from : hkv > 4 ? 3072 : 6144;
-    if (!at || ctx <= at) return 0;
-    return ctx > ls_attention_cluster_reach(hq, hkv, max_ctx);
-}
-
 /* Form 2 (LOCKSTEP_ATT_SHORT_HEADS=1; off by default, an experiment to measure): while the
  * context is within ls_attention_short_reach, the attention holds half the q heads a block
  * (ls_attention_short_heads) on twice the block rows. At short caches the default does so at
@@ -384,6 +355,33 @@ static int short_heads_on(void)
         on = v && !strcmp(v, "1");
     }
     return on;
+}
+
+/* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
+ * clusters. The cluster merge shortens the attention at contexts within one cluster of chunks,
+ * but the clustered launch costs at long contexts, where every chunk is live and merges through
+ * the workspace anyway (measured in the eleventh session: context 4096 of 4096 25.4 against
+ * 19.9 us, 32768 98 against 63; context 1000 of 4096 11.9 against 12.7). So past
+ * LOCKSTEP_ATT_CLUSTER_CTX positions (0: never) and past the cluster merge's reach the engine
+ * switches to a graph captured in form 1; results are the same bits either way there (the
+ * workspace merge in both). The default depends on the KV heads a rank holds, from the 8B
+ * decode (ms per token, clusters against without; twelfth and thirteenth sessions): with 8 a
+ * rank (TP=1) the clusters are even at prompts of 1024 and 2048 (4.080 / 4.081, 4.305 / 4.301)
+ * and behind from 4096 (4.642 / 4.430; 8192: 4.968 / 4.639), so 3072; with 4 (TP=2) they are
+ * ahead or even up to 6144 (2048: 3.061 / 3.103, 4096: 3.146 / 3.164, 6144: 3.301 / 3.320)
+ * and behind at 8192 (3.786 / 3.609), so 6144 for 4 KV heads a rank or fewer (fewer not
+ * measured). */
+static int cu_decode_form(int ctx, int hq, int hkv, int max_ctx)
+{
+    static int from = -1;
+    if (from < 0) {
+        const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
+        from = !v || !*v ? INT_MAX : atoi(v) > 0 ? atoi(v) : 0;
+    }
+    if (short_heads_on() && ctx <= ls_attention_short_reach(hq, hkv, max_ctx)) return 2;
+    const int at = from != INT_MAX ? from : hkv > 4 ? 3072 : 6144;
+    if (!at || ctx <= at) return 0;
+    return ctx > ls_attention_cluster_reach(hq, hkv, max_ctx);
 }
 
 static void cu_set_decode_form(int form)
