@@ -625,6 +625,12 @@ static int half_heads(int group)
     return half >= 2 ? half : 0;
 }
 
+// block rows of the split: each KV head's group of q heads, gm a block
+static int block_rows(int group, int hkv, int gm)
+{
+    return hkv * ((group + gm - 1) / gm);
+}
+
 // q heads held per decode block (a kernel form: 1, 2, 4 or 8) for groups of `group` q heads
 // on hkv KV heads, split in nsplit chunks. The most a block can hold (up to 8) unless half as
 // many still give at most one block per SM with every chunk live: then each KV head's group
@@ -632,16 +638,17 @@ static int half_heads(int group)
 // at short caches (nsplit is at most the cache's 64-position chunks), where the split leaves
 // most SMs idle: measured (seventeenth session, caches of 256-384) 70B TP=2 (8 heads a group:
 // 4 a block) -0.29 ms a token, 8B (4 a group: 2 a block) TP=1 -0.06 ms, TP=2 -0.07. Longer
-// caches keep the old form, where more rows would mean more waves (not measured).
-static int heads_per_block(int group, int hkv, int nsplit)
+// caches keep the old form, where more rows would mean more waves (not measured). cap: at most
+// that many (the caller's, else LOCKSTEP_ATT_HEADS's; 0: none).
+static int heads_per_block(int group, int hkv, int nsplit, int cap)
 {
     shape_from_env();
     const int gm = most_heads(group);
-    if (g_shape.heads) return gm <= g_shape.heads ? gm : g_shape.heads;
+    if (!cap) cap = g_shape.heads;
+    if (cap) return gm <= cap ? gm : cap;
     const int half = half_heads(group);
     if (!half) return gm;
-    const long blocks = (long)nsplit * hkv * ((group + half - 1) / half);
-    return blocks <= ls_device_get().sms ? half : gm;
+    return (long)nsplit * block_rows(group, hkv, half) <= ls_device_get().sms ? half : gm;
 }
 
 extern "C" int ls_attention_set_cluster(int on)
@@ -689,8 +696,7 @@ extern "C" int ls_attention_short_reach(int hq, int hkv, int max_ctx)
 {
     const int half = ls_attention_short_heads(hq, hkv);
     if (!half || max_ctx < 1) return 0;
-    const int group = hq / hkv, rows = hkv * ((group + half - 1) / half);
-    const int chunks = ls_device_get().sms / rows;
+    const int chunks = ls_device_get().sms / block_rows(hq / hkv, hkv, half);
     const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     if (chunks >= nsplit) return max_ctx;
     const long reach = (long)chunks * min_chunk();
@@ -702,7 +708,7 @@ extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
     if (hkv < 1 || hq < hkv || max_ctx < 1) return 1;
     // blocks a chunk, with the most heads a block (the split does not depend on
     // heads_per_block, which depends on it)
-    int group = hq / hkv, blocks = hkv * ((group + ATT_MAX_G - 1) / ATT_MAX_G);
+    const int blocks = block_rows(hq / hkv, hkv, ATT_MAX_G);
     int want = (4 * ls_device_get().sms + blocks - 1) / blocks; // ~4 blocks per SM
     const int mc = min_chunk();
     int most = (max_ctx + mc - 1) / mc;
@@ -762,8 +768,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                "workspace when nsplit > 1, q on a 16-byte boundary, fresh >= 0 and heads 0, 1, "
                "2, 4 or 8");
     const int group = hq / hkv;
-    int gm = heads_per_block(group, hkv, nsplit); // q heads held per block
-    if (heads) gm = most_heads(group) <= heads ? most_heads(group) : heads;
+    const int gm = heads_per_block(group, hkv, nsplit, heads); // q heads held per block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);
@@ -776,7 +781,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     const int cluster =
         clusters && nsplit > 1 && g_shape.cluster && ls_device_get().clusters ? ATT_CLUSTER : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
-    dim3 grid((unsigned)gx, (unsigned)(hkv * ((group + gm - 1) / gm)));
+    dim3 grid((unsigned)gx, (unsigned)block_rows(group, hkv, gm));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
     pdl_launch_cluster(fn, grid, ATT_WARPS * 32, 0, s, (unsigned)cluster, out, workspace, q, kcache,
                        vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale, cluster);
