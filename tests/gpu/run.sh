@@ -86,23 +86,38 @@ gen_json() { # NP OUTFILE [-x VAR] ARGS...
     [ "${1:-}" = -x ] && { x=(-x "$2"); shift 2; }
     mpi "${x[@]}" -np "$np" build-gpu/lockstep generate --json --quiet --ignore-eos "$@" >"$out"
 }
+# one model at one TP size: GPU logits against the CPU path's, and the graph-replayed greedy
+# tokens against the eager host path's on the same GPU weights
+e2e_one() { # TP VOCAB MODEL-ARGS...
+    local tp=$1 v=$2
+    shift 2
+    gen_json $tp "$OUT/e2e-cpu.json" --cpu "$@" --prompt-ids "$(seq -s, 11 47)" -n 16 --top-logits "$v" --top-logit-steps 1 &&
+        gen_json $tp "$OUT/e2e-gpu.json" --gpu "$@" --prompt-ids "$(seq -s, 11 47)" -n 16 --top-logits "$v" --top-logit-steps 1 &&
+        echo -n "$* TP=$tp GPU vs CPU: " &&
+        python3 tests/gpu/compare_logits.py "$OUT/e2e-gpu.json" "$OUT/e2e-cpu.json" "$TOL_BF16" || return 1
+    gen_json $tp "$OUT/e2e-graph.json" --gpu "$@" --prompt-ids "$(seq -s, 11 47)" -n 16 &&
+        echo "$* TP=$tp graph greedy: $(ids_of "$OUT/e2e-graph.json")" &&
+        echo "$* TP=$tp eager greedy: $(ids_of "$OUT/e2e-gpu.json")" &&
+        [ "$(ids_of "$OUT/e2e-graph.json")" = "$(ids_of "$OUT/e2e-gpu.json")" ] || { echo "graph != eager"; return 1; }
+}
 stage_e2e() {
-    local ok=0 v tp m ids
+    local ok=0 v tp m
     for m in "--dummy smollm2-135m" "-m tests/fixtures/tiny-llama" "-m tests/fixtures/tiny-qwen2" "-m tests/fixtures/tiny-qwen3"; do
         v=$(case $m in *smollm2*) echo 49152 ;; *) echo 512 ;; esac)
-        ids=$(seq -s, 11 47)
         for tp in 1 2; do
             # shellcheck disable=SC2086
-            gen_json $tp "$OUT/e2e-cpu.json" --cpu $m --prompt-ids "$ids" -n 16 --top-logits "$v" --top-logit-steps 1 &&
-                gen_json $tp "$OUT/e2e-gpu.json" --gpu $m --prompt-ids "$ids" -n 16 --top-logits "$v" --top-logit-steps 1 &&
-                echo -n "$m TP=$tp GPU vs CPU: " &&
-                python3 tests/gpu/compare_logits.py "$OUT/e2e-gpu.json" "$OUT/e2e-cpu.json" "$TOL_BF16" || ok=1
-            # the graph-replayed greedy step against the eager host path, same GPU weights
-            gen_json $tp "$OUT/e2e-graph.json" --gpu $m --prompt-ids "$ids" -n 16 &&
-                echo "$m TP=$tp graph greedy: $(ids_of "$OUT/e2e-graph.json")" &&
-                echo "$m TP=$tp eager greedy: $(ids_of "$OUT/e2e-gpu.json")" &&
-                [ "$(ids_of "$OUT/e2e-graph.json")" = "$(ids_of "$OUT/e2e-gpu.json")" ] || { echo "graph != eager"; ok=1; }
+            e2e_one $tp "$v" $m || ok=1
         done
+    done
+    # TP=4 and 8 where the machine has the GPUs, on the models whose shard plan allows them
+    # (SmolLM2's 3 KV heads do not; tiny-qwen2's 2 KV heads are replicated)
+    for tp in 4 8; do
+        [ $tp -gt "$(ngpus)" ] && continue
+        for m in "-m tests/fixtures/tiny-llama" "-m tests/fixtures/tiny-qwen2" "-m tests/fixtures/tiny-qwen3"; do
+            # shellcheck disable=SC2086
+            e2e_one $tp 512 $m || ok=1
+        done
+        e2e_one $tp 2048 --dummy tests/fixtures/llama-tp8.json || ok=1
     done
     # sampling in the graph (ls_sample with the host's uniform draw) against the host sampler on
     # the same GPU logits: the same tokens (the kernel's integer probabilities could split a
@@ -409,8 +424,12 @@ stage_hang() {
 # the custom all-reduce: correctness against NCCL (eager and in graphs replayed thousands of
 # times), the latency sweep, and the fault drills (a rank that hangs or exits mid-sequence)
 stage_allreduce() {
-    local t=build-gpu/tests/gpu/test_allreduce rc m
-    mpi -np 2 $t --max-mb 64 && mpi -np 2 $t --sweep-only --sweep-dtype f32 --max-mb 64 || return 1
+    local t=build-gpu/tests/gpu/test_allreduce rc m np
+    # every size the machine allows up to 8 (2 and all its GPUs)
+    for np in 2 $(n=$(ngpus); [ "$n" -gt 2 ] && echo $((n > 8 ? 8 : n))); do
+        echo "== $np ranks"
+        mpi -np $np $t --max-mb 64 && mpi -np $np $t --sweep-only --sweep-dtype f32 --max-mb 64 || return 1
+    done
     mpi -np 2 build-gpu/lockstep bench --gpu --allreduce-sweep --json "$OUT/sweep.json" || return 1
     for m in hang exit; do
         timeout 60 mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -np 2 $t --kill-rank 1 --kill-mode $m >"$OUT/drill_$m.log" 2>&1
