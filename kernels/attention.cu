@@ -632,20 +632,25 @@ static int block_rows(int group, int hkv, int gm)
 }
 
 // q heads held per decode block (a kernel form: 1, 2, 4 or 8) for groups of `group` q heads
-// on hkv KV heads, split in nsplit chunks. The most a block can hold (up to 8) unless half as
-// many still give at most one block per SM with every chunk live: then each KV head's group
-// runs on twice the block rows, each with half the heads and a shorter chain. That is the case
-// at short caches (nsplit is at most the cache's 64-position chunks), where the split leaves
-// most SMs idle: measured (seventeenth session, caches of 256-384) 70B TP=2 (8 heads a group:
-// 4 a block) -0.29 ms a token, 8B (4 a group: 2 a block) TP=1 -0.06 ms, TP=2 -0.07. Longer
-// caches keep the old form, where more rows would mean more waves (not measured). cap: at most
-// that many (the caller's, else LOCKSTEP_ATT_HEADS's; 0: none).
-static int heads_per_block(int group, int hkv, int nsplit, int cap)
+// on hkv KV heads, split in nsplit chunks, over a cache whose K and V take kv_bytes for this
+// launch's KV heads. One a block while that fits in half the L2: each q head of a group then
+// reads its KV head's rows from L2 after the first, and the split runs on `group` times the
+// block rows with the shortest chains. Measured (eighteenth session, nvidia-h200-x4, ms a
+// token, the default of the time against one head a block): 8B at caches of 384 TP=1 3.921 /
+// 3.860, TP=2 2.588 / 2.454, TP=4 1.895 / 1.791; at a 4352-position cache and context 4096
+// TP=1 4.386 / 4.263, TP=4 2.117 (2 a block) / 1.999, TP=2 2.755 (2 a block) / 2.771 (the one
+// case behind, by 0.6%); 70B TP=2 at 256 17.312 / 17.076, at 4352 20.265 / 18.391 (2 a block
+// 18.393). Past half the L2 (not measured: 8B TP=1 from ~6000 positions) the most a block can
+// hold (up to 8), or half that where half still gives at most one block per SM with every
+// chunk live (seventeenth session, caches of 256-384: 70B TP=2 -0.29 ms a token, 8B -0.06).
+// cap: at most that many (the caller's, else LOCKSTEP_ATT_HEADS's; 0: none).
+static int heads_per_block(int group, int hkv, int nsplit, int cap, long kv_bytes)
 {
     shape_from_env();
     const int gm = most_heads(group);
     if (!cap) cap = g_shape.heads;
     if (cap) return gm <= cap ? gm : cap;
+    if (2 * kv_bytes <= ls_device_get().l2) return 1;
     const int half = half_heads(group);
     if (!half) return gm;
     return (long)nsplit * block_rows(group, hkv, half) <= ls_device_get().sms ? half : gm;
@@ -682,25 +687,6 @@ extern "C" int ls_attention_cluster_reach(int hq, int hkv, int max_ctx)
 {
     const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     return nsplit <= ATT_CLUSTER ? max_ctx : ATT_CLUSTER * min_chunk();
-}
-
-extern "C" int ls_attention_short_heads(int hq, int hkv)
-{
-    return hkv < 1 || hq < hkv || hq % hkv ? 0 : half_heads(hq / hkv);
-}
-
-// Contexts of n <= nsplit x min_chunk positions have ceil(n / min_chunk) live chunks (chunk_len),
-// so the live blocks fit one a SM up to (SMs / rows) chunks of min_chunk, or everywhere when
-// that many chunks are the whole split.
-extern "C" int ls_attention_short_reach(int hq, int hkv, int max_ctx)
-{
-    const int half = ls_attention_short_heads(hq, hkv);
-    if (!half || max_ctx < 1) return 0;
-    const int chunks = ls_device_get().sms / block_rows(hq / hkv, hkv, half);
-    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    if (chunks >= nsplit) return max_ctx;
-    const long reach = (long)chunks * min_chunk();
-    return reach < max_ctx ? (int)reach : max_ctx;
 }
 
 extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
@@ -768,7 +754,8 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                "workspace when nsplit > 1, q on a 16-byte boundary, fresh >= 0 and heads 0, 1, "
                "2, 4 or 8");
     const int group = hq / hkv;
-    const int gm = heads_per_block(group, hkv, nsplit, heads); // q heads held per block
+    const long kv_bytes = (long)hkv * max_ctx * hd * 2 * sizeof(uint16_t);
+    const int gm = heads_per_block(group, hkv, nsplit, heads, kv_bytes); // q heads a block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);

@@ -42,12 +42,6 @@ int ls_attention_set_cluster(int on);
 /* the longest context (positions) at which that cluster merge applies, for the split
  * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
 int ls_attention_cluster_reach(int hq, int hkv, int max_ctx);
-/* The short-context form of the split: the q heads a block it holds (half the most the default
- * holds, 4 of a group of 8, 2 of 4 or 3; 0 when the group is too small for it), and the longest
- * context at which its live blocks (live chunks x the doubled block rows) fit one a SM, for the
- * split ls_attention_decode_splits picks (0: none). */
-int ls_attention_short_heads(int hq, int hkv);
-int ls_attention_short_reach(int hq, int hkv, int max_ctx);
 /* bytes of workspace ls_attention_decode needs (0 when nsplit == 1) */
 size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
 
@@ -61,8 +55,8 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
  * too: pos must be written before the forward's kernels (by a copy or an earlier graph).
  * clusters: 0 launches the split without clusters (its chunks merge through the workspace);
  * nonzero, with clusters where they apply and ls_attention_set_cluster allows. heads: the most
- * q heads a block holds (1, 2, 4 or 8: ls_attention_short_heads' for the short-context form;
- * 0: the default, by the launch's size). */
+ * q heads a block holds (1, 2, 4 or 8; 0: the default, one while the cache's K and V fit in
+ * half the L2, else by the launch's size). */
 void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, int heads, float *workspace, void *stream);

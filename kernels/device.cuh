@@ -14,6 +14,7 @@ struct ls_device {
     int smem_optin;  // shared memory a block may opt in to, bytes
     int smem_per_sm; // shared memory per multiprocessor, bytes
     int clusters;    // thread-block cluster launches (sm_90 and later)
+    int l2;          // L2 cache, bytes
 };
 
 #define LS_DEVICE_CACHE 64 // devices cached; past it, asked at each call
@@ -31,6 +32,7 @@ static inline ls_device ls_device_get(void)
     CHECK_CUDA(
         cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d.id));
     CHECK_CUDA(cudaDeviceGetAttribute(&d.clusters, cudaDevAttrClusterLaunch, d.id));
+    CHECK_CUDA(cudaDeviceGetAttribute(&d.l2, cudaDevAttrL2CacheSize, d.id));
     if (cached) cache[d.id] = d;
     return d;
 }

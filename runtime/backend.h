@@ -104,9 +104,9 @@ struct ls_backend {
 
     /* Optional (NULL: one form): the form of the decode step the backend wants at a context of
      * ctx positions, for attention over hq and hkv heads (this rank's) and a cache of max_ctx
-     * (0 or 1: the CUDA attention launched in clusters or not; 2: in clusters with half the q
-     * heads a block, LOCKSTEP_ATT_SHORT_HEADS), and the form the next steps' work is issued in.
-     * A graph holds one form's launches, so the engine keeps one graph per form. */
+     * (0 or 1; the CUDA attention launched in clusters or not), and the form the next steps'
+     * work is issued in. A graph holds one form's launches, so the engine keeps one graph per
+     * form. */
     int (*decode_form)(int ctx, int hq, int hkv, int max_ctx);
     void (*set_decode_form)(int form);
 

@@ -38,8 +38,7 @@ static struct {
     size_t tmp_cap;     /* bytes */
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
-    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters,
-                           2 with half the q heads a block */
+    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -339,24 +338,6 @@ static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float
                     interleaved, stream_get());
 }
 
-/* Form 2 (LOCKSTEP_ATT_SHORT_HEADS=1; off by default, an experiment to measure): while the
- * context is within ls_attention_short_reach, the attention holds half the q heads a block
- * (ls_attention_short_heads) on twice the block rows. At short caches the default does so at
- * every context already (heads_per_block in attention.cu; measured at caches of 256-384: 70B
- * TP=2 -0.29 ms a token, 8B -0.06 / -0.07); this form takes it to the short contexts of long
- * caches (the engine's default 4096), where the split has many chunks but few are live. Its
- * position sums run in another order than form 0's, so a generation that crosses the reach
- * changes the last bits of its attention from that step on. */
-static int short_heads_on(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LOCKSTEP_ATT_SHORT_HEADS");
-        on = v && !strcmp(v, "1");
-    }
-    return on;
-}
-
 /* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
  * clusters. The cluster merge shortens the attention at contexts within one cluster of chunks,
  * but the clustered launch costs at long contexts, where every chunk is live and merges through
@@ -378,7 +359,6 @@ static int cu_decode_form(int ctx, int hq, int hkv, int max_ctx)
         const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
         from = !v || !*v ? INT_MAX : atoi(v) > 0 ? atoi(v) : 0;
     }
-    if (short_heads_on() && ctx <= ls_attention_short_reach(hq, hkv, max_ctx)) return 2;
     const int at = from != INT_MAX ? from : hkv > 4 ? 3072 : 6144;
     if (!at || ctx <= at) return 0;
     return ctx > ls_attention_cluster_reach(hq, hkv, max_ctx);
@@ -417,8 +397,7 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
      * each reading its own position from pos[t] */
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
-                            hq, hkv, hd, max_ctx, nsplit, t, cu.att_form != 1,
-                            cu.att_form == 2 ? ls_attention_short_heads(hq, hkv) : 0, cu.attn_ws,
+                            hq, hkv, hd, max_ctx, nsplit, t, !cu.att_form, 0, cu.attn_ws,
                             stream_get());
 }
 

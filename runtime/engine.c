@@ -32,8 +32,8 @@ struct ls_engine {
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
-    void *graph[3];      /* captured decode step per backend form, or NULL */
-    struct ls_sampling graph_sp[3]; /* the token choice captured in each (temperature 0: argmax) */
+    void *graph[2];              /* captured decode step per backend form, or NULL */
+    struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
 };
@@ -117,7 +117,7 @@ static void drop_graph(struct ls_engine *e, int form)
 
 static void drop_graphs(struct ls_engine *e)
 {
-    for (int f = 0; f < 3; f++) drop_graph(e, f);
+    for (int f = 0; f < 2; f++) drop_graph(e, f);
 }
 
 void ls_engine_free(struct ls_engine *e)
@@ -383,9 +383,9 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
     ls_watchdog_arm("decode step at position", e->pos);
     /* the backend's form for this context (one graph each, captured when first needed) */
     const struct ls_shard *sh = &e->m->shard;
-    int form =
-        be->decode_form ? be->decode_form(e->pos + 1, sh->q_heads, sh->kv_heads, e->max_ctx) : 0;
-    form = form < 0 || form > 2 ? 0 : form;
+    const int form =
+        be->decode_form ? be->decode_form(e->pos + 1, sh->q_heads, sh->kv_heads, e->max_ctx) != 0
+                        : 0;
     if (be->set_decode_form) be->set_decode_form(form);
     if (be->graph_begin) {
         if (e->graph[form] && !same_choice(&e->graph_sp[form], sp)) drop_graph(e, form);

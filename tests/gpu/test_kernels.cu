@@ -900,17 +900,16 @@ static void make_decode(int hq, int hkv, int hd, int n, int max_ctx, std::vector
 // the decode tests' clusters argument (0: the workspace merge only), and which merge of the
 // chunks that runs, appended to their names
 static int g_att_clusters = 1;
-// the decode tests' heads argument (0: the default by the launch's size; else the most q heads
-// a block, as the short-context form passes)
+// the decode tests' heads argument (0: the default, one q head a block while the cache fits in
+// half the L2; else the most q heads a block)
 static int g_att_heads = 0;
 static const char *att_tag(void)
 {
     static char t[96];
+    char heads[32] = "";
+    if (g_att_heads) snprintf(heads, sizeof heads, ", at most %d heads a block", g_att_heads);
     snprintf(t, sizeof t, "%s%s",
-             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)",
-             g_att_heads == 4   ? ", 4 heads a block"
-             : g_att_heads == 2 ? ", 2 heads a block"
-                                : "");
+             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads);
     return t;
 }
 
@@ -1131,42 +1130,6 @@ static void tests_attention(void)
     }
 }
 
-// ls_attention_short_reach against the kernel's chunk rule (chunk_len: ceil(n / nsplit)
-// positions, at least 64): at the reach the live chunks times the doubled block rows fit one
-// block a SM, one position past it they do not (or the reach is the whole cache); and the
-// heads it halves: 8 -> 4, 4 and 3 -> 2, none for groups of 2 or 1
-static void test_short_reach(void)
-{
-    int dev = 0, sms = 0;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const struct {
-        int hq, hkv, max_ctx;
-    } cs[] = {{32, 8, 4096}, {32, 4, 4096}, {16, 4, 4096}, {64, 8, 8192},
-              {9, 3, 2048},  {32, 8, 384},  {32, 4, 256}};
-    for (const auto &c : cs) {
-        const int heads = ls_attention_short_heads(c.hq, c.hkv), group = c.hq / c.hkv;
-        const int want = group >= 5 ? 4 : 2;
-        const int nsplit = ls_attention_decode_splits(c.hq, c.hkv, c.max_ctx);
-        const int rows = c.hkv * ((group + want - 1) / want);
-        auto live = [&](int n) {
-            int len = (n + nsplit - 1) / nsplit;
-            len = len < 64 ? 64 : len;
-            return (n + len - 1) / len;
-        };
-        const int r = ls_attention_short_reach(c.hq, c.hkv, c.max_ctx);
-        const bool ok = heads == want && r >= 1 && r <= c.max_ctx && live(r) * rows <= sms &&
-                        (r == c.max_ctx || live(r + 1) * rows > sms);
-        report(ok,
-               "attention short-context form hq=%d hkv=%d max_ctx=%d: %d heads a block, reach %d "
-               "(nsplit %d, %d rows, %d SMs)",
-               c.hq, c.hkv, c.max_ctx, heads, r, nsplit, rows, sms);
-    }
-    const bool none = !ls_attention_short_heads(16, 8) && !ls_attention_short_heads(8, 8) &&
-                      !ls_attention_short_reach(16, 8, 4096);
-    report(none, "attention short-context form: none for groups of 2 and 1");
-}
-
 static void tests_decode(void)
 {
     const int mc = g_quick ? 1024 : 8192;
@@ -1196,36 +1159,29 @@ static void tests_decode(void)
     test_decode_pdl(32, 8, 128, 100, 4096);
     test_decode_pdl(32, 8, 128, 512, 4096);
     test_decode_pdl(32, 8, 128, 1000, 4096);
-    // short caches, where the split's chunks times the block rows fit one block a SM and each
-    // KV head's group runs on twice the rows with half the heads (heads_per_block): the bench's
-    // caches (prompt 128 + 256 or 128 generated) at 8B TP=1 (4 heads a group: 2 a block), TP=2,
-    // 70B TP=2 (8 a group: 4 a block), SmolLM2 (3 a group: 2 and 1)
-    for (int n : {1, 200, 384}) {
-        test_decode(32, 8, 128, n, 384, 0);
-        test_decode_pdl(32, 8, 128, n, 384);
-        test_decode(16, 4, 128, n, 384, 0);
+    // the bench's caches (prompt 128 + 256 or 128 generated): 8B TP=1 and TP=2 shards, 70B TP=2,
+    // SmolLM2; one q head a block by default (the cache fits in half the L2), and with the
+    // caller's cap of 2, 4 and 8, the forms a block holds more of its group in (the default's
+    // past half the L2, where the tests' caches of 8192 are with group 4 and 8)
+    for (int cap : {0, 2, 4, 8}) {
+        g_att_heads = cap;
+        for (int n : {1, 200, 384}) {
+            test_decode(32, 8, 128, n, 384, 0);
+            test_decode_pdl(32, 8, 128, n, 384);
+            test_decode(16, 4, 128, n, 384, 0);
+        }
+        for (int n : {1, 129, 256}) {
+            test_decode(64, 8, 128, n, 256, 0);
+            test_decode_pdl(32, 4, 128, n, 256);
+        }
+        test_decode_pdl(9, 3, 64, 300, 512);
+        // the engine's default cache of 4096, short and long contexts
+        for (int n : {1, 512, 1000}) {
+            test_decode(32, 8, 128, n, 4096, 0);
+            test_decode_pdl(32, 4, 128, n, 4096);
+        }
     }
-    for (int n : {1, 129, 256}) {
-        test_decode(64, 8, 128, n, 256, 0);
-        test_decode_pdl(32, 4, 128, n, 256);
-    }
-    test_decode_pdl(9, 3, 64, 300, 512);
-    // the CUDA backend's short-context form (LOCKSTEP_ATT_SHORT_HEADS): half the heads a block
-    // (ls_attention_short_heads) at the short contexts of a long cache, up to and past its reach
-    g_att_heads = ls_attention_short_heads(32, 8);
-    for (int n : {1, 100, 256, 512}) {
-        test_decode(32, 8, 128, n, 4096, 0);
-        test_decode_pdl(32, 8, 128, n, 4096);
-    }
-    g_att_heads = ls_attention_short_heads(32, 4);
-    for (int n : {1, 129, 1000}) {
-        test_decode(32, 4, 128, n, 4096, 0);
-        test_decode_pdl(32, 4, 128, n, 4096);
-    }
-    g_att_heads = ls_attention_short_heads(9, 3);
-    test_decode(9, 3, 64, 300, 4096, 0);
     g_att_heads = 0;
-    test_short_reach();
     // PDL: the current position's K/V rows and q arrive late; contexts where that row is the
     // first, the middle and the last of its chunk
     for (int n : {1, 65, 100, 256}) test_decode_pdl(32, 8, 128, n, mc);
