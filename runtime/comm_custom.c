@@ -94,12 +94,17 @@ static struct custom_cfg read_cfg(int size)
     memset(&g, 0, sizeof g);
     /* Each GPU sends (size-1) copies of the message in one-shot, 2(size-1)/size in two-shot:
      * the same for 2 ranks, where two-shot only saves local reduction traffic and pays a
-     * second exchange, so one-shot should reach further there. Guesses until the sweep. */
-    long long one_def = size <= 2 ? 512 << 10 : size <= 4 ? 128 << 10 : 64 << 10;
+     * second exchange, so one-shot should reach further there. 4 x H200 (NVSwitch; sweep of
+     * the eighteenth session, us in a graph, bf16 / f32): one-shot over flags ahead of
+     * two-shot up to 512 KB (14.10 / 13.78 against 14.72 / 14.41), behind at 1 MB. 8 ranks:
+     * a guess, not measured. */
+    long long one_def = size <= 4 ? 512 << 10 : 64 << 10;
     g.oneshot_max = env_bytes("LOCKSTEP_AR_ONESHOT_MAX", one_def);
-    /* 2 x H200: two-shot beat NCCL in a graph up to 32 MB (16 MB 64 vs 75 us, 32 MB 123 vs
-     * 135), and lost at 64 MB (docs/BENCHMARKS.md); more ranks: not measured */
-    g.twoshot_max = env_bytes("LOCKSTEP_AR_TWOSHOT_MAX", size <= 2 ? 32 << 20 : 8 << 20);
+    /* two-shot against NCCL in a graph: 2 x H200 ahead up to 32 MB (16 MB 64 vs 75 us, 32 MB
+     * 123 vs 135), behind at 64 MB; 4 x H200 ahead up to 16 MB (90.3 / 89.4 against 94.5 /
+     * 96.1), behind at 32 MB (docs/BENCHMARKS.md); 8 ranks: not measured */
+    long long two_def = size <= 2 ? 32 << 20 : size <= 4 ? 16 << 20 : 8 << 20;
+    g.twoshot_max = env_bytes("LOCKSTEP_AR_TWOSHOT_MAX", two_def);
     g.ll_max = env_bytes("LOCKSTEP_AR_LL_MAX", 64 << 10);
     g.timeout_ms = env_int("LOCKSTEP_AR_TIMEOUT_MS", 10000, 1, 3600 * 1000);
     g.threads = (int)env_int("LOCKSTEP_AR_THREADS", 512, 32, LS_AR_MAX_THREADS);
