@@ -1,6 +1,6 @@
 // Kernel boundaries or a grid barrier? One decode layer's four GEMVs (QKV, o, gate+up, down;
 // plain inputs, o and down adding into the residual; Llama-3.1-8B at TP=1 and 2, Llama-3.1-70B
-// at TP=2) run three ways with the same per-row code, so that only the boundary differs:
+// at TP=2, and both at TP=4 with LAB_TP4=1) run three ways with the same per-row code, so that only the boundary differs:
 //   sep      four kernels per layer, launched with PDL as the engine does: each block issues its
 //            first row batch, waits (griddepcontrol.wait) for the kernel before, then runs;
 //   persist  one cooperative kernel for L layers, one block per SM: after its last rows of one
@@ -807,5 +807,13 @@ int main(void)
     bool ok = run_tp<1, 0>(di.sms, W, x, qkv, gu, ctr, base, xacc);
     ok = run_tp<2, 0>(di.sms, W, x, qkv, gu, ctr, base, xacc) && ok;
     ok = run_tp<2, 1>(di.sms, W, x, qkv, gu, ctr, base, xacc) && ok;
+    // LAB_TP4=1: also the quarter layers of TP=4 (what a layer's boundaries cost where the
+    // bytes are a quarter: the 8B at TP=4 ran 1.42 ms a token without collectives for ~0.81 ms
+    // of bytes a rank, eighteenth session)
+    const char *tp4 = getenv("LAB_TP4");
+    if (tp4 && !strcmp(tp4, "1")) {
+        ok = run_tp<4, 0>(di.sms, W, x, qkv, gu, ctr, base, xacc) && ok;
+        ok = run_tp<4, 1>(di.sms, W, x, qkv, gu, ctr, base, xacc) && ok;
+    }
     return ok ? 0 : 1;
 }
