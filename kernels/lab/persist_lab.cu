@@ -1,6 +1,7 @@
 // Kernel boundaries or a grid barrier? One decode layer's four GEMVs (QKV, o, gate+up, down;
 // plain inputs, o and down adding into the residual; Llama-3.1-8B at TP=1 and 2, Llama-3.1-70B
-// at TP=2, and both at TP=4 with LAB_TP4=1) run three ways with the same per-row code, so that only the boundary differs:
+// at TP=2, both at TP=4 with LAB_TP4=1) run three ways with the same per-row code, so that only
+// the boundary differs:
 //   sep      four kernels per layer, launched with PDL as the engine does: each block issues its
 //            first row batch, waits (griddepcontrol.wait) for the kernel before, then runs;
 //   persist  one cooperative kernel for L layers, one block per SM: after its last rows of one
