@@ -636,14 +636,15 @@ static int block_rows(int group, int hkv, int gm)
 // launch's KV heads. One a block while that fits in half the L2: each q head of a group then
 // reads its KV head's rows from L2 after the first, and the split runs on `group` times the
 // block rows with the shortest chains. Measured (eighteenth session, nvidia-h200-x4, ms a
-// token, the default of the time against one head a block): 8B at caches of 384 TP=1 3.921 /
-// 3.860, TP=2 2.588 / 2.454, TP=4 1.895 / 1.791; at a 4352-position cache and context 4096
-// TP=1 4.386 / 4.263, TP=4 2.117 (2 a block) / 1.999, TP=2 2.755 (2 a block) / 2.771 (the one
-// case behind, by 0.6%); 70B TP=2 at 256 17.312 / 17.076, at 4352 20.265 / 18.391 (2 a block
-// 18.393). Past half the L2 (not measured: 8B TP=1 from ~6000 positions) the most a block can
-// hold (up to 8), or half that where half still gives at most one block per SM with every
-// chunk live (seventeenth session, caches of 256-384: 70B TP=2 -0.29 ms a token, 8B -0.06).
-// cap: at most that many (the caller's, else LOCKSTEP_ATT_HEADS's; 0: none).
+// token, the former default against one head a block): 8B at the bench's caches (384), against
+// 2 a block, TP=1 3.883 / 3.866, TP=2 2.470 / 2.445, TP=4 1.781 / 1.754; with a 4096 cache at
+// contexts up to 384 TP=1 3.921 / 3.860, TP=2 2.588 / 2.454, TP=4 1.895 / 1.791; at a
+// 4352-position cache and context 4096 TP=1 4.386 / 4.263, TP=4 2.117 (2 a block) / 1.999, TP=2
+// 2.755 (2 a block) / 2.771 (the one case behind, by 0.6%); 70B TP=2 at 256 17.312 / 17.076, at
+// 4352 20.265 / 18.391 (2 a block 18.393). Past half the L2 (not measured: 8B TP=1 from ~6000
+// positions) the most a block can hold (up to 8), or half that where half still gives at most one
+// block per SM with every chunk live (seventeenth session, caches of 256-384: 70B TP=2 -0.29 ms a
+// token, 8B -0.06). cap: at most that many (the caller's, else LOCKSTEP_ATT_HEADS's; 0: none).
 static int heads_per_block(int group, int hkv, int nsplit, int cap, long kv_bytes)
 {
     shape_from_env();
