@@ -641,7 +641,7 @@ static int block_rows(int group, int hkv, int gm)
 // contexts up to 384 TP=1 3.921 / 3.860, TP=2 2.588 / 2.454, TP=4 1.895 / 1.791; at a
 // 4352-position cache and context 4096 TP=1 4.386 / 4.263, TP=4 2.117 (2 a block) / 1.999, TP=2
 // 2.755 (2 a block) / 2.771 (the one case behind, by 0.6%); 70B TP=2 at 256 17.312 / 17.076, at
-// 4352 20.265 / 18.391 (2 a block 18.393). Past half the L2 (not measured: 8B TP=1 from ~6000
+// 4352 20.265 / 18.391 (2 a block 18.393). Past half the L2 (not measured: 8B TP=1 from ~6000-7000
 // positions) the most a block can hold (up to 8), or half that where half still gives at most one
 // block per SM with every chunk live (seventeenth session, caches of 256-384: 70B TP=2 -0.29 ms a
 // token, 8B -0.06). cap: at most that many (the caller's, else LOCKSTEP_ATT_HEADS's; 0: none).
