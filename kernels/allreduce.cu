@@ -301,12 +301,12 @@ static __device__ __forceinline__ uint4 ll_load(const char *p)
     return v;
 }
 
-/* The unit a peer pushed to src (our buffer), once both lines carry f; false when the peer
- * never came (the timeout is recorded as for the flag wait, phase 2) or a sibling gave up. */
-static __device__ bool ll_pull(const ls_ar_state &st, const char *src, uint32_t f, int peer,
-                               epoch_t e, uint4 *out)
+/* The unit a peer pushed to src (our buffer), once both lines carry f, from the lines' first
+ * loads a and b; false when the peer never came (the timeout is recorded as for the flag wait,
+ * phase 2) or a sibling gave up. */
+static __device__ __forceinline__ bool ll_wait(const ls_ar_state &st, const char *src, uint32_t f,
+                                               int peer, epoch_t e, uint4 a, uint4 b, uint4 *out)
 {
-    uint4 a = ll_load(src), b = ll_load(src + 16);
     unsigned long long t0 = 0;
     volatile unsigned *abort_flag = &ctl_of(st)->abort;
     for (unsigned n = 1; a.y != f || a.w != f || b.y != f || b.w != f; n++) {
@@ -319,6 +319,13 @@ static __device__ bool ll_pull(const ls_ar_state &st, const char *src, uint32_t 
     }
     *out = make_uint4(a.x, a.z, b.x, b.z);
     return true;
+}
+
+/* ll_wait from the lines' loads here */
+static __device__ bool ll_pull(const ls_ar_state &st, const char *src, uint32_t f, int peer,
+                               epoch_t e, uint4 *out)
+{
+    return ll_wait(st, src, f, peer, e, ll_load(src), ll_load(src + 16), out);
 }
 
 /* a consumed unit's lines back to 0 (ours, local) */
@@ -340,6 +347,51 @@ static __device__ __forceinline__ Unit<E> load_unit_padded(const E *p, size_t u,
     for (int k = 0; k < V; k++)
         if (u * V + k < n) x.e[k] = p[u * V + k];
     return x;
+}
+
+/* ll_sum_with's batched form (LOCKSTEP_AR_LL_BATCH=1; off by default, an experiment to
+ * measure): the lines of up to LL_BATCH peers are loaded before any is waited for, so that with
+ * 3 or more ranks lines that have all arrived cost one round trip to L2, not one a peer in turn.
+ * The units are added in rank order as they come, as sum_units adds them: the same bits. */
+#define LL_BATCH 4
+template <typename E>
+static __device__ __forceinline__ Unit<E> ll_sum_batched(const ls_ar_state &st, const Unit<E> &mine,
+                                                         size_t u, const char *area, size_t lslot,
+                                                         uint32_t f, epoch_t e, bool *ok)
+{
+    constexpr int V = Elt<E>::V;
+    float acc[V];
+#pragma unroll
+    for (int r0 = 0; r0 < LS_AR_MAX_RANKS; r0 += LL_BATCH) {
+        if (r0 >= st.size) break;
+        uint4 a[LL_BATCH], b[LL_BATCH];
+#pragma unroll
+        for (int j = 0; j < LL_BATCH; j++) {
+            const int r = r0 + j;
+            if (r < st.size && r != st.rank) {
+                a[j] = ll_load(area + r * lslot + u * 32);
+                b[j] = ll_load(area + r * lslot + u * 32 + 16);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < LL_BATCH; j++) {
+            const int r = r0 + j;
+            if (r >= st.size) break;
+            Unit<E> x = mine;
+            if (r != st.rank &&
+                !ll_wait(st, area + r * lslot + u * 32, f, r, e, a[j], b[j], &x.v)) {
+                x.v = make_uint4(0, 0, 0, 0);
+                *ok = false;
+            }
+#pragma unroll
+            for (int k = 0; k < V; k++)
+                acc[k] = r == 0 ? Elt<E>::tof(x.e[k]) : acc[k] + Elt<E>::tof(x.e[k]);
+        }
+    }
+    Unit<E> out;
+#pragma unroll
+    for (int k = 0; k < V; k++) out.e[k] = Elt<E>::fromf(acc[k]);
+    return out;
 }
 
 /* our unit `mine` summed with every peer's unit pulled from our LL area (rank r's lines at
@@ -462,8 +514,9 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
  * bitwise the fused kernel's out. x may alias out (a thread reads x[u] before it writes
  * out[u]). A thread's first unit (and x) loads while thread 0 fetches the epoch: after the PDL
  * wait every kernel before this one has ended, and no L2 round trip is left between a peer's
- * lines arriving and the store of out. */
-template <typename E, bool AL, bool RES>
+ * lines arriving and the store of out. B: the peers' lines pulled in batches (ll_sum_batched,
+ * st.ll_batch). */
+template <typename E, bool AL, bool RES, bool B = false>
 static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
     oneshot_ll_kernel(const __grid_constant__ ls_ar_state st, const E *in, const E *x, E *out,
                       size_t n)
@@ -500,7 +553,8 @@ static __global__ void __launch_bounds__(LS_AR_MAX_THREADS, 1)
             const Unit<E> v = one ? pre : load_unit_padded<E, AL>(in, u, n);
             Unit<E> xv;
             if (RES) xv = one ? xpre : load_unit_padded<E, AL>(x, u, n);
-            Unit<E> o = ll_sum_with<E>(st, v, u, local, lslot, f, e, &ok);
+            Unit<E> o = B ? ll_sum_batched<E>(st, v, u, local, lslot, f, e, &ok)
+                          : ll_sum_with<E>(st, v, u, local, lslot, f, e, &ok);
             if (RES) {
 #pragma unroll
                 for (int k = 0; k < V; k++)
@@ -977,9 +1031,11 @@ static bool ll_flat_launch(const ls_ar_state *st, const void *in, const void *x,
     const size_t units = ls_ar_units(n, sizeof(E));
     if (!ls_ar_use_ll(st, n * sizeof(E), units)) return false;
     const bool al = aligned16(in) && (!RES || aligned16(x)) && aligned16(out);
-    pdl_launch(al ? oneshot_ll_kernel<E, true, RES> : oneshot_ll_kernel<E, false, RES>,
-               grid_for(units, st->threads, st->max_blocks), st->threads, 0, s, *st, (const E *)in,
-               (const E *)x, (E *)out, n);
+    auto fn = al ? oneshot_ll_kernel<E, true, RES> : oneshot_ll_kernel<E, false, RES>;
+    if (st->ll_batch)
+        fn = al ? oneshot_ll_kernel<E, true, RES, true> : oneshot_ll_kernel<E, false, RES, true>;
+    pdl_launch(fn, grid_for(units, st->threads, st->max_blocks), st->threads, 0, s, *st,
+               (const E *)in, (const E *)x, (E *)out, n);
     return true;
 }
 

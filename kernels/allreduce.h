@@ -83,6 +83,8 @@ struct ls_ar_state {
     void *err;                     /* device address of the host-mapped struct ls_ar_err */
     size_t data_bytes;             /* bytes of each of the two data areas */
     unsigned long long timeout_ns; /* longest wait for a peer's flag */
+    int ll_batch;                  /* the one-shot over LL lines loads a batch of peers' lines
+                                      before waiting for any (LOCKSTEP_AR_LL_BATCH; off) */
 };
 
 /* this rank's epoch counter; zeroed at create, touched only by the kernels */

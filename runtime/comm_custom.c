@@ -26,7 +26,7 @@ _Static_assert((int)LS_F32 == (int)LS_AR_F32 && (int)LS_BF16 == (int)LS_AR_BF16,
 /* rank 0's environment, broadcast as raw bytes */
 struct custom_cfg {
     long long oneshot_max, twoshot_max, timeout_ms, ll_max;
-    int threads, max_blocks, disable, fence_all, spread;
+    int threads, max_blocks, disable, fence_all, spread, ll_batch;
 };
 
 struct custom {
@@ -112,6 +112,7 @@ static struct custom_cfg read_cfg(int size)
     g.disable = (int)env_int("LOCKSTEP_AR_DISABLE", 0, 0, 1);
     g.fence_all = (int)env_int("LOCKSTEP_AR_FENCE_ALL", 1, 0, 1);
     g.spread = (int)env_int("LOCKSTEP_AR_SPREAD", 1, 0, 1);
+    g.ll_batch = (int)env_int("LOCKSTEP_AR_LL_BATCH", 0, 0, 1);
     if (g.threads % 32) {
         char msg[128];
         snprintf(msg, sizeof msg, "LOCKSTEP_AR_THREADS=%d: must be a multiple of 32", g.threads);
@@ -448,6 +449,7 @@ struct ls_comm *ls_comm_custom_create(MPI_Comm world, int dev, size_t max_bytes,
     m->st.max_blocks = g.max_blocks;
     m->st.fence_all = g.fence_all;
     m->st.spread = g.spread;
+    m->st.ll_batch = g.ll_batch;
     in->fence_all = g.fence_all;
     m->st.timeout_ns = (unsigned long long)g.timeout_ms * 1000000ull;
     m->st.data_bytes = data_bytes_for(c->size, max_bytes);

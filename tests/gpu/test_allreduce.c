@@ -54,6 +54,7 @@ static cudaStream_t g_stream;
 static struct ls_comm *g_custom, *g_nccl;
 static const struct ls_ar_state *g_st; /* NULL when the IPC path is off */
 static struct ls_ar_state g_st_flag;   /* *g_st without LL: the flag protocol at every size */
+static struct ls_ar_state g_st_pull;   /* *g_st with the other LL pull (ll_batch toggled) */
 
 /* ---- helpers ---- */
 
@@ -302,7 +303,7 @@ static size_t check_sum(const struct sum_case *c, const void *got, int nccl, dou
 /* bufs: device, each max bytes + 64 */
 struct sum_bufs {
     char *d_in, *d_out, *d_work, *d_nccl;
-    void *h_auto, *h_one, *h_two, *h_flag, *h_nccl, *h_in_after;
+    void *h_auto, *h_one, *h_two, *h_flag, *h_pull, *h_nccl, *h_in_after;
 };
 
 static void run_sums(uint64_t seed)
@@ -318,6 +319,7 @@ static void run_sums(uint64_t seed)
     b.h_one = xmalloc(cap);
     b.h_two = xmalloc(cap);
     b.h_flag = xmalloc(cap);
+    b.h_pull = xmalloc(cap);
     b.h_nccl = xmalloc(cap);
     b.h_in_after = xmalloc(cap);
     struct sum_case c;
@@ -389,6 +391,11 @@ static void run_sums(uint64_t seed)
                 sync_or_die("one-shot, flag protocol");
                 to_host(b.h_flag, b.d_out + off_out, bytes);
                 poison(b.d_out + off_out, bytes);
+                ls_allreduce_oneshot(&g_st_pull, b.d_in + off_in, b.d_out + off_out, n,
+                                     (enum ls_ar_dtype)t, g_stream);
+                sync_or_die("one-shot, the other LL pull");
+                to_host(b.h_pull, b.d_out + off_out, bytes);
+                poison(b.d_out + off_out, bytes);
                 ls_allreduce_twoshot(g_st, b.d_in + off_in, b.d_out + off_out, n,
                                      (enum ls_ar_dtype)t, g_stream);
                 sync_or_die("two-shot");
@@ -410,10 +417,11 @@ static void run_sums(uint64_t seed)
                                  get(b.h_two, t, bad - 1), c.ref[bad - 1]);
                 v_agree.cases++;
                 if (memcmp(b.h_one, b.h_two, bytes) || memcmp(b.h_one, b.h_flag, bytes) ||
+                    memcmp(b.h_one, b.h_pull, bytes) ||
                     (auto_custom && memcmp(b.h_one, b.h_auto, bytes)))
                     verdict_fail(&v_agree,
-                                 "n=%zu (routed: %s): one-shot (LL up to %zu B), one-shot over "
-                                 "flags, two-shot and routed results differ",
+                                 "n=%zu (routed: %s): one-shot (LL up to %zu B, both pulls), "
+                                 "one-shot over flags, two-shot and routed results differ",
                                  n, path, g_st->ll_max);
                 v_ranks.cases++;
                 if (!same_on_all_ranks(b.h_one, bytes))
@@ -464,7 +472,8 @@ static void run_sums(uint64_t seed)
                        "%s NCCL within its tolerance of the float64 sum (worst |err|/S %.2g)",
                        tname(t), worst_nccl);
         verdict_report(&v_agree,
-                       "%s one-shot (LL and flags), two-shot and routed results bitwise equal",
+                       "%s one-shot (LL with both pulls, and flags), two-shot and routed results "
+                       "bitwise equal",
                        tname(t));
         verdict_report(&v_ranks, "%s results bitwise equal on every rank", tname(t));
         verdict_report(&v_vs, "%s custom within the summed tolerances of NCCL", tname(t));
@@ -481,6 +490,7 @@ static void run_sums(uint64_t seed)
     free(b.h_one);
     free(b.h_two);
     free(b.h_flag);
+    free(b.h_pull);
     free(b.h_nccl);
     free(b.h_in_after);
     free(c.in);
@@ -627,15 +637,16 @@ static void run_fused(uint64_t seed)
                                               eps, (enum ls_ar_dtype)t, g_stream);
                 fused_same(&fc, "ls_allreduce_residual_rmsnorm, flag protocol", &v_flag,
                            "LL and flag protocols differ");
-                /* the residual alone (normed NULL), both protocols: out as above, the poisoned
-                 * normed buffer untouched */
-                for (int proto = 0; proto < 2; proto++) {
+                /* the residual alone (normed NULL), both protocols and LL's other pull: out as
+                 * above, the poisoned normed buffer untouched */
+                const struct ls_ar_state *protos[3] = {g_st, &g_st_flag, &g_st_pull};
+                const char *proto_names[3] = {"LL", "flags", "LL, other pull"};
+                for (int proto = 0; proto < 3; proto++) {
                     to_dev(d_p, h_p, bytes);
                     poison(d_out, bytes);
                     poison(d_norm, bytes);
-                    ls_allreduce_residual_rmsnorm(proto ? &g_st_flag : g_st, d_p, d_x, d_out, NULL,
-                                                  d_w, rows, dim, eps, (enum ls_ar_dtype)t,
-                                                  g_stream);
+                    ls_allreduce_residual_rmsnorm(protos[proto], d_p, d_x, d_out, NULL, d_w, rows,
+                                                  dim, eps, (enum ls_ar_dtype)t, g_stream);
                     sync_or_die("ls_allreduce_residual_rmsnorm, residual only");
                     to_host(h_out2, d_out, bytes);
                     to_host(h_norm2, d_norm, bytes);
@@ -644,7 +655,7 @@ static void run_fused(uint64_t seed)
                         if (((unsigned char *)h_norm2)[b] != 0xff) untouched = 0;
                     v_resid.cases++;
                     if (memcmp(h_out, h_out2, bytes) || !untouched)
-                        verdict_fail(&v_resid, "%dx%d %s: %s", rows, dim, proto ? "flags" : "LL",
+                        verdict_fail(&v_resid, "%dx%d %s: %s", rows, dim, proto_names[proto],
                                      untouched ? "out differs" : "normed was written");
                 }
             }
@@ -673,8 +684,8 @@ static void run_fused(uint64_t seed)
         verdict_report(&v_flag, "%s fused over LL lines bitwise equal to the flag protocol",
                        tname(t));
         verdict_report(&v_resid,
-                       "%s residual only (normed NULL), LL and flags: out bitwise the same, "
-                       "normed untouched",
+                       "%s residual only (normed NULL), LL (both pulls) and flags: out bitwise "
+                       "the same, normed untouched",
                        tname(t));
     }
 }
@@ -813,7 +824,7 @@ static void run_graph(uint64_t seed, int replays)
 
 /* ---- latency sweep ---- */
 
-enum op_kind { OP_ROUTED, OP_ONESHOT, OP_TWOSHOT, OP_NCCL };
+enum op_kind { OP_ROUTED, OP_ONESHOT, OP_PULL, OP_TWOSHOT, OP_NCCL };
 
 struct op {
     enum op_kind kind;
@@ -830,6 +841,9 @@ static void enqueue(const struct op *o)
         break;
     case OP_ONESHOT: /* always over flags: the routed column shows LL where it applies */
         ls_allreduce_oneshot(&g_st_flag, o->buf, o->buf, o->n, (enum ls_ar_dtype)o->t, g_stream);
+        break;
+    case OP_PULL: /* over LL lines with the other pull (LOCKSTEP_AR_LL_BATCH toggled) */
+        ls_allreduce_oneshot(&g_st_pull, o->buf, o->buf, o->n, (enum ls_ar_dtype)o->t, g_stream);
         break;
     case OP_TWOSHOT:
         ls_allreduce_twoshot(g_st, o->buf, o->buf, o->n, (enum ls_ar_dtype)o->t, g_stream);
@@ -896,35 +910,39 @@ static void run_sweep(uint64_t seed, size_t max_mb, enum ls_dtype t)
         printf("# latency sweep, %s, %d ranks, median us per all-reduce (graph: N per replay, "
                "time / N);\n"
                "# custom routes one-shot over LL lines <= %zu B, over flags <= %zu B, two-shot <= "
-               "%zu B, else %s;\n# 1shot/gr: one-shot over flags; busbw = 2(n-1)/n * bytes / "
-               "time\n",
-               tname(t), g_size, info.ll_max, info.oneshot_max, info.twoshot_max, g_nccl->name);
-        printf("%10s %-11s %11s %11s %11s %11s %11s %11s %9s %12s\n", "bytes", "route", "custom/gr",
-               "custom/eag", "1shot/gr", "2shot/gr", "nccl/eager", "nccl/graph", "speedup",
-               "busbw GB/s");
+               "%zu B, else %s;\n# 1shot/gr: one-shot over flags; pull%d/gr: over LL lines with "
+               "LOCKSTEP_AR_LL_BATCH=%d; busbw = 2(n-1)/n * bytes / time\n",
+               tname(t), g_size, info.ll_max, info.oneshot_max, info.twoshot_max, g_nccl->name,
+               g_st ? g_st_pull.ll_batch : 0, g_st ? g_st_pull.ll_batch : 0);
+        printf("%10s %-11s %11s %11s %11s %11s %11s %11s %11s %9s %12s\n", "bytes", "route",
+               "custom/gr", "custom/eag", "1shot/gr",
+               g_st && g_st_pull.ll_batch ? "pull1/gr" : "pull0/gr", "2shot/gr", "nccl/eager",
+               "nccl/graph", "speedup", "busbw GB/s");
     }
     for (size_t bytes = 1024; bytes <= top; bytes *= 2) {
         const size_t n = bytes / es;
         const int per = bytes <= (64 << 10) ? 100 : bytes <= MIB ? 50 : bytes <= 8 * MIB ? 20 : 5;
         const int reps = 15;
         struct op o = {OP_ROUTED, d, n, t};
-        double us[6];
-        const enum op_kind kinds[6] = {OP_ROUTED,  OP_ROUTED, OP_ONESHOT,
+        double us[7];
+        const enum op_kind kinds[7] = {OP_ROUTED,  OP_ROUTED, OP_ONESHOT, OP_PULL,
                                        OP_TWOSHOT, OP_NCCL,   OP_NCCL};
-        const int graphs[6] = {1, 0, 1, 1, 0, 1};
-        for (int k = 0; k < 6; k++) {
+        const int graphs[7] = {1, 0, 1, 1, 1, 0, 1};
+        for (int k = 0; k < 7; k++) {
             us[k] = NAN;
-            if ((kinds[k] == OP_ONESHOT || kinds[k] == OP_TWOSHOT) &&
+            if ((kinds[k] == OP_ONESHOT || kinds[k] == OP_PULL || kinds[k] == OP_TWOSHOT) &&
                 (!g_st || bytes > info.max_bytes))
                 continue;
+            if (kinds[k] == OP_PULL && bytes > info.ll_max) continue; /* LL only */
             to_dev(d, h, bytes); /* fresh random data for each column */
             o.kind = kinds[k];
             us[k] = time_op(&o, per, reps, graphs[k]);
         }
         if (g_rank == 0) {
-            printf("%10zu %-11s %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %8.1fx %12.1f%s\n", bytes,
-                   ls_comm_custom_path(g_custom, n, t), us[0], us[1], us[2], us[3], us[4], us[5],
-                   us[5] / us[0], 2.0 * (g_size - 1) / g_size * (double)bytes / (us[0] * 1e3),
+            printf("%10zu %-11s %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %8.1fx %12.1f%s\n",
+                   bytes, ls_comm_custom_path(g_custom, n, t), us[0], us[1], us[2], us[3], us[4],
+                   us[5], us[6], us[6] / us[0],
+                   2.0 * (g_size - 1) / g_size * (double)bytes / (us[0] * 1e3),
                    n == 4096 ? "  <- decode, dim 4096" : "");
             fflush(stdout);
         }
@@ -1060,6 +1078,8 @@ int main(int argc, char **argv)
     if (g_st) {
         g_st_flag = *g_st;
         g_st_flag.ll_max = 0;
+        g_st_pull = *g_st;
+        g_st_pull.ll_batch = !g_st->ll_batch;
     }
     struct ls_comm_custom_info info;
     ls_comm_custom_info(g_custom, &info);
