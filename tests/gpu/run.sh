@@ -123,7 +123,8 @@ stage_e2e() {
     # the same GPU logits: the same tokens (the kernel's integer probabilities could split a
     # draw that lands within ~1e-7 of a boundary differently; not expected in 16 steps)
     for m in tests/fixtures/tiny-llama tests/fixtures/tiny-qwen2; do
-        for tp in 1 2; do
+        for tp in 1 2 4 8; do
+            [ $tp -gt "$(ngpus)" ] && continue
             gen_json $tp "$OUT/e2e-dev.json" --gpu -m $m --prompt-ids "$(seq -s, 11 47)" -n 16 --temperature 0.8 \
                 --top-p 0.95 --top-k 100 --min-p 0.01 --seed 5 &&
                 LOCKSTEP_HOST_SAMPLING=1 gen_json $tp "$OUT/e2e-host.json" -x LOCKSTEP_HOST_SAMPLING --gpu -m $m \
