@@ -400,24 +400,32 @@ PY
     column -t "$OUT/scaling.tsv" 2>/dev/null || cat "$OUT/scaling.tsv"
 }
 
-# a rank that hangs mid-decode under each all-reduce path: the other rank's step watchdog (3 s)
-# ends it, naming the step (NCCL), or the custom all-reduce's 2 s bounded wait names the rank
-# that never arrived; the job must end non-zero within 30 s
+# a rank that hangs mid-decode under each all-reduce path: rank 0's step watchdog (3 s) ends it,
+# naming the step (NCCL), or the custom all-reduce's 2 s bounded wait names the rank that never
+# arrived; the job must end non-zero within 30 s
 stage_hang() {
-    local ar rc start took ok=0
-    for ar in nccl custom; do
-        start=$(date +%s)
-        LOCKSTEP_STEP_TIMEOUT=3 LOCKSTEP_FAULT_DRILL=1:3:hang LOCKSTEP_AR_TIMEOUT_MS=2000 timeout 60 \
-            mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x LOCKSTEP_STEP_TIMEOUT \
-            -x LOCKSTEP_FAULT_DRILL -x LOCKSTEP_AR_TIMEOUT_MS -np 2 \
-            build-gpu/lockstep generate --gpu --allreduce $ar --dummy smollm2-135m --prompt-ids 1,2,3 \
-            -n 32 --ignore-eos --quiet >"$OUT/hang_$ar.log" 2>&1
-        rc=$?
-        took=$(($(date +%s) - start))
-        grep -E "fault drill|no progress|never arrived|reports" "$OUT/hang_$ar.log"
-        echo "hang drill $ar: rc=$rc, ${took}s"
-        [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 30 ] &&
-            grep -qE "rank 0@.*(decode step at position 6: no progress|rank 1 never arrived)" "$OUT/hang_$ar.log" || ok=1
+    local ar rc start took ok=0 np m n
+    n=$(ngpus)
+    # 2 ranks (SmolLM2's shape), and all the machine's GPUs up to 8 (the dummy llama-tp8, whose
+    # shard plan allows 4 and 8)
+    for np in 2 $([ "$n" -gt 2 ] && echo $((n >= 8 ? 8 : n >= 4 ? 4 : 2))); do
+        m=$([ "$np" = 2 ] && echo smollm2-135m || echo tests/fixtures/llama-tp8.json)
+        [ "$np" -gt "$n" ] && continue
+        for ar in nccl custom; do
+            start=$(date +%s)
+            LOCKSTEP_STEP_TIMEOUT=3 LOCKSTEP_FAULT_DRILL=1:3:hang LOCKSTEP_AR_TIMEOUT_MS=2000 timeout 60 \
+                mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x LOCKSTEP_STEP_TIMEOUT \
+                -x LOCKSTEP_FAULT_DRILL -x LOCKSTEP_AR_TIMEOUT_MS -np "$np" \
+                build-gpu/lockstep generate --gpu --allreduce $ar --dummy "$m" --prompt-ids 1,2,3 \
+                -n 32 --ignore-eos --quiet >"$OUT/hang_${ar}_$np.log" 2>&1
+            rc=$?
+            took=$(($(date +%s) - start))
+            grep -E "fault drill|no progress|never arrived|reports" "$OUT/hang_${ar}_$np.log"
+            echo "hang drill $ar, $np ranks: rc=$rc, ${took}s"
+            [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 30 ] &&
+                grep -qE "rank 0@.*(decode step at position 6: no progress|rank 1 never arrived)" \
+                    "$OUT/hang_${ar}_$np.log" || ok=1
+        done
     done
     return $ok
 }
@@ -432,12 +440,15 @@ stage_allreduce() {
         mpi -np $np $t --max-mb 64 && mpi -np $np $t --sweep-only --sweep-dtype f32 --max-mb 64 || return 1
     done
     mpi -np 2 build-gpu/lockstep bench --gpu --allreduce-sweep --json "$OUT/sweep.json" || return 1
-    for m in hang exit; do
-        timeout 60 mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -np 2 $t --kill-rank 1 --kill-mode $m >"$OUT/drill_$m.log" 2>&1
-        rc=$?
-        grep -m1 -E "never arrived|HANG|FAILED|illegal" "$OUT/drill_$m.log"
-        echo "drill $m rc=$rc"
-        [ $rc -ne 0 ] && [ $rc -ne 124 ] || return 1
+    for np in 2 $(n=$(ngpus); [ "$n" -gt 2 ] && echo $((n > 8 ? 8 : n))); do
+        for m in hang exit; do
+            timeout 60 mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -np $np $t --kill-rank 1 \
+                --kill-mode $m >"$OUT/drill_${m}_$np.log" 2>&1
+            rc=$?
+            grep -m1 -E "never arrived|HANG|FAILED|illegal" "$OUT/drill_${m}_$np.log"
+            echo "drill $m, $np ranks: rc=$rc"
+            [ $rc -ne 0 ] && [ $rc -ne 124 ] || return 1
+        done
     done
 }
 
