@@ -591,7 +591,7 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // off or on (-1, the default: by the cache length); ls_attention_set_decode_shape overrides
 // both. LOCKSTEP_ATT_CLUSTER=0 turns the cluster merge off (ls_attention_set_cluster).
 // LOCKSTEP_ATT_HEADS=1|2|4|8: at most that many q heads a block (0, the default: by the
-// launch's size, heads_per_block).
+// launch's size, heads_per_block; ls_attention_set_heads).
 static struct {
     int read, min_chunk, wide, cluster, heads;
 } g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0};
@@ -644,12 +644,11 @@ static int block_rows(int group, int hkv, int gm)
 // 4352 20.265 / 18.391 (2 a block 18.393). Past half the L2 (not measured: 8B TP=1 from ~6000-7000
 // positions) the most a block can hold (up to 8), or half that where half still gives at most one
 // block per SM with every chunk live (seventeenth session, caches of 256-384: 70B TP=2 -0.29 ms a
-// token, 8B -0.06). cap: at most that many (the caller's, else LOCKSTEP_ATT_HEADS's; 0: none).
-static int heads_per_block(int group, int hkv, int nsplit, int cap, long kv_bytes)
+// token, 8B -0.06). At most g_shape.heads when it is set (ls_attention_set_heads).
+static int heads_per_block(int group, int hkv, int nsplit, long kv_bytes)
 {
     shape_from_env();
-    const int gm = most_heads(group);
-    if (!cap) cap = g_shape.heads;
+    const int gm = most_heads(group), cap = g_shape.heads;
     if (cap) return gm <= cap ? gm : cap;
     if (2 * kv_bytes <= ls_device_get().l2) return 1;
     const int half = half_heads(group);
@@ -662,6 +661,16 @@ extern "C" int ls_attention_set_cluster(int on)
     shape_from_env();
     const int old = g_shape.cluster;
     g_shape.cluster = on != 0;
+    return old;
+}
+
+extern "C" int ls_attention_set_heads(int heads)
+{
+    if (heads != 0 && heads != 1 && heads != 2 && heads != 4 && heads != 8)
+        ls_die(__FILE__, __LINE__, "ls_attention_set_heads", "expected heads 0, 1, 2, 4 or 8");
+    shape_from_env();
+    const int old = g_shape.heads;
+    g_shape.heads = heads;
     return old;
 }
 
@@ -744,19 +753,18 @@ static bool wide_form(int max_ctx)
 
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
-                                    int max_ctx, int nsplit, int fresh, int clusters, int heads,
+                                    int max_ctx, int nsplit, int fresh, int clusters,
                                     float *workspace, void *stream)
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
         nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) || ((uintptr_t)q & 15) ||
-        fresh < 0 || (heads && heads != 1 && heads != 2 && heads != 4 && heads != 8))
+        fresh < 0)
         ls_die(__FILE__, __LINE__, "ls_attention_decode",
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
-               "workspace when nsplit > 1, q on a 16-byte boundary, fresh >= 0 and heads 0, 1, "
-               "2, 4 or 8");
+               "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
     const int group = hq / hkv;
     const long kv_bytes = (long)hkv * max_ctx * hd * 2 * sizeof(uint16_t);
-    const int gm = heads_per_block(group, hkv, nsplit, heads, kv_bytes); // q heads a block
+    const int gm = heads_per_block(group, hkv, nsplit, kv_bytes); // q heads a block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);

@@ -39,6 +39,10 @@ void ls_attention_set_decode_shape(int chunk, int wide, int *old_chunk, int *old
  * (contexts of up to 8 chunks), instead of through the workspace and the done-counter (1, the
  * default; 0 or LOCKSTEP_ATT_CLUSTER=0: never). Returns the previous setting. */
 int ls_attention_set_cluster(int on);
+/* experiments and tests: the most q heads a decode block holds (1, 2, 4 or 8; 0, the default:
+ * one while the cache's K and V fit in half the L2, else by the launch's size; also
+ * LOCKSTEP_ATT_HEADS). Returns the previous setting. */
+int ls_attention_set_heads(int heads);
 /* the longest context (positions) at which that cluster merge applies, for the split
  * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
 int ls_attention_cluster_reach(int hq, int hkv, int max_ctx);
@@ -54,12 +58,11 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
  * PDL the kernel reads the K/V rows of the positions before those ahead of its wait, and pos
  * too: pos must be written before the forward's kernels (by a copy or an earlier graph).
  * clusters: 0 launches the split without clusters (its chunks merge through the workspace);
- * nonzero, with clusters where they apply and ls_attention_set_cluster allows. heads: the most
- * q heads a block holds (1, 2, 4 or 8; 0: the default, one while the cache's K and V fit in
- * half the L2, else by the launch's size). */
+ * nonzero, with clusters where they apply and ls_attention_set_cluster allows. The q heads a
+ * block holds: ls_attention_set_heads. */
 void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
-                         int fresh, int clusters, int heads, float *workspace, void *stream);
+                         int fresh, int clusters, float *workspace, void *stream);
 
 /* out[t][h][:] for t < T, h < hq: causal attention of position pos0 + t over cache positions
  * 0 .. pos0 + t. q: row t at q + t*q_stride (the fused QKV buffer works as is), head h at

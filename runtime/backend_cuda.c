@@ -397,7 +397,7 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
      * each reading its own position from pos[t] */
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
-                            hq, hkv, hd, max_ctx, nsplit, t, !cu.att_form, 0, cu.attn_ws,
+                            hq, hkv, hd, max_ctx, nsplit, t, !cu.att_form, cu.attn_ws,
                             stream_get());
 }
 

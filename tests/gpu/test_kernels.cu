@@ -900,8 +900,8 @@ static void make_decode(int hq, int hkv, int hd, int n, int max_ctx, std::vector
 // the decode tests' clusters argument (0: the workspace merge only), and which merge of the
 // chunks that runs, appended to their names
 static int g_att_clusters = 1;
-// the decode tests' heads argument (0: the default, one q head a block while the cache fits in
-// half the L2; else the most q heads a block)
+// the most q heads a block the decode tests set (ls_attention_set_heads; 0: the default, or
+// LOCKSTEP_ATT_HEADS's), appended to their names
 static int g_att_heads = 0;
 static const char *att_tag(void)
 {
@@ -939,7 +939,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     dws.poison();
     if (wsb) CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        g_att_clusters, g_att_heads, wsb ? dws.p : nullptr, nullptr);
+                        g_att_clusters, wsb ? dws.p : nullptr, nullptr);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
     if (!wsb) return;
@@ -957,7 +957,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     bool zero = counters_zero();
     dout.poison();
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                        g_att_clusters, g_att_heads, dws.p, nullptr);
+                        g_att_clusters, dws.p, nullptr);
     std::vector<float> out2 = dout.down();
     zero = counters_zero() && zero;
     report(zero && !memcmp(out.data(), out2.data(), out.size() * sizeof(float)),
@@ -975,7 +975,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
         dpos.up(&pi);
         dout.poison();
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            g_att_clusters, g_att_heads, dws.p, nullptr);
+                            g_att_clusters, dws.p, nullptr);
         eager[i] = dout.down();
     }
     cudaStream_t st;
@@ -986,7 +986,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < 3; l++)
         ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
-                            g_att_clusters, g_att_heads, dws.p, st);
+                            g_att_clusters, dws.p, st);
     CHECK_CUDA(cudaStreamEndCapture(st, &g));
     CHECK_CUDA(cudaGraphInstantiate(&ge, g, 0));
     ls_kernels_set_pdl(0);
@@ -1075,7 +1075,7 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
                                      max_ctx, n - 1 - fresh, n - 1, 40000);
     CHECK_CUDA(cudaGetLastError());
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, fresh,
-                        g_att_clusters, g_att_heads, nsplit > 1 ? dws.p : nullptr, nullptr);
+                        g_att_clusters, nsplit > 1 ? dws.p : nullptr, nullptr);
     ls_kernels_set_pdl(0);
     std::vector<float> out = dout.down();
     check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
@@ -1161,10 +1161,13 @@ static void tests_decode(void)
     test_decode_pdl(32, 8, 128, 1000, 4096);
     // the bench's caches (prompt 128 + 256 or 128 generated): 8B TP=1 and TP=2 shards, 70B TP=2,
     // SmolLM2; one q head a block by default (the cache fits in half the L2), and with the
-    // caller's cap of 2, 4 and 8, the forms a block holds more of its group in (the default's
-    // past half the L2, where the tests' caches of 8192 are with group 4 and 8)
+    // caps of 2, 4 and 8, the forms a block holds more of its group in (the default's past half
+    // the L2, where the tests' caches of 8192 are with group 4 and 8)
+    const int env_heads = ls_attention_set_heads(0);
+    ls_attention_set_heads(env_heads);
     for (int cap : {0, 2, 4, 8}) {
         g_att_heads = cap;
+        ls_attention_set_heads(cap ? cap : env_heads);
         for (int n : {1, 200, 384}) {
             test_decode(32, 8, 128, n, 384, 0);
             test_decode_pdl(32, 8, 128, n, 384);
@@ -1182,6 +1185,7 @@ static void tests_decode(void)
         }
     }
     g_att_heads = 0;
+    ls_attention_set_heads(env_heads);
     // PDL: the current position's K/V rows and q arrive late; contexts where that row is the
     // first, the middle and the last of its chunk
     for (int n : {1, 65, 100, 256}) test_decode_pdl(32, 8, 128, n, mc);
@@ -1543,7 +1547,7 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
                    pos.p, inv.p, 1, hq, hkv, hd, max_ctx, 0, nullptr, nullptr, 1e-5f, nullptr);
     };
     auto att = [&] {
-        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, 0,
+        ls_attention_decode(out.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1,
                             ws.p, nullptr);
     };
     ls_kernels_set_pdl(1);
@@ -1606,7 +1610,7 @@ static void bench_layer_chain(int ctx)
                            nullptr);
             if (form <= 2)
                 ls_attention_decode(att.p, qkv.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit,
-                                    0, 1, 0, ws.p, nullptr);
+                                    0, 1, ws.p, nullptr);
             ls_gemv_ex(x.p, wo, att.p, nullptr, 1, D, hq * hd, 0, nullptr, 0.0f, 1, nullptr);
             ls_gemv_ex(gu.p, wgu, x.p, nullptr, 1, 2 * F, D, 0, nw.p, 1e-5f, 0, nullptr);
             ls_gemv_ex(x.p, wd, gu.p, nullptr, 1, D, F, 1, nullptr, 0.0f, 1, nullptr);
@@ -1633,8 +1637,8 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
     fill_f32<<<64, 256>>>(q.p, q.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
     float ms = time_batch(60, 10, [&](int) {
-        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, 0,
-                            ws.p, nullptr);
+        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, ws.p,
+                            nullptr);
     });
     double bytes = 2.0 * csz * 2;
     printf(
