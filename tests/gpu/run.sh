@@ -433,14 +433,16 @@ stage_hang() {
 # the custom all-reduce: correctness against NCCL (eager and in graphs replayed thousands of
 # times), the latency sweep, and the fault drills (a rank that hangs or exits mid-sequence)
 stage_allreduce() {
-    local t=build-gpu/tests/gpu/test_allreduce rc m np
-    # every size the machine allows up to 8 (2 and all its GPUs)
-    for np in 2 $(n=$(ngpus); [ "$n" -gt 2 ] && echo $((n > 8 ? 8 : n))); do
+    local t=build-gpu/tests/gpu/test_allreduce rc m np nps n
+    # 2 ranks, and all the machine's GPUs up to 8 where it has more
+    n=$(ngpus)
+    nps="2 $([ "$n" -gt 2 ] && echo $((n > 8 ? 8 : n)))"
+    for np in $nps; do
         echo "== $np ranks"
         mpi -np $np $t --max-mb 64 && mpi -np $np $t --sweep-only --sweep-dtype f32 --max-mb 64 || return 1
     done
     mpi -np 2 build-gpu/lockstep bench --gpu --allreduce-sweep --json "$OUT/sweep.json" || return 1
-    for np in 2 $(n=$(ngpus); [ "$n" -gt 2 ] && echo $((n > 8 ? 8 : n))); do
+    for np in $nps; do
         for m in hang exit; do
             timeout 60 mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -np $np $t --kill-rank 1 \
                 --kill-mode $m >"$OUT/drill_${m}_$np.log" 2>&1
