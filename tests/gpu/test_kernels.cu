@@ -1163,8 +1163,7 @@ static void tests_decode(void)
     // SmolLM2; one q head a block by default (the cache fits in half the L2), and with the
     // caps of 2, 4 and 8, the forms a block holds more of its group in (the default's past half
     // the L2, where the tests' caches of 8192 are with group 4 and 8)
-    const int env_heads = ls_attention_set_heads(0);
-    ls_attention_set_heads(env_heads);
+    const int env_heads = ls_attention_set_heads(0); // LOCKSTEP_ATT_HEADS's, set back below
     for (int cap : {0, 2, 4, 8}) {
         g_att_heads = cap;
         ls_attention_set_heads(cap ? cap : env_heads);
