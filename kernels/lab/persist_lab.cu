@@ -22,6 +22,7 @@
 #include "../bandwidth.cu"
 #include "../gemv.cu"
 #include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
+#include "../attention.cu"
 #include "lab.cuh"
 
 #include <algorithm>
@@ -52,6 +53,7 @@ struct geo {
     int my_rows;       // rows g, g + G, ... of the block's range
     int pbase, pstride; // psum index of row g, and per G rows
     int q[2];           // the chunks: x's inputs 8q .. 8q + 7 (-1: none)
+    int g;              // the warp's row group (G groups of slots warps)
 };
 
 // the block's rows [r0, r0 + rows) and the slot count
@@ -76,6 +78,7 @@ static __device__ __forceinline__ geo make_geo(const uint16_t *W, int n, int k)
     o.my_rows = active && g < rows ? (rows - g + G - 1) / G : 0;
     o.stride = G * K8;
     o.pbase = g * ps + slot;
+    o.g = g;
     o.pstride = G * ps;
     const uint4 *row = reinterpret_cast<const uint4 *>(W) + (size_t)(r0 + g) * K8;
     for (int j = 0; j < 2; j++) {
@@ -135,12 +138,16 @@ struct next_mat {
 
 // W, x, y: functors giving the pointers where they are used (the persistent kernel reads them
 // from shared memory then, so no register holds them through the loop)
-template <int CM, bool ACC, bool PRE2, int NCM, typename Wf, typename Xf, typename Yf,
-          typename Next>
+// NP > 0: x is the sum of NP + 1 vectors of k floats laid out one after another from x() (the
+// residual, then the attention+o kernel's partial outputs, added in that order), and block 0's
+// first row group writes the sum to xw (where the residual would go)
+template <int CM, bool ACC, bool PRE2, int NCM, int NP = 0, typename Wf, typename Xf,
+          typename Yf, typename Next>
 static __device__ __forceinline__ void run_matrix(Wf W, int n, int k, uint4 (&a)[4],
                                                   uint4 (&b)[4], Xf x, Yf y, float *psum,
                                                   bool pre2_done, Next next,
-                                                  unsigned long long *mark = nullptr)
+                                                  unsigned long long *mark = nullptr,
+                                                  float *xw = nullptr)
 {
     constexpr int U = rows_per_batch<CM>();
     const int lane = threadIdx.x & 31;
@@ -153,6 +160,19 @@ static __device__ __forceinline__ void run_matrix(Wf W, int n, int k, uint4 (&a)
         if (o.q[j] >= 0) { // chunk q of the row: inputs 8q .. 8q + 7
             xa[j] = ld_x(x() + 8 * o.q[j]);
             xb[j] = ld_x(x() + 8 * o.q[j] + 4);
+            if constexpr (NP > 0) {
+#pragma unroll
+                for (int p = 0; p < NP; p++) {
+                    const float4 pa = ld_x(x() + (size_t)(p + 1) * k + 8 * o.q[j]);
+                    const float4 pb = ld_x(x() + (size_t)(p + 1) * k + 8 * o.q[j] + 4);
+                    xa[j].x += pa.x, xa[j].y += pa.y, xa[j].z += pa.z, xa[j].w += pa.w;
+                    xb[j].x += pb.x, xb[j].y += pb.y, xb[j].z += pb.z, xb[j].w += pb.w;
+                }
+                if (blockIdx.x == 0 && o.g == 0) {
+                    reinterpret_cast<float4 *>(xw + 8 * o.q[j])[0] = xa[j];
+                    reinterpret_cast<float4 *>(xw + 8 * o.q[j])[1] = xb[j];
+                }
+            }
         }
     }
     // batch bi is in a when bi is even, in b when odd; batch bi + 2 goes where bi was (two
@@ -239,7 +259,8 @@ struct layer_bufs {
 template <int TP, int M = 0> struct lsh {
     static constexpr int d = M ? 8192 : 4096, nqkv = (M ? 10240 : 6144) / TP, ko = d / TP,
                          f2 = (M ? 57344 : 28672) / TP, f = f2 / 2,
-                         cmd = (f / 8 + 31) / 32 > 32 ? 2 : 1;
+                         cmd = (f / 8 + 31) / 32 > 32 ? 2 : 1, hd = 128,
+                         hq = (M ? 64 : 32) / TP, hkv = 8 / TP > 0 ? 8 / TP : 1;
     static constexpr size_t per =
         (size_t)nqkv * d + (size_t)d * ko + (size_t)f2 * d + (size_t)d * f;
     static constexpr const char *name = M ? "70B" : "8B";
@@ -472,6 +493,157 @@ static __global__ void fgd_ref_down(const uint16_t *DT, float *x, const float *g
                    __uint_as_float((uint32_t)DT[(size_t)(base + j) * d + col] << 16);
     }
     x[col] += (float)sum;
+}
+
+// Attention and o in one kernel (atto): the o projection split along its inputs by q head, so
+// that a block needs one head's attention output only, and the attention computed in the block
+// that uses it. Block (quarter, head), grid HQ x Q = 128 blocks: the attention of q head `head`
+// over the whole context (one block, no split: short contexts only), then that head's 128
+// columns of o for the quarter's R = D / Q rows (their first 4 passes issued before the PDL wait,
+// while the QKV kernel and the attention still run), the row sums into shared memory. Clusters of
+// 8 heads (one quarter) add their 8 heads' sums through distributed shared memory, in rank order,
+// each block one eighth of the rows, into the partial P[head / 8] (D floats, at x + (1 + head / 8)
+// * D): HQ / 8 partials in all, which the next GEMV adds to the residual in a fixed order as it
+// loads its input (run_matrix's NP). Reproducible: no atomics.
+// BLK: o stored per block (each block's R x 128 slice contiguous) instead of row-major d x ko.
+template <int HQ, int HKV, int D, bool BLK>
+static __global__ void __launch_bounds__(NT, 1)
+    atto_kernel(const uint16_t *__restrict__ Wo, const float *q, const uint16_t *kc,
+                const uint16_t *vc, const int *pos, int max_ctx, float *x)
+{
+    constexpr int HD = 128, Q = 128 / HQ, R = D / Q, PASSES = R / 64, U = 4, KO = HQ * HD;
+    static_assert(HQ * Q == 128 && HQ % 8 == 0 && PASSES % U == 0, "128 blocks, 8 heads a cluster");
+    __shared__ float sc[1024];     // scores, then weights (n <= 1024)
+    __shared__ float red[32 * HD]; // the warps' partial outputs
+    __shared__ float oh[HD];       // the head's attention output
+    __shared__ float op[R];        // the block's o row sums
+    __shared__ float wr[32];
+    const int head = blockIdx.x % HQ, quarter = blockIdx.x / HQ;
+    const int hw = threadIdx.x >> 4, l16 = threadIdx.x & 15, lane = threadIdx.x & 31,
+              warp = threadIdx.x >> 5;
+    auto wrow = [&](int i) {
+        const size_t r = BLK ? (size_t)blockIdx.x * R + i * 64 + hw : (size_t)quarter * R + i * 64 + hw;
+        return reinterpret_cast<const uint4 *>(Wo + r * (BLK ? HD : KO) + (BLK ? 0 : head * HD)) + l16;
+    };
+    uint4 w[U];
+    pdl_launch_dependents();
+#pragma unroll
+    for (int i = 0; i < U; i++) w[i] = ld_weights(wrow(i));
+    const int n = min(*pos, max_ctx - 1) + 1;
+    const int kvh = head / (HQ / HKV);
+    const uint4 *K = reinterpret_cast<const uint4 *>(kc + (size_t)kvh * max_ctx * HD) + l16;
+    const uint4 *V = reinterpret_cast<const uint4 *>(vc + (size_t)kvh * max_ctx * HD) + l16;
+    pdl_wait();
+    float4 qa = __ldcg(reinterpret_cast<const float4 *>(q + head * HD + 8 * l16));
+    float4 qb = __ldcg(reinterpret_cast<const float4 *>(q + head * HD + 8 * l16) + 1);
+    const float qs = 1.4426950408889634f * rsqrtf((float)HD);
+    qa.x *= qs, qa.y *= qs, qa.z *= qs, qa.w *= qs, qb.x *= qs, qb.y *= qs, qb.z *= qs, qb.w *= qs;
+    // scores (log2 units): position p by half-warp p % 64, 4 rows a half-warp in flight (the
+    // loop's bounds the same for the whole warp: the shuffles need every lane)
+    for (int p0 = 0; p0 < n; p0 += 4 * 64) {
+        uint4 kr[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int p = p0 + 64 * u + hw;
+            kr[u] = p < n ? __ldcg(K + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            float s = dot8(kr[u], qa, qb, 0.0f);
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            const int p = p0 + 64 * u + hw;
+            if (l16 == 0 && p < n) sc[p] = s;
+        }
+    }
+    __syncthreads();
+    float m = threadIdx.x < n ? sc[threadIdx.x] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) wr[warp] = m;
+    __syncthreads();
+    m = wr[lane];
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float e = threadIdx.x < n ? exp2f(sc[threadIdx.x] - m) : 0.0f;
+    float l = e;
+    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    __syncthreads(); // every thread has read wr and its score
+    if (threadIdx.x < n) sc[threadIdx.x] = e;
+    if (lane == 0) wr[warp] = l;
+    __syncthreads();
+    l = wr[lane];
+    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+    // the weighted V rows: dims 8 l16 .. 8 l16 + 7 of positions p % 64 == hw
+    float acc[8] = {};
+    for (int p0 = 0; p0 < n; p0 += 4 * 64) {
+        uint4 vr[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int p = p0 + 64 * u + hw;
+            vr[u] = p < n ? __ldcg(V + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int p = p0 + 64 * u + hw;
+            const float pw = p < n ? sc[p] : 0.0f;
+            float vf[8];
+            unpack8(vr[u], vf);
+#pragma unroll
+            for (int t = 0; t < 8; t++) acc[t] = fmaf(pw, vf[t], acc[t]);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < 8; t++) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 16);
+    if (lane < 16)
+#pragma unroll
+        for (int t = 0; t < 8; t++) red[warp * HD + 8 * l16 + t] = acc[t];
+    __syncthreads();
+    if (threadIdx.x < HD) {
+        float s = 0.0f;
+        for (int v = 0; v < 32; v++) s += red[v * HD + threadIdx.x];
+        oh[threadIdx.x] = s / l;
+    }
+    __syncthreads();
+    // the o rows: pass i is rows i * 64 + hw of the block's R, columns of this head
+    const float4 oa = *reinterpret_cast<const float4 *>(oh + 8 * l16);
+    const float4 ob = *reinterpret_cast<const float4 *>(oh + 8 * l16 + 4);
+    for (int i = 0; i < PASSES; i += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float s = dot8(w[u], oa, ob, 0.0f);
+            if (i + u + U < PASSES) w[u] = ld_weights(wrow(i + u + U));
+#pragma unroll
+            for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (l16 == 0) op[(i + u) * 64 + hw] = s;
+        }
+    }
+    // the cluster's 8 heads: block rank c adds rows c R/8 .. (c + 1) R/8 - 1 over the 8 blocks
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    const int c = (int)cl.block_rank();
+    constexpr int SL = R / 8;
+    for (int t = threadIdx.x; t < SL; t += NT) {
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) s += cl.map_shared_rank(op, j)[c * SL + t];
+        x[(size_t)(1 + head / 8) * D + (size_t)quarter * R + c * SL + t] = s;
+    }
+    cl.sync(); // no block leaves while another reads its op
+}
+
+// the GEMV after atto: gate+up with x = residual + the HQ / 8 partials (summed as loaded), block
+// 0 writing that sum to xw
+template <int NP>
+static __global__ void __launch_bounds__(NT, 1)
+    sep_np_kernel(const uint16_t *__restrict__ W, const float *x, float *y, int n, int k, float *xw)
+{
+    extern __shared__ float psum[];
+    uint4 a[4], b[4];
+    pdl_launch_dependents();
+    issue<1>(make_geo(W, n, k), a, 0);
+    pdl_wait();
+    run_matrix<1, false, false, 1, NP>([=] { return W; }, n, k, a, b, [=] { return x; },
+                                       [=] { return y; }, psum, false,
+                                       [] { return next_mat{nullptr, 0, 0, false}; }, nullptr, xw);
 }
 
 static __global__ void idle_kernel(unsigned long long ns)
@@ -777,6 +949,171 @@ static bool run_tp(int sms, uint16_t *W, float *x, float *qkv, float *gu, unsign
     return ok;
 }
 
+// Attention and o: QKV -> attention (the engine's decode kernel) -> o -> gate+up -> down, with
+// PDL, against QKV -> atto -> gate+up adding atto's partials -> down, at contexts n (8 layers'
+// weights and KV caches rotating); the sum x = residual + o(attention) checked against each
+// other first. Also the four GEMVs with no attention (o reading q), as in run_tp.
+template <int TP, int M>
+static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
+{
+    using S = lsh<TP, M>;
+    constexpr int D = S::d, HQ = S::hq, HKV = S::hkv, HD = S::hd, KO = S::ko, NP = HQ / 8;
+    constexpr int MAXC = 1024, L = 8;
+    static_assert(HQ * HD == KO, "o's inputs are the q heads");
+    float *xb, *xw, *att, *ws;
+    uint16_t *kv;
+    int *pos;
+    const size_t cache = (size_t)HKV * MAXC * HD; // one layer's K (or V), elements
+    CHECK_CUDA(cudaMalloc(&xb, sizeof(float) * D * (1 + NP)));
+    CHECK_CUDA(cudaMalloc(&xw, sizeof(float) * D));
+    CHECK_CUDA(cudaMalloc(&att, sizeof(float) * KO));
+    CHECK_CUDA(cudaMalloc(&kv, sizeof(uint16_t) * cache * 2 * L));
+    CHECK_CUDA(cudaMalloc(&pos, sizeof(int)));
+    fill_bf16<<<1024, 256>>>(kv, cache * 2 * L, 77);
+    const int nsplit = ls_attention_decode_splits(HQ, HKV, MAXC);
+    const size_t wsb = ls_attention_decode_workspace(HQ, HD, nsplit);
+    CHECK_CUDA(cudaMalloc(&ws, wsb ? wsb : 4));
+    CHECK_CUDA(cudaMemset(ws, 0, wsb ? wsb : 4));
+    auto kc = [&](int l) { return kv + (size_t)(l % L) * 2 * cache; };
+    auto vc = [&](int l) { return kv + (size_t)(l % L) * 2 * cache + cache; };
+    auto need = [&](int n, int k) {
+        return (size_t)((n + sms - 1) / sms) * (std::min(NW, (k / 8 + 31) / 32) | 1) *
+               sizeof(float);
+    };
+    const size_t smem = std::max(std::max(need(S::nqkv, S::d), need(S::d, S::ko)),
+                                 std::max(need(S::f2, S::d), need(S::d, S::f)));
+    for (const void *fn : {(const void *)sep_kernel<1, false>, (const void *)sep_kernel<1, true>,
+                           (const void *)sep_kernel<S::cmd, true>, (const void *)sep_np_kernel<NP>})
+        CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+    {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(128);
+        cfg.blockDim = dim3(NT);
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = 8, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+        cfg.attrs = &at;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        CHECK_CUDA(cudaOccupancyMaxActiveClusters(&clusters, atto_kernel<HQ, HKV, D, false>, &cfg));
+        printf("%s TP=%d atto: 128 blocks in clusters of 8, %d clusters resident at once (16 "
+               "needed for one wave); %d partials; engine attention nsplit %d\n",
+               S::name, TP, clusters, NP, nsplit);
+    }
+    const cudaStream_t st = 0;
+    auto qkv_k = [&](int l) {
+        pdl_launch(sep_kernel<1, false>, sms, NT, smem, st, mat_w<TP, M>(W, l, 0), (const float *)xb,
+                   qkv, S::nqkv, S::d, (unsigned long long *)nullptr);
+    };
+    auto tail = [&](int l, bool np) {
+        if (np)
+            pdl_launch(sep_np_kernel<NP>, sms, NT, smem, st, mat_w<TP, M>(W, l, 2), (const float *)xb,
+                       gu, S::f2, S::d, xw);
+        else
+            pdl_launch(sep_kernel<1, false>, sms, NT, smem, st, mat_w<TP, M>(W, l, 2),
+                       (const float *)xb, gu, S::f2, S::d, (unsigned long long *)nullptr);
+        pdl_launch(sep_kernel<S::cmd, true>, sms, NT, smem, st, mat_w<TP, M>(W, l, 3),
+                   (const float *)gu, xb, S::d, S::f, (unsigned long long *)nullptr);
+    };
+    // form 0: the engine's attention then o; 1: atto (o row-major); 2: atto (o per block); 3: no
+    // attention (o reads q); upto: 1 QKV, 2 attention (+ o for atto), 3 o, 4 the whole layer
+    auto chain = [&](int form, int layers, int upto) {
+        ls_pdl_on = 1;
+        for (int l = 0; l < layers; l++) {
+            qkv_k(l);
+            if (upto < 2) continue;
+            const uint16_t *wo = mat_w<TP, M>(W, l, 1);
+            if (form == 0) {
+                ls_attention_decode(att, qkv, kc(l), vc(l), pos, HQ, HKV, HD, MAXC, nsplit, 0, 1,
+                                    ws, st);
+                if (upto >= 3)
+                    pdl_launch(sep_kernel<1, true>, sms, NT, smem, st, wo, (const float *)att, xb,
+                               S::d, S::ko, (unsigned long long *)nullptr);
+            } else if (form == 3) {
+                pdl_launch(sep_kernel<1, true>, sms, NT, smem, st, wo, (const float *)qkv, xb, S::d,
+                           S::ko, (unsigned long long *)nullptr);
+            } else {
+                pdl_launch_cluster(form == 1 ? atto_kernel<HQ, HKV, D, false>
+                                             : atto_kernel<HQ, HKV, D, true>,
+                                   dim3(128), dim3(NT), 0, st, 8u, wo, (const float *)qkv,
+                                   (const uint16_t *)kc(l), (const uint16_t *)vc(l),
+                                   (const int *)pos, MAXC, xb);
+            }
+            if (upto >= 4) tail(l, form == 1 || form == 2);
+        }
+        ls_pdl_on = 0;
+    };
+    auto set_pos = [&](int n) {
+        const int p = n - 1;
+        CHECK_CUDA(cudaMemcpy(pos, &p, sizeof p, cudaMemcpyHostToDevice));
+    };
+    bool ok = true;
+    // the check: x after one layer's QKV, attention and o each way (atto's through the next
+    // GEMV's load, written to xw)
+    for (int n : {1, 37, 256, 1000}) {
+        set_pos(n);
+        std::vector<float> x0(D), ha(D), hb(D);
+        fill_x<<<16, 256>>>(xb, D);
+        CHECK_CUDA(cudaMemcpy(x0.data(), xb, sizeof(float) * D, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemset(att, 0xff, sizeof(float) * KO));
+        chain(0, 1, 3);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaMemcpy(ha.data(), xb, sizeof(float) * D, cudaMemcpyDeviceToHost));
+        fill_x<<<16, 256>>>(xb, D);
+        CHECK_CUDA(cudaMemset(xb + D, 0xff, sizeof(float) * D * NP));
+        CHECK_CUDA(cudaMemset(xw, 0xff, sizeof(float) * D));
+        ls_pdl_on = 1;
+        qkv_k(0);
+        pdl_launch_cluster(atto_kernel<HQ, HKV, D, false>, dim3(128), dim3(NT), 0, st, 8u,
+                           mat_w<TP, M>(W, 0, 1), (const float *)qkv, (const uint16_t *)kc(0),
+                           (const uint16_t *)vc(0), (const int *)pos, MAXC, xb);
+        pdl_launch(sep_np_kernel<NP>, sms, NT, smem, st, mat_w<TP, M>(W, 0, 2), (const float *)xb,
+                   gu, S::f2, S::d, xw);
+        ls_pdl_on = 0;
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaMemcpy(hb.data(), xw, sizeof(float) * D, cudaMemcpyDeviceToHost));
+        double e2 = 0, d2 = 0;
+        size_t finite = 0;
+        for (int i = 0; i < D; i++) {
+            e2 += ((double)hb[i] - ha[i]) * ((double)hb[i] - ha[i]);
+            d2 += ((double)ha[i] - x0[i]) * ((double)ha[i] - x0[i]);
+            finite += std::isfinite(hb[i]) && std::isfinite(ha[i]);
+        }
+        const double rel = sqrt(e2 / (d2 > 0 ? d2 : 1));
+        printf("%s TP=%d atto check, context %d: ||atto - (attention, o)|| / ||o part|| = %.2e "
+               "(o part norm %.3g, %zu of %d finite)\n",
+               S::name, TP, n, rel, sqrt(d2), finite, D);
+        ok = ok && rel < 1e-4 && d2 > 0 && finite == (size_t)D;
+    }
+    const double bytes = (double)S::per * 2;
+    printf("%s TP=%d layer with attention, us per layer (%.1f MB of weights, %.2f us at the "
+           "roofline); QKV alone / + attention / + o / whole layer:\n",
+           S::name, TP, bytes / 1e6, bytes / g_roof / 1e3);
+    for (int n : {128, 256, 512, 1024}) {
+        set_pos(n);
+        fill_x<<<16, 256>>>(xb, D);
+        CHECK_CUDA(cudaMemset(xb + D, 0, sizeof(float) * D * NP));
+        float t[4][4];
+        for (int form = 0; form < 4; form++)
+            for (int upto = 1; upto <= 4; upto++)
+                t[form][upto - 1] =
+                    time_ms(30, 1, [&](int) { chain(form, L, upto); }) / L * 1e3f;
+        printf("  context %4d: attention, o %7.2f %7.2f %7.2f %7.2f | atto %7.2f %7.2f - %7.2f | "
+               "atto, o per block %7.2f %7.2f - %7.2f | no attention %7.2f - %7.2f %7.2f\n",
+               n, t[0][0], t[0][1], t[0][2], t[0][3], t[1][0], t[1][1], t[1][3], t[2][0], t[2][1],
+               t[2][3], t[3][0], t[3][2], t[3][3]);
+        fflush(stdout);
+    }
+    CHECK_CUDA(cudaFree(xb));
+    CHECK_CUDA(cudaFree(xw));
+    CHECK_CUDA(cudaFree(att));
+    CHECK_CUDA(cudaFree(kv));
+    CHECK_CUDA(cudaFree(pos));
+    CHECK_CUDA(cudaFree(ws));
+    return ok;
+}
+
 int main(void)
 {
     CHECK_CUDA(cudaSetDevice(0));
@@ -804,6 +1141,13 @@ int main(void)
     CHECK_CUDA(cudaDeviceSynchronize());
     g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
     printf("streaming read 4 GiB: %.0f GB/s\n", g_roof);
+    const char *atto = getenv("LAB_ATTO");
+    if (atto && !strcmp(atto, "1")) { // only attention and o
+        bool ok = run_atto<1, 0>(di.sms, W, qkv, gu);
+        ok = run_atto<2, 0>(di.sms, W, qkv, gu) && ok;
+        ok = run_atto<2, 1>(di.sms, W, qkv, gu) && ok;
+        return ok ? 0 : 1;
+    }
     unsigned base = 0;
     bool ok = run_tp<1, 0>(di.sms, W, x, qkv, gu, ctr, base, xacc);
     ok = run_tp<2, 0>(di.sms, W, x, qkv, gu, ctr, base, xacc) && ok;
