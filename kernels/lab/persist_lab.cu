@@ -496,138 +496,250 @@ static __global__ void fgd_ref_down(const uint16_t *DT, float *x, const float *g
 }
 
 // Attention and o in one kernel (atto): the o projection split along its inputs by q head, so
-// that a block needs one head's attention output only, and the attention computed in the block
-// that uses it. Block (quarter, head), grid HQ x Q = 128 blocks: the attention of q head `head`
-// over the whole context (one block, no split: short contexts only), then that head's 128
-// columns of o for the quarter's R = D / Q rows (their first 4 passes issued before the PDL wait,
-// while the QKV kernel and the attention still run), the row sums into shared memory. Clusters of
-// 8 heads (one quarter) add their 8 heads' sums through distributed shared memory, in rank order,
-// each block one eighth of the rows, into the partial P[head / 8] (D floats, at x + (1 + head / 8)
-// * D): HQ / 8 partials in all, which the next GEMV adds to the residual in a fixed order as it
-// loads its input (run_matrix's NP). Reproducible: no atomics.
-// BLK: o stored per block (each block's R x 128 slice contiguous) instead of row-major d x ko.
-template <int HQ, int HKV, int D, bool BLK>
+// that a block needs its own heads' attention output only, and the attention computed in the
+// block that uses it. Block (part, quad), grid HQ / 4 x Q = 128 blocks: four q heads of one KV
+// head, two a half of the block (their scores from the same K row loads, their outputs from the
+// same V row loads), over the whole context (no split: short contexts only); then those heads'
+// 512 columns of o for the part's R = D / Q rows, one row a warp a pass. The first STG rows are
+// copied into shared memory (bulk copies, issued before the PDL wait), so that they move while
+// the QKV kernel ends and the attention runs; the K rows of every position but the newest (which the QKV
+// kernel writes) are loaded before the wait too. Clusters of 2 blocks (8 heads) add their row
+// sums through distributed shared memory, each block half the rows, into the partial P[head / 8]
+// (D floats, at x + (1 + head / 8) * D): HQ / 8 partials in all, which the next GEMV adds to the
+// residual in a fixed order as it loads its input (run_matrix's NP). Reproducible: no atomics.
+// Earlier forms ran as two waves: an H200 holds 15 clusters of 8 and 30 of 4 at once (one head
+// a block in clusters of 8, then two heads a block in clusters of 4).
+template <int HQ, int HKV, int D, int STG> struct atto_shape {
+    static constexpr int HD = 128, Q = 512 / HQ, R = D / Q, ROW = 4 * HD, KO = HQ * HD;
+    static constexpr int stg = STG < R ? STG : R, U = 2;
+    // dynamic shared memory, in floats after the staged rows (bf16)
+    static constexpr int o_sc = 0, o_red = o_sc + 4 * 1024, o_oh = o_red + 32 * 2 * HD,
+                         o_op = o_oh + 4 * HD, o_wr = o_op + R, o_l = o_wr + 4 * 16, nf = o_l + 4;
+    static constexpr size_t smem = (size_t)stg * ROW * 2 + (size_t)nf * 4;
+    static_assert(HQ * Q == 512 && HQ % 8 == 0 && (HQ / HKV) % 4 == 0 && R % 32 == 0 &&
+                      stg % 32 == 0 && ((R - stg) / 32) % U == 0 && (stg * ROW) % (8 * NT) == 0,
+                  "128 blocks of four heads of one KV head, 8 heads a cluster of 2");
+};
+
+template <int HQ, int HKV, int D, int STG>
 static __global__ void __launch_bounds__(NT, 1)
     atto_kernel(const uint16_t *__restrict__ Wo, const float *q, const uint16_t *kc,
-                const uint16_t *vc, const int *pos, int max_ctx, float *x)
+                const uint16_t *vc, const int *pos, int max_ctx, float *x, unsigned long long *ts)
 {
-    constexpr int HD = 128, Q = 128 / HQ, R = D / Q, PASSES = R / 64, U = 4, KO = HQ * HD;
-    static_assert(HQ * Q == 128 && HQ % 8 == 0 && PASSES % U == 0, "128 blocks, 8 heads a cluster");
-    __shared__ float sc[1024];     // scores, then weights (n <= 1024)
-    __shared__ float red[32 * HD]; // the warps' partial outputs
-    __shared__ float oh[HD];       // the head's attention output
-    __shared__ float op[R];        // the block's o row sums
-    __shared__ float wr[32];
-    const int head = blockIdx.x % HQ, quarter = blockIdx.x / HQ;
-    const int hw = threadIdx.x >> 4, l16 = threadIdx.x & 15, lane = threadIdx.x & 31,
-              warp = threadIdx.x >> 5;
-    auto wrow = [&](int i) {
-        const size_t r = BLK ? (size_t)blockIdx.x * R + i * 64 + hw : (size_t)quarter * R + i * 64 + hw;
-        return reinterpret_cast<const uint4 *>(Wo + r * (BLK ? HD : KO) + (BLK ? 0 : head * HD)) + l16;
+    using A = atto_shape<HQ, HKV, D, STG>;
+    // ts (or nullptr): globaltimer at ts[8 b ..]: the block's start, the PDL wait passed, the
+    // attention output in shared memory, the staged rows there, their products done, the
+    // remainder's done, the end
+    auto stamp = [&](int k) {
+        if (ts && threadIdx.x == 0) ts[8 * blockIdx.x + k] = gtime();
     };
-    uint4 w[U];
+    stamp(0);
+    constexpr int HD = A::HD, R = A::R, ROW = A::ROW, KO = A::KO, SG = A::stg, U = A::U;
+    extern __shared__ __align__(16) uint8_t atto_smem[];
+    uint16_t *stage = reinterpret_cast<uint16_t *>(atto_smem);
+    float *f = reinterpret_cast<float *>(atto_smem + (size_t)SG * ROW * 2);
+    float(*sc)[1024] = reinterpret_cast<float(*)[1024]>(f + A::o_sc);
+    float *red = f + A::o_red, *oh = f + A::o_oh, *op = f + A::o_op, *lsum = f + A::o_l;
+    float(*wr)[16] = reinterpret_cast<float(*)[16]>(f + A::o_wr);
+    const int quad = blockIdx.x % (HQ / 4), part = blockIdx.x / (HQ / 4), h0 = 4 * quad;
+    const int grp = threadIdx.x >> 9, tg = threadIdx.x & 511, hw = tg >> 4, l16 = threadIdx.x & 15,
+              lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const uint16_t *orow = Wo + (size_t)part * R * KO + h0 * HD; // local row i at + i * KO
     pdl_launch_dependents();
-#pragma unroll
-    for (int i = 0; i < U; i++) w[i] = ld_weights(wrow(i));
     const int n = min(*pos, max_ctx - 1) + 1;
-    const int kvh = head / (HQ / HKV);
+    const int kvh = h0 / (HQ / HKV);
     const uint4 *K = reinterpret_cast<const uint4 *>(kc + (size_t)kvh * max_ctx * HD) + l16;
     const uint4 *V = reinterpret_cast<const uint4 *>(vc + (size_t)kvh * max_ctx * HD) + l16;
+    // the K and V rows first, ahead of the bulk copies in the memory queues
+    uint4 kr[4], vr[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int p = 32 * u + hw;
+        kr[u] = p < n - 1 ? __ldcg(K + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
+        vr[u] = p < n - 1 ? __ldcg(V + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
+    }
+    // the first SG rows into shared memory by the bulk-copy unit (one copy of 1 KB a row, issued
+    // by the last warp, 4 a lane), completing on an mbarrier: no thread waits for them until the
+    // products need them
+    __shared__ __align__(8) uint64_t mbar;
+    const unsigned bar = (unsigned)__cvta_generic_to_shared(&mbar);
+    if (SG > 0) {
+        if (threadIdx.x == 0) {
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        }
+        __syncthreads();
+        if (warp == 31) {
+            if (lane == 0)
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                             "r"(SG * ROW * 2)
+                             : "memory");
+            __syncwarp();
+            for (int row = lane; row < SG; row += 32) {
+                const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + row * ROW);
+                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                             "[%0], [%1], %2, [%3];" ::"r"(dst),
+                             "l"(orow + (size_t)row * KO), "r"(ROW * 2), "r"(bar)
+                             : "memory");
+            }
+        }
+    }
     pdl_wait();
-    float4 qa = __ldcg(reinterpret_cast<const float4 *>(q + head * HD + 8 * l16));
-    float4 qb = __ldcg(reinterpret_cast<const float4 *>(q + head * HD + 8 * l16) + 1);
+    stamp(1);
+    // this half's two heads: h0 + 2 grp, h0 + 2 grp + 1
+    float4 qa[2], qb[2];
     const float qs = 1.4426950408889634f * rsqrtf((float)HD);
-    qa.x *= qs, qa.y *= qs, qa.z *= qs, qa.w *= qs, qb.x *= qs, qb.y *= qs, qb.z *= qs, qb.w *= qs;
-    // scores (log2 units): position p by half-warp p % 64, 4 rows a half-warp in flight (the
-    // loop's bounds the same for the whole warp: the shuffles need every lane)
-    for (int p0 = 0; p0 < n; p0 += 4 * 64) {
-        uint4 kr[4];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float4 *qp =
+            reinterpret_cast<const float4 *>(q + (h0 + 2 * grp + h) * HD + 8 * l16);
+        qa[h] = __ldcg(qp), qb[h] = __ldcg(qp + 1);
+        qa[h].x *= qs, qa[h].y *= qs, qa[h].z *= qs, qa[h].w *= qs;
+        qb[h].x *= qs, qb[h].y *= qs, qb[h].z *= qs, qb[h].w *= qs;
+    }
+    // scores (log2 units): position p by the half's half-warp p % 32, 4 rows in flight (loop
+    // bounds the same for the whole warp: the shuffles need every lane)
+    for (int p0 = 0; p0 < n; p0 += 4 * 32) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int p = p0 + 64 * u + hw;
-            kr[u] = p < n ? __ldcg(K + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
+            const int p = p0 + 32 * u + hw;
+            if (p0 > 0 || p == n - 1)
+                kr[u] = p < n ? __ldcg(K + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            float s = dot8(kr[u], qa, qb, 0.0f);
+            float s0 = dot8(kr[u], qa[0], qb[0], 0.0f), s1 = dot8(kr[u], qa[1], qb[1], 0.0f);
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            const int p = p0 + 64 * u + hw;
-            if (l16 == 0 && p < n) sc[p] = s;
+            for (int o = 8; o > 0; o >>= 1) {
+                s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+                s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+            }
+            const int p = p0 + 32 * u + hw;
+            if (l16 == 0 && p < n) sc[2 * grp][p] = s0, sc[2 * grp + 1][p] = s1;
         }
     }
     __syncthreads();
-    float m = threadIdx.x < n ? sc[threadIdx.x] : -INFINITY;
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) wr[warp] = m;
+    stamp(7);
+    // softmax of each head over its half's 16 warps: positions tg and tg + 512
+    const int wg = warp & 15;
+    float m[2], e[2][2], l[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float *sh = sc[2 * grp + h];
+        m[h] = fmaxf(tg < n ? sh[tg] : -INFINITY, tg + 512 < n ? sh[tg + 512] : -INFINITY);
+        for (int o = 16; o > 0; o >>= 1) m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], o));
+        if (lane == 0) wr[2 * grp + h][wg] = m[h];
+    }
     __syncthreads();
-    m = wr[lane];
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float e = threadIdx.x < n ? exp2f(sc[threadIdx.x] - m) : 0.0f;
-    float l = e;
-    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-    __syncthreads(); // every thread has read wr and its score
-    if (threadIdx.x < n) sc[threadIdx.x] = e;
-    if (lane == 0) wr[warp] = l;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float *sh = sc[2 * grp + h];
+        m[h] = lane < 16 ? wr[2 * grp + h][lane] : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1) m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], o));
+        e[h][0] = tg < n ? exp2f(sh[tg] - m[h]) : 0.0f;
+        e[h][1] = tg + 512 < n ? exp2f(sh[tg + 512] - m[h]) : 0.0f;
+        l[h] = e[h][0] + e[h][1];
+        for (int o = 16; o > 0; o >>= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], o);
+    }
+    __syncthreads(); // every thread has read wr and its scores
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        if (tg < n) sc[2 * grp + h][tg] = e[h][0];
+        if (tg + 512 < n) sc[2 * grp + h][tg + 512] = e[h][1];
+        if (lane == 0) wr[2 * grp + h][wg] = l[h];
+    }
     __syncthreads();
-    l = wr[lane];
-    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-    // the weighted V rows: dims 8 l16 .. 8 l16 + 7 of positions p % 64 == hw
-    float acc[8] = {};
-    for (int p0 = 0; p0 < n; p0 += 4 * 64) {
-        uint4 vr[4];
+    if (threadIdx.x < 4) {
+        float t = 0.0f;
+        for (int w = 0; w < 16; w++) t += wr[threadIdx.x][w];
+        lsum[threadIdx.x] = t;
+    }
+    // the weighted V rows: dims 8 l16 .. 8 l16 + 7 of positions p % 32 == hw, both heads
+    float acc[2][8] = {};
+    for (int p0 = 0; p0 < n; p0 += 4 * 32) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int p = p0 + 64 * u + hw;
-            vr[u] = p < n ? __ldcg(V + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
+            const int p = p0 + 32 * u + hw;
+            if (p0 > 0 || p == n - 1)
+                vr[u] = p < n ? __ldcg(V + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int p = p0 + 64 * u + hw;
-            const float pw = p < n ? sc[p] : 0.0f;
+            const int p = p0 + 32 * u + hw;
+            const float w0 = p < n ? sc[2 * grp][p] : 0.0f, w1 = p < n ? sc[2 * grp + 1][p] : 0.0f;
             float vf[8];
             unpack8(vr[u], vf);
 #pragma unroll
-            for (int t = 0; t < 8; t++) acc[t] = fmaf(pw, vf[t], acc[t]);
+            for (int t = 0; t < 8; t++) {
+                acc[0][t] = fmaf(w0, vf[t], acc[0][t]);
+                acc[1][t] = fmaf(w1, vf[t], acc[1][t]);
+            }
         }
     }
 #pragma unroll
-    for (int t = 0; t < 8; t++) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], 16);
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int t = 0; t < 8; t++) acc[h][t] += __shfl_xor_sync(0xffffffffu, acc[h][t], 16);
     if (lane < 16)
 #pragma unroll
-        for (int t = 0; t < 8; t++) red[warp * HD + 8 * l16 + t] = acc[t];
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int t = 0; t < 8; t++) red[warp * 2 * HD + h * HD + 8 * l16 + t] = acc[h][t];
     __syncthreads();
-    if (threadIdx.x < HD) {
+    if (threadIdx.x < 4 * HD) { // head hh = t / HD: half hh / 2, its head hh % 2
+        const int hh = threadIdx.x / HD, g = hh >> 1, d = threadIdx.x % HD;
         float s = 0.0f;
-        for (int v = 0; v < 32; v++) s += red[v * HD + threadIdx.x];
-        oh[threadIdx.x] = s / l;
+        for (int v = 0; v < 16; v++) s += red[(16 * g + v) * 2 * HD + (hh & 1) * HD + d];
+        oh[threadIdx.x] = s / lsum[hh];
     }
-    __syncthreads();
-    // the o rows: pass i is rows i * 64 + hw of the block's R, columns of this head
-    const float4 oa = *reinterpret_cast<const float4 *>(oh + 8 * l16);
-    const float4 ob = *reinterpret_cast<const float4 *>(oh + 8 * l16 + 4);
-    for (int i = 0; i < PASSES; i += U) {
+    if (ts) __syncthreads();
+    stamp(2);
+    // the remainder's first U passes (row i = pass * 32 + warp), before the staged rows
+    uint4 w[U][2];
+    auto grow = [&](int i) { return reinterpret_cast<const uint4 *>(orow + (size_t)i * KO) + lane; };
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (SG + u * 32 < R) w[u][0] = ld_weights(grow(SG + u * 32 + warp)), w[u][1] = ld_weights(grow(SG + u * 32 + warp) + 32);
+    if (SG > 0)
+        asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
+                     " @!p bra W;\n}" ::"r"(bar)
+                     : "memory");
+    __syncthreads(); // oh
+    stamp(3);
+    const float4 oa0 = *reinterpret_cast<const float4 *>(oh + 8 * lane);
+    const float4 ob0 = *reinterpret_cast<const float4 *>(oh + 8 * lane + 4);
+    const float4 oa1 = *reinterpret_cast<const float4 *>(oh + 2 * HD + 8 * lane);
+    const float4 ob1 = *reinterpret_cast<const float4 *>(oh + 2 * HD + 8 * lane + 4);
+    for (int i = warp; i < SG; i += 32) {
+        const uint4 lo = *reinterpret_cast<const uint4 *>(stage + i * ROW + 8 * lane);
+        const uint4 hi = *reinterpret_cast<const uint4 *>(stage + i * ROW + 2 * HD + 8 * lane);
+        const float s = warp_sum(dot8(hi, oa1, ob1, dot8(lo, oa0, ob0, 0.0f)));
+        if (lane == 0) op[i] = s;
+    }
+    stamp(4);
+    for (int i0 = SG; i0 < R; i0 += U * 32) {
+        float s[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            float s = dot8(w[u], oa, ob, 0.0f);
-            if (i + u + U < PASSES) w[u] = ld_weights(wrow(i + u + U));
-#pragma unroll
-            for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if (l16 == 0) op[(i + u) * 64 + hw] = s;
+            s[u] = dot8(w[u][1], oa1, ob1, dot8(w[u][0], oa0, ob0, 0.0f));
+            const int nx = i0 + (u + U) * 32;
+            if (nx < R) w[u][0] = ld_weights(grow(nx + warp)), w[u][1] = ld_weights(grow(nx + warp) + 32);
         }
+        const float t = warp_sum_rows<U>(s, lane);
+        if ((lane & (32 / U - 1)) == 0) op[i0 + (lane / (32 / U)) * 32 + warp] = t;
     }
-    // the cluster's 8 heads: block rank c adds rows c R/8 .. (c + 1) R/8 - 1 over the 8 blocks
+    // the cluster's 8 heads: block rank c adds rows c R/2 .. (c + 1) R/2 - 1 over the 2 blocks
+    if (ts) __syncthreads();
+    stamp(5);
     cg::cluster_group cl = cg::this_cluster();
     cl.sync();
     const int c = (int)cl.block_rank();
-    constexpr int SL = R / 8;
-    for (int t = threadIdx.x; t < SL; t += NT) {
-        float s = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) s += cl.map_shared_rank(op, j)[c * SL + t];
-        x[(size_t)(1 + head / 8) * D + (size_t)quarter * R + c * SL + t] = s;
-    }
+    constexpr int SL = R / 2;
+    const float *o0 = cl.map_shared_rank(op, 0), *o1 = cl.map_shared_rank(op, 1);
+    for (int t = threadIdx.x; t < SL; t += NT)
+        x[(size_t)(1 + h0 / 8) * D + (size_t)part * R + c * SL + t] = o0[c * SL + t] + o1[c * SL + t];
     cl.sync(); // no block leaves while another reads its op
+    stamp(6);
 }
 
 // the GEMV after atto: gate+up with x = residual + the HQ / 8 partials (summed as loaded), block
@@ -986,25 +1098,33 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
                            (const void *)sep_kernel<S::cmd, true>, (const void *)sep_np_kernel<NP>})
         CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem));
+    using A1 = atto_shape<HQ, HKV, D, 128>;
+    using A0 = atto_shape<HQ, HKV, D, 64>;
+    CHECK_CUDA(cudaFuncSetAttribute(atto_kernel<HQ, HKV, D, 128>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)A1::smem));
+    CHECK_CUDA(cudaFuncSetAttribute(atto_kernel<HQ, HKV, D, 64>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)A0::smem));
     {
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(128);
         cfg.blockDim = dim3(NT);
+        cfg.dynamicSmemBytes = A1::smem;
         cudaLaunchAttribute at;
         at.id = cudaLaunchAttributeClusterDimension;
-        at.val.clusterDim.x = 8, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+        at.val.clusterDim.x = 2, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
         cfg.attrs = &at;
         cfg.numAttrs = 1;
         int clusters = 0;
-        CHECK_CUDA(cudaOccupancyMaxActiveClusters(&clusters, atto_kernel<HQ, HKV, D, false>, &cfg));
-        printf("%s TP=%d atto: 128 blocks in clusters of 8, %d clusters resident at once (16 "
-               "needed for one wave); %d partials; engine attention nsplit %d\n",
-               S::name, TP, clusters, NP, nsplit);
+        CHECK_CUDA(cudaOccupancyMaxActiveClusters(&clusters, atto_kernel<HQ, HKV, D, 128>, &cfg));
+        printf("%s TP=%d atto: 128 blocks of 4 heads in clusters of 2, %d clusters resident at "
+               "once (64 needed for one wave); %d rows a block, %d staged (%zu bytes of shared "
+               "memory); %d partials; engine attention nsplit %d\n",
+               S::name, TP, clusters, A1::R, A1::stg, A1::smem, NP, nsplit);
     }
     const cudaStream_t st = 0;
-    auto qkv_k = [&](int l) {
+    auto qkv_k = [&](int l, unsigned long long *ts = nullptr) {
         pdl_launch(sep_kernel<1, false>, sms, NT, smem, st, mat_w<TP, M>(W, l, 0), (const float *)xb,
-                   qkv, S::nqkv, S::d, (unsigned long long *)nullptr);
+                   qkv, S::nqkv, S::d, ts);
     };
     auto tail = [&](int l, bool np) {
         if (np)
@@ -1016,12 +1136,13 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
         pdl_launch(sep_kernel<S::cmd, true>, sms, NT, smem, st, mat_w<TP, M>(W, l, 3),
                    (const float *)gu, xb, S::d, S::f, (unsigned long long *)nullptr);
     };
-    // form 0: the engine's attention then o; 1: atto (o row-major); 2: atto (o per block); 3: no
+    // form 0: the engine's attention then o; 1: atto (128 rows staged); 2: atto (64); 3: no
     // attention (o reads q); upto: 1 QKV, 2 attention (+ o for atto), 3 o, 4 the whole layer
-    auto chain = [&](int form, int layers, int upto) {
+    auto chain = [&](int form, int layers, int upto, unsigned long long *tsq = nullptr,
+                     unsigned long long *tsa = nullptr, unsigned long long *tso = nullptr) {
         ls_pdl_on = 1;
         for (int l = 0; l < layers; l++) {
-            qkv_k(l);
+            qkv_k(l, tsq ? tsq + (size_t)l * 4 * sms : tsq);
             if (upto < 2) continue;
             const uint16_t *wo = mat_w<TP, M>(W, l, 1);
             if (form == 0) {
@@ -1029,16 +1150,17 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
                                     ws, st);
                 if (upto >= 3)
                     pdl_launch(sep_kernel<1, true>, sms, NT, smem, st, wo, (const float *)att, xb,
-                               S::d, S::ko, (unsigned long long *)nullptr);
+                               S::d, S::ko, tso ? tso + (size_t)l * 4 * sms : tso);
             } else if (form == 3) {
                 pdl_launch(sep_kernel<1, true>, sms, NT, smem, st, wo, (const float *)qkv, xb, S::d,
                            S::ko, (unsigned long long *)nullptr);
             } else {
-                pdl_launch_cluster(form == 1 ? atto_kernel<HQ, HKV, D, false>
-                                             : atto_kernel<HQ, HKV, D, true>,
-                                   dim3(128), dim3(NT), 0, st, 8u, wo, (const float *)qkv,
+                pdl_launch_cluster(form == 1 ? atto_kernel<HQ, HKV, D, 128>
+                                             : atto_kernel<HQ, HKV, D, 64>,
+                                   dim3(128), dim3(NT), form == 1 ? A1::smem : A0::smem, st, 2u,
+                                   wo, (const float *)qkv,
                                    (const uint16_t *)kc(l), (const uint16_t *)vc(l),
-                                   (const int *)pos, MAXC, xb);
+                                   (const int *)pos, MAXC, xb, tsa ? tsa + (size_t)l * 8 * 128 : tsa);
             }
             if (upto >= 4) tail(l, form == 1 || form == 2);
         }
@@ -1065,9 +1187,10 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
         CHECK_CUDA(cudaMemset(xw, 0xff, sizeof(float) * D));
         ls_pdl_on = 1;
         qkv_k(0);
-        pdl_launch_cluster(atto_kernel<HQ, HKV, D, false>, dim3(128), dim3(NT), 0, st, 8u,
+        pdl_launch_cluster(atto_kernel<HQ, HKV, D, 128>, dim3(128), dim3(NT), A1::smem, st, 2u,
                            mat_w<TP, M>(W, 0, 1), (const float *)qkv, (const uint16_t *)kc(0),
-                           (const uint16_t *)vc(0), (const int *)pos, MAXC, xb);
+                           (const uint16_t *)vc(0), (const int *)pos, MAXC, xb,
+                           (unsigned long long *)nullptr);
         pdl_launch(sep_np_kernel<NP>, sms, NT, smem, st, mat_w<TP, M>(W, 0, 2), (const float *)xb,
                    gu, S::f2, S::d, xw);
         ls_pdl_on = 0;
@@ -1100,10 +1223,76 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
                 t[form][upto - 1] =
                     time_ms(30, 1, [&](int) { chain(form, L, upto); }) / L * 1e3f;
         printf("  context %4d: attention, o %7.2f %7.2f %7.2f %7.2f | atto %7.2f %7.2f - %7.2f | "
-               "atto, o per block %7.2f %7.2f - %7.2f | no attention %7.2f - %7.2f %7.2f\n",
+               "atto, 64 staged %7.2f %7.2f - %7.2f | no attention %7.2f - %7.2f %7.2f\n",
                n, t[0][0], t[0][1], t[0][2], t[0][3], t[1][0], t[1][1], t[1][3], t[2][0], t[2][1],
                t[2][3], t[3][0], t[3][2], t[3][3]);
         fflush(stdout);
+    }
+    // where atto's time goes: each block's stamps over 8 whole layers (the last of 3 runs),
+    // layers 1..7 averaged, us from the QKV kernel's last block end: atto's first / last wait
+    // release, attention output ready (median / max), staged rows done, remainder done, last end;
+    // and the engine's o after its attention: first / last wait release, products done
+    // (median / max), last end
+    {
+        unsigned long long *tq, *ta, *to;
+        CHECK_CUDA(cudaMalloc(&tq, sizeof(unsigned long long) * 4 * sms * L));
+        CHECK_CUDA(cudaMalloc(&ta, sizeof(unsigned long long) * 8 * 128 * L));
+        CHECK_CUDA(cudaMalloc(&to, sizeof(unsigned long long) * 4 * sms * L));
+        std::vector<unsigned long long> hq((size_t)4 * sms * L), ha((size_t)8 * 128 * L),
+            ho((size_t)4 * sms * L);
+        auto med = [](std::vector<double> v, bool mx) {
+            std::sort(v.begin(), v.end());
+            return mx ? v.back() : v[v.size() / 2];
+        };
+        for (int n : {128, 256}) {
+            set_pos(n);
+            double A[12] = {}, B[5] = {};
+            for (int form : {1, 0}) {
+                for (int r = 0; r < 3; r++) chain(form, L, 4, tq, form ? ta : nullptr, form ? nullptr : to);
+                CHECK_CUDA(cudaDeviceSynchronize());
+                CHECK_CUDA(cudaMemcpy(hq.data(), tq, 8 * hq.size(), cudaMemcpyDeviceToHost));
+                if (form)
+                    CHECK_CUDA(cudaMemcpy(ha.data(), ta, 8 * ha.size(), cudaMemcpyDeviceToHost));
+                else
+                    CHECK_CUDA(cudaMemcpy(ho.data(), to, 8 * ho.size(), cudaMemcpyDeviceToHost));
+                for (int l = 1; l < L; l++) {
+                    double t0 = 0;
+                    for (int b = 0; b < sms; b++) t0 = std::max(t0, (double)hq[(size_t)l * 4 * sms + 4 * b + 3]);
+                    if (form) {
+                        std::vector<double> v[8];
+                        for (int b = 0; b < 128; b++)
+                            for (int k = 0; k < 8; k++)
+                                v[k].push_back(((double)ha[(size_t)l * 8 * 128 + 8 * b + k] - t0) / 1e3);
+                        const double r[12] = {*std::min_element(v[0].begin(), v[0].end()),
+                                              med(v[0], true),
+                                              *std::min_element(v[1].begin(), v[1].end()),
+                                              med(v[1], true), med(v[2], false), med(v[2], true),
+                                              med(v[3], true), med(v[4], true), med(v[5], false),
+                                              med(v[5], true), med(v[6], true),
+                                              med(v[7], false)};
+                        for (int k = 0; k < 12; k++) A[k] += r[k] / (L - 1);
+                    } else {
+                        std::vector<double> v[4];
+                        for (int b = 0; b < sms; b++)
+                            for (int k = 1; k < 4; k++)
+                                v[k].push_back(((double)ho[(size_t)l * 4 * sms + 4 * b + k] - t0) / 1e3);
+                        const double r[5] = {*std::min_element(v[1].begin(), v[1].end()),
+                                             med(v[1], true), med(v[2], false), med(v[2], true),
+                                             med(v[3], true)};
+                        for (int k = 0; k < 5; k++) B[k] += r[k] / (L - 1);
+                    }
+                }
+            }
+            printf("  timeline at context %d, us from QKV's last block end: atto start %.2f-%.2f, "
+                   "wait %.2f-%.2f, scores %.2f, attention done %.2f (max %.2f), staged rows in max %.2f, "
+                   "their products max %.2f, rest done %.2f (max %.2f), end %.2f | attention then "
+                   "o: o wait %.2f-%.2f, products %.2f (max %.2f), end %.2f\n",
+                   n, A[0], A[1], A[2], A[3], A[11], A[4], A[5], A[6], A[7], A[8], A[9], A[10], B[0],
+                   B[1], B[2], B[3], B[4]);
+        }
+        CHECK_CUDA(cudaFree(tq));
+        CHECK_CUDA(cudaFree(ta));
+        CHECK_CUDA(cudaFree(to));
     }
     CHECK_CUDA(cudaFree(xb));
     CHECK_CUDA(cudaFree(xw));
