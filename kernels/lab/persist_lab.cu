@@ -32,6 +32,28 @@
 #include <type_traits>
 #include <vector>
 
+// LAB_EF (a build flag: run.sh builds the lab both ways): every weight load of the lab's kernels
+// (not the engine's attention) with an L2 evict-first policy, so that the weights' stream does
+// not push the KV cache and the activations out of L2
+#ifndef LAB_EF
+#define LAB_EF 0
+#endif
+static __device__ __forceinline__ uint64_t l2_evict_first()
+{
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    return pol;
+}
+static __device__ __forceinline__ uint4 ldw(const uint4 *p)
+{
+    if (!LAB_EF) return ld_weights(p);
+    uint4 r;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p), "l"(l2_evict_first()));
+    return r;
+}
+
 extern "C" void ls_die(const char *file, int line, const char *call, const char *msg)
 {
     fprintf(stderr, "persist_lab: %s:%d: %s: %s\n", file, line, call, msg);
@@ -107,7 +129,7 @@ static __device__ __forceinline__ void issue(const geo &o, uint4 (&w)[4], int fi
         const int rl = first + i;
 #pragma unroll
         for (int j = 0; j < CM; j++)
-            w[i * CM + j] = rl < o.my_rows && o.p[j] ? ld_weights(o.p[j] + (size_t)rl * o.stride)
+            w[i * CM + j] = rl < o.my_rows && o.p[j] ? ldw(o.p[j] + (size_t)rl * o.stride)
                                                      : make_uint4(0, 0, 0, 0);
     }
 }
@@ -425,7 +447,7 @@ static __global__ void __launch_bounds__(NT, 1)
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int j = half + RS * (2 * bi + i);
-            w[i] = j < nh && base + j < f ? ld_weights(dt + (size_t)j * C) : make_uint4(0, 0, 0, 0);
+            w[i] = j < nh && base + j < f ? ldw(dt + (size_t)j * C) : make_uint4(0, 0, 0, 0);
         }
     };
     run_matrix<1, false, false, 1>([=] { return Wgu; }, f2, D, a, b,
@@ -577,10 +599,17 @@ static __global__ void __launch_bounds__(NT, 1)
             __syncwarp();
             for (int row = lane; row < SG; row += 32) {
                 const unsigned dst = (unsigned)__cvta_generic_to_shared(stage + row * ROW);
-                asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-                             "[%0], [%1], %2, [%3];" ::"r"(dst),
-                             "l"(orow + (size_t)row * KO), "r"(ROW * 2), "r"(bar)
-                             : "memory");
+                if (LAB_EF)
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                                 ".L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+                                 "l"(orow + (size_t)row * KO), "r"(ROW * 2), "r"(bar),
+                                 "l"(l2_evict_first())
+                                 : "memory");
+                else
+                    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                                 "[%0], [%1], %2, [%3];" ::"r"(dst),
+                                 "l"(orow + (size_t)row * KO), "r"(ROW * 2), "r"(bar)
+                                 : "memory");
             }
         }
     }
@@ -699,7 +728,7 @@ static __global__ void __launch_bounds__(NT, 1)
     auto grow = [&](int i) { return reinterpret_cast<const uint4 *>(orow + (size_t)i * KO) + lane; };
 #pragma unroll
     for (int u = 0; u < U; u++)
-        if (SG + u * 32 < R) w[u][0] = ld_weights(grow(SG + u * 32 + warp)), w[u][1] = ld_weights(grow(SG + u * 32 + warp) + 32);
+        if (SG + u * 32 < R) w[u][0] = ldw(grow(SG + u * 32 + warp)), w[u][1] = ldw(grow(SG + u * 32 + warp) + 32);
     if (SG > 0)
         asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], 0;\n"
                      " @!p bra W;\n}" ::"r"(bar)
@@ -723,7 +752,7 @@ static __global__ void __launch_bounds__(NT, 1)
         for (int u = 0; u < U; u++) {
             s[u] = dot8(w[u][1], oa1, ob1, dot8(w[u][0], oa0, ob0, 0.0f));
             const int nx = i0 + (u + U) * 32;
-            if (nx < R) w[u][0] = ld_weights(grow(nx + warp)), w[u][1] = ld_weights(grow(nx + warp) + 32);
+            if (nx < R) w[u][0] = ldw(grow(nx + warp)), w[u][1] = ldw(grow(nx + warp) + 32);
         }
         const float t = warp_sum_rows<U>(s, lane);
         if ((lane & (32 / U - 1)) == 0) op[i0 + (lane / (32 / U)) * 32 + warp] = t;
@@ -1070,7 +1099,7 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
 {
     using S = lsh<TP, M>;
     constexpr int D = S::d, HQ = S::hq, HKV = S::hkv, HD = S::hd, KO = S::ko, NP = HQ / 8;
-    constexpr int MAXC = 1024, L = 8;
+    constexpr int MAXC = 1024, L = 8, LKV = 32; // KV caches of 32 layers, as the 8B's
     static_assert(HQ * HD == KO, "o's inputs are the q heads");
     float *xb, *xw, *att, *ws;
     uint16_t *kv;
@@ -1079,15 +1108,16 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
     CHECK_CUDA(cudaMalloc(&xb, sizeof(float) * D * (1 + NP)));
     CHECK_CUDA(cudaMalloc(&xw, sizeof(float) * D));
     CHECK_CUDA(cudaMalloc(&att, sizeof(float) * KO));
-    CHECK_CUDA(cudaMalloc(&kv, sizeof(uint16_t) * cache * 2 * L));
+    CHECK_CUDA(cudaMalloc(&kv, sizeof(uint16_t) * cache * 2 * LKV));
     CHECK_CUDA(cudaMalloc(&pos, sizeof(int)));
-    fill_bf16<<<1024, 256>>>(kv, cache * 2 * L, 77);
+    fill_bf16<<<1024, 256>>>(kv, cache * 2 * LKV, 77);
     const int nsplit = ls_attention_decode_splits(HQ, HKV, MAXC);
     const size_t wsb = ls_attention_decode_workspace(HQ, HD, nsplit);
     CHECK_CUDA(cudaMalloc(&ws, wsb ? wsb : 4));
     CHECK_CUDA(cudaMemset(ws, 0, wsb ? wsb : 4));
-    auto kc = [&](int l) { return kv + (size_t)(l % L) * 2 * cache; };
-    auto vc = [&](int l) { return kv + (size_t)(l % L) * 2 * cache + cache; };
+    int kvl = 0; // the chain's layers take the caches in turn, across calls
+    auto kc = [&](int l) { return kv + (size_t)((kvl + l) % LKV) * 2 * cache; };
+    auto vc = [&](int l) { return kv + (size_t)((kvl + l) % LKV) * 2 * cache + cache; };
     auto need = [&](int n, int k) {
         return (size_t)((n + sms - 1) / sms) * (std::min(NW, (k / 8 + 31) / 32) | 1) *
                sizeof(float);
@@ -1164,6 +1194,7 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
             }
             if (upto >= 4) tail(l, form == 1 || form == 2);
         }
+        kvl = (kvl + layers) % LKV;
         ls_pdl_on = 0;
     };
     auto set_pos = [&](int n) {
@@ -1179,7 +1210,9 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
         fill_x<<<16, 256>>>(xb, D);
         CHECK_CUDA(cudaMemcpy(x0.data(), xb, sizeof(float) * D, cudaMemcpyDeviceToHost));
         CHECK_CUDA(cudaMemset(att, 0xff, sizeof(float) * KO));
+        const int kv0 = kvl;
         chain(0, 1, 3);
+        kvl = kv0; // atto below reads the same layer's cache
         CHECK_CUDA(cudaDeviceSynchronize());
         CHECK_CUDA(cudaMemcpy(ha.data(), xb, sizeof(float) * D, cudaMemcpyDeviceToHost));
         fill_x<<<16, 256>>>(xb, D);
