@@ -49,20 +49,10 @@
 // PDL for every kernel family (pdl.cuh): off until the backend or a test turns it on
 int ls_pdl_on;
 
-// 16-byte streaming load of weights: read-only, not kept in L1, and marked evict-first in L2,
-// so that the weights' stream (every byte read once a step) does not push out what is read
-// again soon: the KV cache, the activations, the all-reduce's buffers. Measured in the lab
-// chain (kernels/lab, nineteenth session): with the attention between QKV and o, 8B TP=1
-// 117.0 -> 112.7-113.3 us a layer at context 128, 70B TP=2 213.6 -> 204.9-205.6.
+// 16-byte streaming load of weights: read-only, not worth keeping in L1 (bf16.cuh)
 static __device__ __forceinline__ uint4 ld_weights(const uint4 *p)
 {
-    uint64_t pol; // not volatile: one policy serves every load of the thread
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "l"(pol));
-    return r;
+    return ld_stream(reinterpret_cast<const uint16_t *>(p));
 }
 
 static __device__ __forceinline__ float warp_sum(float v)
