@@ -19,6 +19,9 @@
 // question it answers: is the ~3.5 us per GEMV boundary (the tenth session's layer chain: 108.6
 // us per layer for 94.2 us of bytes) what a persistent decode kernel would win back? And, from
 // each block's globaltimer stamps in the PDL chain (timeline), where a boundary's time goes.
+// LAB_ATTO=1 runs only the attention comparisons instead (run_atto): the engine's decode
+// attention between QKV and o, against attention and o in one kernel (atto_kernel), against no
+// attention, at contexts 128-1024, with a timeline of each block's stamps.
 #include "../bandwidth.cu"
 #include "../gemv.cu"
 #include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
@@ -32,9 +35,9 @@
 #include <type_traits>
 #include <vector>
 
-// LAB_EF (a build flag: run.sh builds the lab both ways): every weight load of the lab's kernels
-// (not the engine's attention) with an L2 evict-first policy, so that the weights' stream does
-// not push the KV cache and the activations out of L2
+// LAB_EF (a build flag: LAB_EF=1 bash kernels/lab/run.sh): every weight load of the lab's
+// kernels (not the engine's attention) with an L2 evict-first policy, so that the weights' stream
+// does not push the KV cache and the activations out of L2
 #ifndef LAB_EF
 #define LAB_EF 0
 #endif
