@@ -631,13 +631,18 @@ static __global__ void __launch_bounds__(NT, 1)
     }
     // scores (log2 units): position p by the half's half-warp p % 32, 4 rows in flight (loop
     // bounds the same for the whole warp: the shuffles need every lane)
-    for (int p0 = 0; p0 < n; p0 += 4 * 32) {
+    // rows p0 + 32 u + hw of K or V into r: the first pass has all but the newest from before
+    // the wait
+    auto rows = [&](uint4(&r)[4], const uint4 *B, int p0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int p = p0 + 32 * u + hw;
             if (p0 > 0 || p == n - 1)
-                kr[u] = p < n ? __ldcg(K + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
+                r[u] = p < n ? __ldcg(B + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
         }
+    };
+    for (int p0 = 0; p0 < n; p0 += 4 * 32) {
+        rows(kr, K, p0);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             float s0 = dot8(kr[u], qa[0], qb[0], 0.0f), s1 = dot8(kr[u], qa[1], qb[1], 0.0f);
@@ -689,12 +694,7 @@ static __global__ void __launch_bounds__(NT, 1)
     // the weighted V rows: dims 8 l16 .. 8 l16 + 7 of positions p % 32 == hw, both heads
     float acc[2][8] = {};
     for (int p0 = 0; p0 < n; p0 += 4 * 32) {
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int p = p0 + 32 * u + hw;
-            if (p0 > 0 || p == n - 1)
-                vr[u] = p < n ? __ldcg(V + (size_t)p * (HD / 8)) : make_uint4(0, 0, 0, 0);
-        }
+        rows(vr, V, p0);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int p = p0 + 32 * u + hw;
