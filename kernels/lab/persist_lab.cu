@@ -907,6 +907,19 @@ template <int TP, typename Run> static void timeline(int sms, Run run)
     fflush(stdout);
 }
 
+// dynamic shared memory of the sep kernels over a layer's four matrices: the most a matrix
+// needs, its rows a block x the odd slot stride
+template <int TP, int M> static size_t layer_smem(int sms)
+{
+    using S = lsh<TP, M>;
+    auto need = [&](int n, int k) {
+        return (size_t)((n + sms - 1) / sms) * (std::min(NW, (k / 8 + 31) / 32) | 1) *
+               sizeof(float);
+    };
+    return std::max(std::max(need(S::nqkv, S::d), need(S::d, S::ko)),
+                    std::max(need(S::f2, S::d), need(S::d, S::f)));
+}
+
 // the bitwise check and the timings at one TP degree's shapes; false when a check failed
 template <int TP, int M>
 static bool run_tp(int sms, uint16_t *W, float *x, float *qkv, float *gu, unsigned *ctr,
@@ -915,13 +928,7 @@ static bool run_tp(int sms, uint16_t *W, float *x, float *qkv, float *gu, unsign
     using S = lsh<TP, M>;
     const int L = 8;
     const layer_bufs bf = {x, qkv, gu};
-    // shared memory: the most a matrix needs, its rows a block x the odd slot stride
-    auto need = [&](int n, int k) {
-        return (size_t)((n + sms - 1) / sms) * (std::min(NW, (k / 8 + 31) / 32) | 1) *
-               sizeof(float);
-    };
-    const size_t smem = std::max(std::max(need(S::nqkv, S::d), need(S::d, S::ko)),
-                                 std::max(need(S::f2, S::d), need(S::d, S::f)));
+    const size_t smem = layer_smem<TP, M>(sms);
     for (const void *fn :
          {(const void *)persist_kernel<false, TP, M>, (const void *)persist_kernel<true, TP, M>,
           (const void *)sep_kernel<1, false>, (const void *)sep_kernel<1, true>,
@@ -1121,12 +1128,7 @@ static bool run_atto(int sms, uint16_t *W, float *qkv, float *gu)
     int kvl = 0; // the chain's layers take the caches in turn, across calls
     auto kc = [&](int l) { return kv + (size_t)((kvl + l) % LKV) * 2 * cache; };
     auto vc = [&](int l) { return kv + (size_t)((kvl + l) % LKV) * 2 * cache + cache; };
-    auto need = [&](int n, int k) {
-        return (size_t)((n + sms - 1) / sms) * (std::min(NW, (k / 8 + 31) / 32) | 1) *
-               sizeof(float);
-    };
-    const size_t smem = std::max(std::max(need(S::nqkv, S::d), need(S::d, S::ko)),
-                                 std::max(need(S::f2, S::d), need(S::d, S::f)));
+    const size_t smem = layer_smem<TP, M>(sms);
     for (const void *fn : {(const void *)sep_kernel<1, false>, (const void *)sep_kernel<1, true>,
                            (const void *)sep_kernel<S::cmd, true>, (const void *)sep_np_kernel<NP>})
         CHECK_CUDA(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
