@@ -650,10 +650,11 @@ static int heads_per_block(int group, int hkv, int nsplit, long kv_bytes)
     shape_from_env();
     const int gm = most_heads(group), cap = g_shape.heads;
     if (cap) return gm <= cap ? gm : cap;
-    if (2 * kv_bytes <= ls_device_get().l2) return 1;
+    const ls_device d = ls_device_get();
+    if (2 * kv_bytes <= d.l2) return 1;
     const int half = half_heads(group);
     if (!half) return gm;
-    return (long)nsplit * block_rows(group, hkv, half) <= ls_device_get().sms ? half : gm;
+    return (long)nsplit * block_rows(group, hkv, half) <= d.sms ? half : gm;
 }
 
 extern "C" int ls_attention_set_cluster(int on)
