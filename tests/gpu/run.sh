@@ -50,6 +50,10 @@ build_ref() {
 }
 
 ngpus() { nvidia-smi -L 2>/dev/null | grep -c '^GPU'; }
+# fits TP: whether this machine has TP GPUs, saying so when it has not (a loop's `|| continue`)
+fits() { [ "$1" -le "$(ngpus)" ] || { echo "TP=$1 skipped: this machine has $(ngpus) GPU(s)"; return 1; }; }
+# a stage that cannot run here returns 77, and the table says skipped rather than rc=0
+SKIP=77
 # LOCKSTEP_ATT_CLUSTER, when set, reaches every rank (a run may turn the attention's cluster
 # merge off for all stages)
 mpi() { mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE ${LOCKSTEP_ATT_CLUSTER:+-x LOCKSTEP_ATT_CLUSTER} "$@"; }
@@ -105,6 +109,7 @@ stage_e2e() {
     for m in "--dummy smollm2-135m" "-m tests/fixtures/tiny-llama" "-m tests/fixtures/tiny-qwen2" "-m tests/fixtures/tiny-qwen3"; do
         v=$(case $m in *smollm2*) echo 49152 ;; *) echo 512 ;; esac)
         for tp in 1 2; do
+            fits $tp || continue
             # shellcheck disable=SC2086
             e2e_one $tp "$v" $m || ok=1
         done
@@ -145,6 +150,7 @@ stage_prefill() {
     local ok=0 tp mode ids
     ids=$(seq -s, 100 227)
     for tp in 1 2; do
+        fits $tp || continue
         gen_json $tp "$OUT/pf-cpu.json" --cpu --dummy tests/gpu/llama-hd128.json --prompt-ids "$ids" -n 4 --top-logits 4096 --top-logit-steps 1 || ok=1
         for mode in default gemv-chunks decode-attention; do
             case $mode in
@@ -190,6 +196,7 @@ stage_smollm2() {
     echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $m" | sha256sum -c || return 1
     n=$(python3 -c 'import json; print(len(json.load(open("tests/fixtures/smollm2/reference.json"))["prompts"]))')
     for tp in 1 2; do
+        fits $tp || continue
         for ((p = 0; p < n; p++)); do
             python3 - "$p" >"$OUT/sm-args" <<'PY'
 import json, sys
@@ -358,6 +365,7 @@ sys.exit(0 if same else 1)' "$OUT/af-tp$tp-0.json" "$OUT/af-tp$tp-1.json" $tp ||
 # (BENCH70_AR=custom: one; each run ~1.5 min)
 stage_bench70() {
     local ar
+    fits 2 || return $SKIP
     for ar in ${BENCH70_AR:-custom nccl}; do
         mpi -np 2 build-gpu/lockstep bench --gpu --allreduce $ar --dummy llama-3.1-70b --prompt-len 128 --gen 128 \
             --json "$OUT/bench-70b-tp2-$ar.json" || return 1
@@ -405,6 +413,7 @@ PY
 # arrived; the job must end non-zero within 30 s
 stage_hang() {
     local ar rc start took ok=0 np m n
+    fits 2 || return $SKIP
     n=$(ngpus)
     # 2 ranks (SmolLM2's shape), and all the machine's GPUs up to 8 (the dummy llama-tp8, whose
     # shard plan allows 4 and 8)
@@ -434,6 +443,7 @@ stage_hang() {
 # times), the latency sweep, and the fault drills (a rank that hangs or exits mid-sequence)
 stage_allreduce() {
     local t=build-gpu/tests/gpu/test_allreduce rc m np nps n
+    fits 2 || return $SKIP
     # 2 ranks, and all the machine's GPUs up to 8 where it has more
     n=$(ngpus)
     nps="2 $([ "$n" -gt 2 ] && echo $((n > 8 ? 8 : n)))"
@@ -475,6 +485,7 @@ for s in $stages; do
     (set -o pipefail; "stage_$s" 2>&1 | tee "$OUT/$s.log")
     rc=$?
     result[$s]="rc=$rc $(($(date +%s) - start))s"
+    [ $rc -eq $SKIP ] && result[$s]="skipped ($(ngpus) GPU(s) here)"
     [ "$s" = build ] && [ $rc -ne 0 ] && break
 done
 echo "==== results"
