@@ -795,11 +795,8 @@ struct gguf_file *gguf_open_fd(int fd, const char *name, char *err, size_t errle
 
 struct gguf_file *gguf_open(const char *path, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+    const int fd = ls_open_input(path, err, errlen);
+    if (fd < 0) return NULL;
     struct gguf_file *g = gguf_open_fd(fd, path, err, errlen);
     close(fd);
     return g;

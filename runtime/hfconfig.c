@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -417,15 +418,18 @@ static int too_big(const char *path, long long bytes, char *err, size_t errlen)
 
 static json_t *load_json(const char *path, char *err, size_t errlen)
 {
+    const int fd = ls_open_input(path, err, errlen);
+    if (fd < 0) return NULL;
     struct stat sb;
-    if (stat(path, &sb) != 0) {
-        ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (too_big(path, (long long)sb.st_size, err, errlen)) return NULL;
+    json_t *root = NULL;
     json_error_t jerr;
-    return object_root(json_load_file(path, JSON_REJECT_DUPLICATES, &jerr), &jerr, path, err,
-                       errlen);
+    if (fstat(fd, &sb) != 0)
+        ls_errf(err, errlen, "%s: stat: %s", path, strerror(errno));
+    else if (!too_big(path, (long long)sb.st_size, err, errlen))
+        root =
+            object_root(json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr), &jerr, path, err, errlen);
+    close(fd);
+    return root;
 }
 
 /* the config of a loaded root (NULL: the loader's error stands), which it releases */
@@ -463,7 +467,7 @@ int hf_config_load_dir(const char *dir, struct ls_model_config *out, char *err, 
     if ((size_t)snprintf(path, sizeof path, "%s/generation_config.json", dir) >= sizeof path)
         return ls_errf(err, errlen, "%s: path too long", dir);
     struct stat sb;
-    if (stat(path, &sb) != 0) return 0;
+    if (lstat(path, &sb) != 0) return 0; /* optional; anything by that name must be readable */
     json_t *root = load_json(path, err, errlen);
     if (!root) return -1;
     struct ctx c = {.path = path, .root = root, .err = err, .errlen = errlen};

@@ -3,9 +3,12 @@
 #include "config.h"
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,6 +98,32 @@ int ls_errf(char *err, size_t errlen, const char *fmt, ...)
         va_end(ap);
     }
     return -1;
+}
+
+int ls_open_input(const char *path, char *err, size_t errlen)
+{
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        ls_errf(err, errlen, "%s: stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        ls_errf(err, errlen, "%s: expected a regular file, found %s", path,
+                S_ISDIR(sb.st_mode)                          ? "a directory"
+                : S_ISFIFO(sb.st_mode)                       ? "a FIFO"
+                : S_ISCHR(sb.st_mode) || S_ISBLK(sb.st_mode) ? "a device"
+                : S_ISSOCK(sb.st_mode)                       ? "a socket"
+                                                             : "another kind of file");
+        close(fd);
+        return -1;
+    }
+    /* reads of a regular file never block; clear the flag all the same */
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
 }
 
 double ls_now_s(void)

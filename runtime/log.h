@@ -29,4 +29,10 @@ double ls_now_s(void);
  * err (when err and errlen are set) and returns -1. */
 int ls_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Opens a file the user named (a model, config or tokenizer file) for reading: the descriptor,
+ * or -1 with "PATH: cannot open: ..." or "PATH: expected a regular file, found a directory" (a
+ * FIFO, a device, a socket) in err. The open does not block, so a FIFO is refused at once
+ * rather than waiting for a writer that never comes. */
+int ls_open_input(const char *path, char *err, size_t errlen);
+
 #endif

@@ -341,11 +341,10 @@ static int file_open(const char *path, struct st_file *f, struct st_header **h, 
                      size_t errlen)
 {
     *h = NULL;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) return ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    f->fd = ls_open_input(path, err, errlen);
+    if (f->fd < 0) return -1;
     struct stat sb;
     if (fstat(f->fd, &sb) != 0) return ls_errf(err, errlen, "%s: stat: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return ls_errf(err, errlen, "%s: not a regular file", path);
     f->size = (uint64_t)sb.st_size;
     unsigned char lenbuf[8];
     if (f->size < 8)
@@ -385,6 +384,14 @@ static int is_file(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* a name in the folder, whatever it is (a directory, a FIFO, a dangling or looping link):
+ * opening it then says what is wrong with it */
+static int exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -452,14 +459,22 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
     else
         snprintf(dir, sizeof dir, ".");
 
+    const int fd = ls_open_input(index_path, err, errlen);
+    if (fd < 0) return -1;
     struct stat sb;
-    if (stat(index_path, &sb) != 0)
-        return ls_errf(err, errlen, "%s: cannot open: %s", index_path, strerror(errno));
-    if ((uint64_t)sb.st_size > ST_MAX_INDEX_BYTES)
+    if (fstat(fd, &sb) != 0) {
+        ls_errf(err, errlen, "%s: stat: %s", index_path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if ((uint64_t)sb.st_size > ST_MAX_INDEX_BYTES) {
+        close(fd);
         return ls_errf(err, errlen, "%s: %lld bytes, more than the %u-byte limit for an index",
                        index_path, (long long)sb.st_size, ST_MAX_INDEX_BYTES);
+    }
     json_error_t jerr;
-    json_t *root = json_load_file(index_path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+    close(fd);
     if (!root)
         return ls_errf(err, errlen, "%s: not valid JSON: %s (line %d, column %d)", index_path,
                        jerr.text, jerr.line, jerr.column);
@@ -499,7 +514,7 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
         int seen = 0;
         for (int i = 0; i < m->nfiles && !seen; i++) seen = strcmp(m->files[i].path, path) == 0;
         if (seen) continue;
-        if (!is_file(path)) {
+        if (!exists(path)) {
             ls_errf(err, errlen, "%s: shard '%s' (holding tensor '%s') not found: %s", index_path,
                     shard, key, path);
             goto out;
@@ -557,6 +572,10 @@ struct st_model *st_open(const char *path_or_dir, char *err, size_t errlen)
                 rc = model_add_file(m, single, err, errlen);
                 if (rc == 0 && m->n > 1) qsort(m->t, (size_t)m->n, sizeof *m->t, cmp_by_name);
             } else if (is_file(index)) {
+                rc = open_index(m, index, err, errlen);
+            } else if (exists(single)) { /* not a file: its open says what it is */
+                rc = model_add_file(m, single, err, errlen);
+            } else if (exists(index)) {
                 rc = open_index(m, index, err, errlen);
             } else {
                 rc = ls_errf(err, errlen,

@@ -20,6 +20,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 struct jctx {
     const char *name;
@@ -32,6 +34,9 @@ static int jfail(struct jctx *c, const char *path, const char *expected, const j
     if (found && json_is_string(found))
         ls_errf(c->err, c->errlen, "%s: %s: expected %s, found \"%.80s\"", c->name, path, expected,
                  json_string_value(found));
+    else if (found && json_is_integer(found))
+        ls_errf(c->err, c->errlen, "%s: %s: expected %s, found %lld", c->name, path, expected,
+                (long long)json_integer_value(found));
     else
         ls_errf(c->err, c->errlen, "%s: %s: expected %s, found %s", c->name, path, expected,
                  ls_json_type_name(found));
@@ -850,9 +855,12 @@ struct tokenizer *tok_load_json_buf(const char *buf, size_t len, const char *nam
 
 static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    const int fd = ls_open_input(path, err, errlen);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         ls_errf(err, errlen, "%s: cannot open: %m", path);
+        close(fd);
         return NULL;
     }
     char *buf = NULL;
@@ -910,9 +918,8 @@ struct tokenizer *tok_load_json(const char *path, char *err, size_t errlen)
     } else {
         memcpy(cpath, path, dir);
         strcpy(cpath + dir, "tokenizer_config.json");
-        FILE *f = fopen(cpath, "rb");
-        if (f) {
-            fclose(f);
+        struct stat sb; /* optional; anything by that name must be readable */
+        if (lstat(cpath, &sb) == 0) {
             char *cbuf = read_file(cpath, &clen, err, errlen);
             if (!cbuf || !(cfg = parse_json(cpath, cbuf, clen, err, errlen))) rc = -1;
             free(cbuf);

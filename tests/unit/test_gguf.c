@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cunit_tap.h"
@@ -790,6 +791,24 @@ static void test_model(void)
     gguf_close(g);
 }
 
+/* a FIFO or a directory in place of the file: an error at once naming what it is (a blocking
+ * open of the FIFO would hang: the alarm ends the test) */
+static void test_not_a_file(void)
+{
+    char dir[] = "/tmp/ls-gguf-XXXXXX", path[64], msg[256] = "";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/fifo.gguf", dir);
+    CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+    alarm(10);
+    CU_ASSERT_PTR_NULL(gguf_open(path, msg, sizeof msg));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "fifo.gguf: expected a regular file, found a FIFO"));
+    alarm(0);
+    CU_ASSERT_PTR_NULL(gguf_open(dir, msg, sizeof msg));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "expected a regular file, found a directory"));
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_nothing(void) {}
 
 int main(void)
@@ -809,6 +828,7 @@ int main(void)
     CU_add_test(s, "every truncation is an error, not a crash", test_built_truncations);
     CU_add_test(s, "random header corruptions fail cleanly or read cleanly",
                 test_built_random_flips);
+    CU_add_test(s, "a FIFO or a directory is refused at once", test_not_a_file);
 
     s = CU_add_suite("SmolLM2 model", NULL, NULL);
     if (access(fixture_path(MODEL_REL), R_OK) == 0)

@@ -423,6 +423,26 @@ static void test_rejects_files_that_are_not_config_json(void)
     CU_ASSERT(has(err, "duplicate"));
     CU_ASSERT_EQUAL(hf_config_load(tmp_path("missing.json"), &c, err, sizeof err), -1);
     CU_ASSERT(has(err, "missing.json: cannot open"));
+    /* a FIFO is refused at once (a blocking open would hang: the alarm ends the test), and a
+     * directory by what it is, not as bad JSON; the same for generation_config.json */
+    CU_ASSERT_FATAL(mkfifo(tmp_path("fifo.json"), 0600) == 0);
+    alarm(10);
+    CU_ASSERT_EQUAL(hf_config_load(tmp_path("fifo.json"), &c, err, sizeof err), -1);
+    CU_ASSERT(has(err, "fifo.json: expected a regular file, found a FIFO"));
+    alarm(0);
+    CU_ASSERT_EQUAL(hf_config_load(tmpdir, &c, err, sizeof err), -1);
+    CU_ASSERT(has(err, "expected a regular file, found a directory"));
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/genfifo", tmpdir);
+    CU_ASSERT_FATAL(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    write_text(path, llama31);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+    alarm(10);
+    CU_ASSERT_EQUAL(hf_config_load_dir(dir, &c, err, sizeof err), -1);
+    CU_ASSERT(has(err, "generation_config.json: expected a regular file, found a FIFO"));
+    alarm(0);
 }
 
 /* ----------------------------------------------------------------- main ---- */

@@ -576,6 +576,45 @@ static void test_rejects_bad_indexes(void)
                      "s2.safetensors: header length 4096 runs past the end", NULL);
 }
 
+/* A FIFO, a directory or a dangling link where a file should be: an error that says which, at
+ * once (an open that waited for a FIFO's writer would hang: the alarm ends the test instead). */
+static void test_refuses_what_is_not_a_file(void)
+{
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/notfiles", tmpdir);
+    CU_ASSERT_FATAL(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+    alarm(10);
+    CU_ASSERT_PTR_NULL(st_open(dir, err, sizeof err));
+    CU_ASSERT(has(err, "model.safetensors: expected a regular file, found a FIFO"));
+    CU_ASSERT_PTR_NULL(st_open(path, err, sizeof err));
+    CU_ASSERT(has(err, "expected a regular file, found a FIFO"));
+    alarm(0);
+    unlink(path);
+    CU_ASSERT_FATAL(mkdir(path, 0755) == 0);
+    CU_ASSERT_PTR_NULL(st_open(dir, err, sizeof err));
+    CU_ASSERT(has(err, "model.safetensors: expected a regular file, found a directory"));
+    rmdir(path);
+    CU_ASSERT_FATAL(symlink("nowhere.safetensors", path) == 0);
+    CU_ASSERT_PTR_NULL(st_open(dir, err, sizeof err));
+    CU_ASSERT(has(err, "model.safetensors: cannot open"));
+    unlink(path);
+    /* an index that is a FIFO, and an index whose shard is a directory */
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+    alarm(10);
+    CU_ASSERT_PTR_NULL(st_open(dir, err, sizeof err));
+    CU_ASSERT(has(err, "index.json: expected a regular file, found a FIFO"));
+    alarm(0);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/s1.safetensors", dir);
+    CU_ASSERT_FATAL(mkdir(path, 0755) == 0);
+    write_index(dir, "{\"weight_map\":{\"a\":\"s1.safetensors\"}}");
+    CU_ASSERT_PTR_NULL(st_open(dir, err, sizeof err));
+    CU_ASSERT(has(err, "s1.safetensors: expected a regular file, found a directory"));
+}
+
 /* ------------------------------------------------------------- fixtures ---- */
 
 static char fixtures[512];
@@ -755,6 +794,8 @@ int main(void)
     CU_add_test(b, "rejects shape/size mismatches and bad entries",
                 test_rejects_shape_size_mismatch);
     CU_add_test(b, "rejects bad indexes and missing shards", test_rejects_bad_indexes);
+    CU_add_test(b, "a FIFO, a directory or a dangling link is refused at once, and named",
+                test_refuses_what_is_not_a_file);
 
     CU_pSuite f = CU_add_suite("safetensors fixtures", NULL, NULL);
     CU_add_test(f, "sharded tiny-llama reads the same as the single file",

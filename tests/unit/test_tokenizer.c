@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static char fixture_dir[4096];
 
@@ -710,6 +712,36 @@ static void test_missing_file_is_an_error(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "/nonexistent/tokenizer.json"));
 }
 
+/* a FIFO as tokenizer.json or as the tokenizer_config.json beside it: an error at once (a
+ * blocking open would hang: the alarm ends the test), naming the file and what it is */
+static void test_fifo_is_an_error(void)
+{
+    char err[512] = "", dir[] = "/tmp/tok_test_XXXXXX", path[600];
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+    alarm(10);
+    CU_ASSERT_PTR_NULL(tok_load_json(path, err, sizeof(err)));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "tokenizer.json: expected a regular file, found a FIFO"));
+    alarm(0);
+    unlink(path);
+    /* a real tokenizer.json beside a FIFO tokenizer_config.json */
+    char cmd[8192 + 700];
+    snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", fx("tokenizer/smollm2/tokenizer.json"), path);
+    CU_ASSERT_FATAL(system(cmd) == 0);
+    snprintf(cmd, sizeof(cmd), "%s/tokenizer_config.json", dir);
+    CU_ASSERT_FATAL(mkfifo(cmd, 0600) == 0);
+    alarm(10);
+    CU_ASSERT_PTR_NULL(tok_load_json(path, err, sizeof(err)));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(err, "tokenizer_config.json: expected a regular file, found a FIFO"));
+    alarm(0);
+    printf("# %s\n", err);
+    unlink(cmd);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_bad_fields_are_named(void)
 {
     struct {
@@ -916,6 +948,7 @@ int main(void)
     CU_add_test(e, "tokenizer.json that is not JSON names file and line",
                 test_not_json_names_file_and_line);
     CU_add_test(e, "missing file is an error naming it", test_missing_file_is_an_error);
+    CU_add_test(e, "a FIFO is an error, not a wait", test_fifo_is_an_error);
     CU_add_test(e, "bad fields are named with expected and found", test_bad_fields_are_named);
     CU_add_test(e, "bad GGUF-style spec is an error", test_bad_spec_is_an_error);
     CU_add_test(e, "invalid UTF-8 input names the byte offset",
