@@ -228,7 +228,10 @@ int chat_render(enum chat_format f, const struct chat_msg *msgs, int n, int add_
         rc = render_mistral(&b, msgs, n, err, errlen);
         break;
     default:
-        ls_errf(err, errlen, "chat_render: expected a known chat format, found %d", (int)f);
+        ls_errf(err, errlen,
+                "no chat template to render: the model's (chat_template in tokenizer_config.json, "
+                "tokenizer.chat_template in a GGUF) is missing or of no known family (chatml, "
+                "smollm2, llama3, llama2, mistral); give the prompt templated, as plain text");
         rc = -1;
     }
     if (rc == 0 && b.oom) {

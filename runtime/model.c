@@ -180,6 +180,18 @@ static int dummy_config(const char *what, struct ls_model_config *c, char *err, 
 
 /* ---------------------------------------------------------------- config from GGUF ---- */
 
+/* what a metadata key holds, for messages: "nothing (missing)" or "VALUE (TYPE)" */
+static void gguf_found(const struct gguf_file *g, const char *key, char *out, size_t len)
+{
+    const int64_t i = gguf_find_key(g, key);
+    char val[64];
+    if (i < 0)
+        snprintf(out, len, "nothing (missing)");
+    else
+        snprintf(out, len, "%s (%s)", gguf_kv_format(g, i, val, sizeof val),
+                 gguf_type_name(gguf_kv_type(g, i)));
+}
+
 static int gguf_int(struct gguf_file *g, const char *arch, const char *key, int required, int dflt,
                     int *out, const char *path, char *err, size_t errlen)
 {
@@ -195,10 +207,10 @@ static int gguf_int(struct gguf_file *g, const char *arch, const char *key, int 
         *out = dflt;
         return 0;
     }
-    snprintf(err, errlen, "%s: metadata '%s': expected a positive integer, found %s", path, full,
-             rc == GGUF_ENOKEY ? "nothing (missing)"
-             : rc == GGUF_OK   ? "an out-of-range value"
-                               : "another type");
+    char found[96];
+    gguf_found(g, full, found, sizeof found);
+    snprintf(err, errlen, "%s: metadata '%s': expected an integer in 1..%d, found %s", path, full,
+             (1 << 30) - 1, found);
     return -1;
 }
 
@@ -213,7 +225,10 @@ static int gguf_float(struct gguf_file *g, const char *arch, const char *key, fl
         return 0;
     }
     if (rc != GGUF_OK || !(*out > 0) || !isfinite(*out)) {
-        snprintf(err, errlen, "%s: metadata '%s': expected a positive finite number", path, full);
+        char found[96];
+        gguf_found(g, full, found, sizeof found);
+        snprintf(err, errlen, "%s: metadata '%s': expected a positive finite number, found %s",
+                 path, full, found);
         return -1;
     }
     return 0;
@@ -250,6 +265,18 @@ static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_mod
                    errlen) ||
         gguf_float(g, arch, "rope.freq_base", 10000.0f, &c->rope_theta, path, err, errlen))
         return -1;
+    /* the rotary embedding turns all of each head (llama.cpp's n_rot == head dim); a file that
+     * rotates only part would decode wrongly, so it is refused */
+    int rot;
+    if (gguf_int(g, arch, "rope.dimension_count", 0, c->head_dim, &rot, path, err, errlen))
+        return -1;
+    if (rot != c->head_dim) {
+        snprintf(err, errlen,
+                 "%s: metadata '%s.rope.dimension_count': expected %d (the head dim; rotary "
+                 "embedding over part of a head is not supported), found %d",
+                 path, arch, c->head_dim, rot);
+        return -1;
+    }
     int64_t rows = 0, cols = 0;
     if (gguf_tensor_shape(g, "token_embd.weight", &rows, &cols) != 0) {
         snprintf(err, errlen, "%s: tensor 'token_embd.weight' is missing", path);
@@ -371,7 +398,21 @@ static float *load_part_into(struct loader *ld, const char *name, int64_t full_r
 {
     int64_t rows = full_rows, cols = full_cols;
     if (!ld->src.dummy && src_shape(&ld->src, name, &rows, &cols) != 0) {
-        snprintf(err, errlen, "%s: tensor '%s' is missing", ld->file, name);
+        /* a safetensors tensor of more than two dimensions has no rows x cols view */
+        int64_t d[ST_MAX_DIMS];
+        const int nd = ld->src.st ? st_tensor_dims(ld->src.st, name, d) : -1;
+        if (nd < 0) {
+            snprintf(err, errlen, "%s: tensor '%s' is missing", ld->file, name);
+            return NULL;
+        }
+        char shape[128] = "";
+        for (int i = 0, o = 0; i < nd && o < (int)sizeof shape; i++)
+            o += snprintf(shape + o, sizeof shape - (size_t)o, "%s%lld", i ? ", " : "",
+                          (long long)d[i]);
+        snprintf(err, errlen,
+                 "%s: tensor '%s': expected shape [%lld, %lld] from the config, found %d "
+                 "dimensions [%s]",
+                 ld->file, name, (long long)full_rows, (long long)full_cols, nd, shape);
         return NULL;
     }
     if (rows != full_rows || cols != full_cols) {

@@ -102,7 +102,7 @@ static void test_bad_arguments_are_errors(void)
     struct chat_msg m[] = {{"user", "Hi"}};
     CU_ASSERT_EQUAL(chat_render(CHAT_UNKNOWN, m, 1, 0, &out, err, sizeof(err)), -1);
     CU_ASSERT_PTR_NULL(out);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "known chat format"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "no chat template to render"));
     CU_ASSERT_EQUAL(chat_render(CHAT_CHATML, NULL, 1, 0, &out, err, sizeof(err)), -1);
     CU_ASSERT_EQUAL(chat_render(CHAT_CHATML, m, -1, 0, &out, err, sizeof(err)), -1);
     CU_ASSERT_EQUAL(chat_render(CHAT_CHATML, m, 1, 0, NULL, err, sizeof(err)), -1);
