@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum { OPT_INPUT = 1400, OPT_OUTPUT, OPT_CHAT };
 
@@ -107,6 +109,16 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
     return count < 0 ? -1 : 0;
 }
 
+/* d as its shortest text that reads back the same ("16777217", "0.1", "1e+308"), not %g's six
+ * digits, so a value just past a bound does not print as the bound */
+static void fmt_num(double d, char *buf, size_t len)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d) return;
+    }
+}
+
 static int num_field(json_t *req, const char *key, double lo, double hi, int integer, double *out,
                      char *err, size_t errlen)
 {
@@ -119,7 +131,14 @@ static int num_field(json_t *req, const char *key, double lo, double hi, int int
     }
     double d = json_number_value(v);
     if (d < lo || d > hi) {
-        snprintf(err, errlen, "field \"%s\": expected %g..%g, found %g", key, lo, hi, d);
+        char slo[32], shi[32], found[32];
+        fmt_num(lo, slo, sizeof slo);
+        fmt_num(hi, shi, sizeof shi);
+        if (json_is_integer(v))
+            snprintf(found, sizeof found, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else
+            fmt_num(d, found, sizeof found);
+        snprintf(err, errlen, "field \"%s\": expected %s..%s, found %s", key, slo, shi, found);
         return -1;
     }
     *out = d;
@@ -162,6 +181,10 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
     if (stop) {
         p->n_stops = 0;
         if (json_is_string(stop)) {
+            if (!json_string_length(stop)) {
+                snprintf(err, errlen, "field \"stop\": expected a non-empty string");
+                return -1;
+            }
             p->stops[p->n_stops++] = json_string_value(stop);
         } else if (json_is_array(stop) && json_array_size(stop) <= LS_MAX_STOPS) {
             size_t i;
@@ -184,12 +207,70 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
     return ls_sampling_validate(s, err, errlen);
 }
 
-static void write_line(FILE *out, json_t *o)
+/* one result line, flushed; -1 with errno on a failed write */
+static int write_line(FILE *out, json_t *o)
 {
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-    fprintf(out, "%s\n", s);
-    fflush(out);
+    CHECK_ALLOC(s);
+    int rc = fprintf(out, "%s\n", s) < 0 || fflush(out) != 0 ? -1 : 0;
+    int saved = errno;
     free(s);
+    errno = saved;
+    return rc;
+}
+
+/* rank 0's files: the input (a file, a pipe or stdin; not a folder), then the output, opened only
+ * once it is known not to be the input: fopen(out, "w") would empty the input before its first
+ * line is read. Character devices (a terminal for both, /dev/null) may be both. */
+static int open_files(const char *in_path, const char *out_path, FILE **in, FILE **out)
+{
+    const int in_std = !strcmp(in_path, "-"), out_std = !strcmp(out_path, "-");
+    const char *in_name = in_std ? "- (stdin)" : in_path,
+               *out_name = out_std ? "- (stdout)" : out_path;
+    struct stat si, so;
+    *out = NULL;
+    *in = in_std ? stdin : fopen(in_path, "r");
+    if (!*in || fstat(fileno(*in), &si) != 0) {
+        ls_error("batch: --input %s: %s", in_name, strerror(errno));
+        goto fail;
+    }
+    if (S_ISDIR(si.st_mode)) {
+        ls_error("batch: --input %s: expected a JSONL file, a pipe or '-' (stdin), found a "
+                 "directory",
+                 in_name);
+        goto fail;
+    }
+    int out_exists = out_std ? fstat(STDOUT_FILENO, &so) == 0 : stat(out_path, &so) == 0;
+    if (out_exists && so.st_dev == si.st_dev && so.st_ino == si.st_ino && !S_ISCHR(si.st_mode)) {
+        ls_error("batch: --output %s is the same file as --input %s: writing the results would "
+                 "destroy the prompts before they are read; choose another --output",
+                 out_name, in_name);
+        goto fail;
+    }
+    *out = out_std ? stdout : fopen(out_path, "w");
+    if (!*out) {
+        ls_error("batch: --output %s: %s", out_name, strerror(errno));
+        goto fail;
+    }
+    return 0;
+fail:
+    if (*in && *in != stdin) fclose(*in);
+    *in = NULL;
+    return -1;
+}
+
+/* rank 0: flushes and closes the files; -1 when the output could not be written out (said
+ * unless an earlier failure was) */
+static int close_files(FILE *in, FILE *out, const char *out_path, int failed)
+{
+    if (in && in != stdin) fclose(in);
+    if (!out) return 0;
+    int rc = out == stdout ? fflush(out) : fclose(out);
+    if (rc != 0 || (out == stdout && ferror(out))) {
+        if (!failed) ls_error("batch: --output %s: %s", out_path, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 int cmd_batch(int argc, char **argv)
@@ -249,36 +330,33 @@ int cmd_batch(int argc, char **argv)
     if (!in_path) return ls_usage_error("batch", "missing --input");
     if (!out_path) return ls_usage_error("batch", "missing --output");
 
+    /* the files first, so that a wrong path does not wait for the model to load */
     struct rc_job j;
-    rc_job_start(&j, &argc, &argv, &common, model, max_ctx, 256);
+    rc_job_start(&j, &argc, &argv, &common, NULL, max_ctx, 256);
     FILE *in = NULL, *out = NULL;
-    int ok = 1;
-    if (j.ctx.rank == 0) {
-        in = strcmp(in_path, "-") ? fopen(in_path, "r") : stdin;
-        if (!in) {
-            ls_error("batch: --input %s: %s", in_path, strerror(errno));
-            ok = 0;
-        } else {
-            out = strcmp(out_path, "-") ? fopen(out_path, "w") : stdout;
-            if (!out) {
-                ls_error("batch: --output %s: %s", out_path, strerror(errno));
-                ok = 0;
-            }
-        }
-    }
-    if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
+    if (!ls_agree(j.ctx.rank != 0 || open_files(in_path, out_path, &in, &out) == 0))
+        ls_abort_quiet(&j.ctx);
+    rc_job_load(&j, model, max_ctx, 256);
 
     char *line = NULL;
     size_t cap = 0;
     long lineno = 0, n_ok = 0, n_err = 0, toks = 0;
+    int failed = 0; /* rank 0: a read or a write failed (said); the next line stops every rank */
     const double t0 = ls_now_s();
     for (;;) {
-        long long len = -1;
-        if (j.ctx.rank == 0) {
-            ssize_t k = getline(&line, &cap, in);
-            len = k;
+        long long len = -2; /* -1: end of input; -2: stop, rank 0 failed */
+        if (j.ctx.rank == 0 && !failed) {
+            errno = 0;
+            len = getline(&line, &cap, in);
+            if (len < 0 && ferror(in)) {
+                ls_error("batch: --input %s: read error after line %ld: %s", in_path, lineno,
+                         strerror(errno));
+                failed = 1;
+                len = -2;
+            }
         }
         CHECK_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+        if (len == -2) failed = 1;
         if (len < 0) break;
         if (j.ctx.rank != 0 && (size_t)len + 1 > cap) {
             cap = (size_t)len + 1;
@@ -334,7 +412,11 @@ int cmd_batch(int argc, char **argv)
             json_object_set_new(res, "error", json_string(err));
             n_err++;
         }
-        if (j.ctx.rank == 0) write_line(out, res);
+        if (j.ctx.rank == 0 && write_line(out, res) != 0) {
+            ls_error("batch: --output %s: cannot write the result of line %ld: %s", out_path,
+                     lineno, strerror(errno));
+            failed = 1;
+        }
         json_decref(res);
         json_decref(req);
         ls_gen_result_free(&r);
@@ -342,14 +424,16 @@ int cmd_batch(int argc, char **argv)
     }
     const double dt = ls_now_s() - t0;
     if (j.ctx.rank == 0) {
-        fprintf(
-            stderr,
-            "lockstep: batch: %ld lines, %ld done, %ld errors, %ld tokens generated in %.2f s\n",
-            n_ok + n_err, n_ok, n_err, toks, dt);
-        if (in != stdin) fclose(in);
-        if (out != stdout) fclose(out);
+        if (close_files(in, out, out_path, failed) != 0) failed = 1;
+        if (!failed)
+            fprintf(stderr,
+                    "lockstep: batch: %ld lines, %ld done, %ld errors, %ld tokens generated in "
+                    "%.2f s\n",
+                    n_ok + n_err, n_ok, n_err, toks, dt);
     }
+    /* a failed final flush is known to rank 0 only */
+    int ok = ls_agree(!failed);
     free(line);
     rc_job_end(&j);
-    return 0;
+    return ok ? 0 : 1;
 }

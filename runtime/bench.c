@@ -14,6 +14,7 @@
 #include "run_common.h"
 #include "sampler.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,7 +131,39 @@ static double time_allreduce(struct rc_job *j, struct ls_comm *c, float *buf, si
     return worst / iters * 1e6;
 }
 
-static void allreduce_sweep(struct rc_job *j, size_t max_bytes, const char *json_path)
+/* rank 0 opens --json before the run, so that a path it cannot write fails at once rather than
+ * after a long benchmark; every rank exits 1 when it cannot */
+static FILE *json_open(struct rc_job *j, const char *path)
+{
+    FILE *f = NULL;
+    int ok = 1;
+    if (j->ctx.rank == 0 && path) {
+        f = fopen(path, "w");
+        if (!f) {
+            ls_error("bench: --json %s: %s", path, strerror(errno));
+            ok = 0;
+        }
+    }
+    if (!ls_agree(ok)) ls_abort_quiet(&j->ctx);
+    return f;
+}
+
+/* rank 0: writes o (taken) to f and closes it; -1 (said) when any write or the close fails */
+static int json_write(json_t *o, FILE *f, const char *path)
+{
+    int rc = json_dumpf(o, f, JSON_INDENT(2)) != 0 || fputc('\n', f) == EOF || fflush(f) != 0;
+    int saved = errno;
+    if (fclose(f) != 0 && !rc) {
+        saved = errno;
+        rc = 1;
+    }
+    json_decref(o);
+    if (rc) ls_error("bench: --json %s: cannot write the results: %s", path, strerror(saved));
+    return rc ? -1 : 0;
+}
+
+/* 0, or -1 (said, on rank 0) when the JSON could not be written */
+static int allreduce_sweep(struct rc_job *j, size_t max_bytes, FILE *json, const char *json_path)
 {
     struct ls_comm *comms[2] = {j->comm, j->fallback};
     int ncomm = j->fallback ? 2 : 1, graphs = j->be->graph_begin != NULL;
@@ -167,17 +200,17 @@ static void allreduce_sweep(struct rc_job *j, size_t max_bytes, const char *json
                                                : "");
         json_array_append_new(rows, row);
     }
-    if (j->ctx.rank == 0 && json_path) {
+    int rc = 0;
+    if (json) {
         json_t *o = json_pack("{s:i, s:s, s:o}", "tp", j->ctx.size, "backend", j->be->name,
                               "allreduce_sweep", rows);
-        if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0)
-            ls_error("bench: cannot write --json %s", json_path);
-        json_decref(o);
+        rc = json_write(o, json, json_path);
     } else {
         json_decref(rows);
     }
     fflush(stdout);
     j->be->free(buf);
+    return rc;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -283,11 +316,12 @@ int cmd_bench(int argc, char **argv)
         /* the custom comm's buffers must hold the largest message (it routes big ones to NCCL) */
         rc_job_start(&j, &argc, &argv, &common, NULL, 0,
                      (int)(sweep_max / (16384 * (long)sizeof(float)) + 1));
-        allreduce_sweep(&j, (size_t)sweep_max, json_path);
+        FILE *json = json_open(&j, json_path);
+        int ok = ls_agree(allreduce_sweep(&j, (size_t)sweep_max, json, json_path) == 0);
         j.comm->destroy(j.comm);
         if (j.fallback) j.fallback->destroy(j.fallback);
         ls_shutdown(&j.ctx);
-        return 0;
+        return ok ? 0 : 1;
     }
     if (!model) return ls_usage_error("bench", "missing --model (-m) or --dummy");
 
@@ -301,8 +335,10 @@ int cmd_bench(int argc, char **argv)
         return ls_usage_error("bench", err);
     }
     if (max_ctx) ctx_len = (int)max_ctx;
-    rc_job_start(&j, &argc, &argv, &common, model, ctx_len,
-                 (int)(prompt_len < 512 ? prompt_len : 512));
+    const int chunk = (int)(prompt_len < 512 ? prompt_len : 512);
+    rc_job_start(&j, &argc, &argv, &common, NULL, ctx_len, chunk);
+    FILE *json = json_open(&j, json_path);
+    rc_job_load(&j, model, ctx_len, chunk);
     const struct ls_model *m = j.model;
     const struct ls_model_config *c = &m->cfg;
     const struct ls_shard *s = &m->shard;
@@ -362,6 +398,7 @@ int cmd_bench(int argc, char **argv)
     double min_read = 0;
     CHECK_MPI(MPI_Allreduce(&read_gbs, &min_read, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
 
+    int json_ok = 1;
     if (j.ctx.rank == 0) {
         double share = ms_tok > 0 ? (ms_tok - ms_alone) / ms_tok : 0;
         printf("lockstep bench: %s, %s, TP=%d (%s backend, %s collectives), batch 1\n", m->path,
@@ -387,7 +424,7 @@ int cmd_bench(int argc, char **argv)
                "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
         printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
                ms_alone, 100.0 * share);
-        if (json_path) {
+        if (json) {
             json_t *o = json_pack(
                 "{s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
                 "s:f, s:f, s:f}",
@@ -406,14 +443,13 @@ int cmd_bench(int argc, char **argv)
                                 json_pack("{s:f, s:i, s:f, s:f}", "temperature",
                                           (double)sp.temperature, "top_k", sp.top_k, "top_p",
                                           (double)sp.top_p, "min_p", (double)sp.min_p));
-            if (json_dump_file(o, json_path, JSON_INDENT(2)) != 0)
-                ls_error("bench: cannot write --json %s", json_path);
-            json_decref(o);
+            if (json_write(o, json, json_path) != 0) json_ok = 0;
         }
         fflush(stdout);
     }
+    json_ok = ls_agree(json_ok);
     free(prompt);
     free(logits);
     rc_job_end(&j);
-    return 0;
+    return json_ok ? 0 : 1;
 }

@@ -8,6 +8,10 @@
 #include "comm_custom.h"
 #include "watchdog.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -15,15 +19,19 @@
 #include <string.h>
 #include <unistd.h>
 
-static int parse_float(const char *flag, const char *s, float *out, char *err, size_t errlen)
+/* range: the allowed values as the message says them, for a number too large for a float (it
+ * would be infinite, and the range check in ls_sampling_validate could not name it) */
+static int parse_float(const char *flag, const char *s, const char *range, float *out, char *err,
+                       size_t errlen)
 {
     char *end = NULL;
-    float v = strtof(s, &end);
-    if (!*s || *end || !isfinite(v)) {
-        snprintf(err, errlen, "%s: expected a number, found '%s'", flag, s);
-        return -1;
-    }
-    *out = v;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (!*s || *end || isnan(d) || (isinf(d) && errno != ERANGE))
+        return ls_errf(err, errlen, "%s: expected a number, found '%s'", flag, s);
+    if (fabs(d) > FLT_MAX)
+        return ls_errf(err, errlen, "%s: expected %s, found '%s' (out of range)", flag, range, s);
+    *out = (float)d;
     return 0;
 }
 
@@ -35,22 +43,24 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
     int rc = 0;
     switch (opt) {
     case RC_OPT_TEMP:
-        rc = parse_float("--temperature", arg, &s->temperature, err, errlen);
+        rc = parse_float("--temperature", arg, "0..100", &s->temperature, err, errlen);
         break;
     case RC_OPT_TOP_P:
-        rc = parse_float("--top-p", arg, &s->top_p, err, errlen);
+        rc = parse_float("--top-p", arg, "a value in (0, 1]", &s->top_p, err, errlen);
         break;
     case RC_OPT_MIN_P:
-        rc = parse_float("--min-p", arg, &s->min_p, err, errlen);
+        rc = parse_float("--min-p", arg, "0..1", &s->min_p, err, errlen);
         break;
     case RC_OPT_REP:
-        rc = parse_float("--repeat-penalty", arg, &s->repetition_penalty, err, errlen);
+        rc = parse_float("--repeat-penalty", arg, "a value in (0, 100]", &s->repetition_penalty,
+                         err, errlen);
         break;
     case RC_OPT_PRES:
-        rc = parse_float("--presence-penalty", arg, &s->presence_penalty, err, errlen);
+        rc = parse_float("--presence-penalty", arg, "-100..100", &s->presence_penalty, err, errlen);
         break;
     case RC_OPT_FREQ:
-        rc = parse_float("--frequency-penalty", arg, &s->frequency_penalty, err, errlen);
+        rc = parse_float("--frequency-penalty", arg, "-100..100", &s->frequency_penalty, err,
+                         errlen);
         break;
     case RC_OPT_TOP_K:
         rc = ls_parse_long("--top-k", arg, 0, 1 << 24, &v, err, errlen);
@@ -61,13 +71,18 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
         s->penalty_last_n = (int)v;
         break;
     case RC_OPT_SEED: {
+        /* strtoull negates a leading '-' into a huge seed, and clamps past 2^64 - 1 */
+        const char *digits = arg;
+        while (isspace((unsigned char)*digits)) digits++;
         char *end = NULL;
+        errno = 0;
         unsigned long long u = strtoull(arg, &end, 10);
-        if (!*arg || *end || arg[0] == '-') {
-            snprintf(err, errlen, "--seed: expected a non-negative integer, found '%s'", arg);
-            return -1;
-        }
-        s->seed = u;
+        if (!*arg || *end || *digits == '-')
+            return ls_errf(err, errlen, "--seed: expected a non-negative integer, found '%s'", arg);
+        if (errno == ERANGE)
+            return ls_errf(err, errlen, "--seed: expected 0..%" PRIu64 ", found '%s'", UINT64_MAX,
+                           arg);
+        s->seed = (uint64_t)u;
         break;
     }
     case RC_OPT_STOP:
@@ -82,7 +97,7 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
         p->stops[p->n_stops++] = arg;
         break;
     case RC_OPT_MAX_CTX:
-        rc = ls_parse_long("--max-context", arg, 2, 1 << 22, &v, err, errlen);
+        rc = ls_parse_long("--max-context", arg, 2, RC_MAX_CONTEXT, &v, err, errlen);
         *max_ctx = (int)v;
         break;
     case RC_OPT_IGNORE_EOS:
@@ -99,6 +114,25 @@ static const char *comm_probe(void *arg)
 {
     struct ls_comm *c = arg;
     return c->async_error(c);
+}
+
+/* LOCKSTEP_PREFILL_CHUNK into *out: 0 when unset, else 1..RC_MAX_CONTEXT (a chunk past the
+ * largest --max-context could never fill) */
+static int prefill_chunk(int *out, char *err, size_t errlen)
+{
+    const char *e = getenv("LOCKSTEP_PREFILL_CHUNK");
+    *out = 0;
+    if (!e || !*e) return 0;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(e, &end, 10);
+    if (*end || errno || v < 1 || v > RC_MAX_CONTEXT)
+        return ls_errf(err, errlen,
+                       "LOCKSTEP_PREFILL_CHUNK: expected positions per prefill forward in 1..%d, "
+                       "found '%s'",
+                       RC_MAX_CONTEXT, e);
+    *out = (int)v;
+    return 0;
 }
 
 void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_common_opts *o,
@@ -136,10 +170,16 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
     if (!ls_agree(wd_ok)) ls_abort_quiet(&j->ctx);
     if (j->comm->async_error) ls_watchdog_set_probe(comm_probe, j->comm);
     /* LOCKSTEP_PREFILL_CHUNK: positions per prefill forward (activation memory, and a way to
-     * run a prefill through the decode kernels when checking them) */
-    const char *chunk = getenv("LOCKSTEP_PREFILL_CHUNK");
-    if (chunk && atoi(chunk) > 0) max_batch = atoi(chunk);
-    if (!model_path) return; /* collectives only (bench --allreduce-sweep) */
+     * run a prefill through the decode kernels when checking them); checked on every rank */
+    char cerr[256];
+    int chunk_ok = prefill_chunk(&j->prefill_chunk, cerr, sizeof cerr) == 0;
+    if (!chunk_ok) ls_error("%s", cerr);
+    if (!ls_agree(chunk_ok)) ls_abort_quiet(&j->ctx);
+    if (model_path) rc_job_load(j, model_path, max_ctx, max_batch);
+}
+
+void rc_job_load(struct rc_job *j, const char *model_path, int max_ctx, int max_batch)
+{
     char err[1024] = "";
     int progress = j->ctx.rank == 0 && isatty(STDERR_FILENO);
     double t0 = MPI_Wtime();
@@ -149,6 +189,9 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
     if (!j->model) ls_error("%s", err);
     if (!ls_agree(j->model != NULL)) ls_abort_quiet(&j->ctx);
     if (max_ctx <= 0) max_ctx = j->model->cfg.max_pos < 4096 ? j->model->cfg.max_pos : 4096;
+    if (j->prefill_chunk > 0) max_batch = j->prefill_chunk;
+    /* a chunk never holds more positions than the cache: no activations past that */
+    if (max_batch > max_ctx) max_batch = max_ctx;
     j->engine = ls_engine_new(j->model, j->comm, j->be, max_ctx, max_batch, err, sizeof err);
     if (!j->engine) ls_error("%s", err);
     if (!ls_agree(j->engine != NULL)) ls_abort_quiet(&j->ctx);

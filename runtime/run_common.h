@@ -60,6 +60,9 @@ enum {
 int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err,
                     size_t errlen);
 
+/* the largest --max-context (KV cache positions) */
+#define RC_MAX_CONTEXT (1 << 22)
+
 struct rc_job {
     struct ls_ctx ctx;
     struct ls_comm *comm;     /* the job's collectives */
@@ -67,13 +70,16 @@ struct rc_job {
     const struct ls_backend *be;
     struct ls_model *model;
     struct ls_engine *engine;
-    double load_s; /* this rank's model load, seconds (reading, converting, uploading) */
+    double load_s;     /* this rank's model load, seconds (reading, converting, uploading) */
+    int prefill_chunk; /* LOCKSTEP_PREFILL_CHUNK, or 0 when unset */
 };
 
 /* bootstrap, load the model on every rank, build the engine; on any rank's error every rank
- * exits 1 (the failing rank says why). model_path NULL: bootstrap, backend and collectives only */
+ * exits 1 (the failing rank says why). model_path NULL: bootstrap, backend and collectives only
+ * (rc_job_load then loads, after checks that should not wait for a model) */
 void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_common_opts *o,
                   const char *model_path, int max_ctx, int max_batch);
+void rc_job_load(struct rc_job *j, const char *model_path, int max_ctx, int max_batch);
 void rc_job_end(struct rc_job *j);
 
 #endif

@@ -42,6 +42,26 @@ run "$LOCKSTEP" bench --cpu --dummy smollm2-135m --top-p 0
 check "bench --top-p 0: a clear usage error naming the field" err_has "top_p"
 run "$LOCKSTEP" bench --batch 4 --dummy smollm2-135m
 check "bench --batch 4: a clear usage error" err_has "--batch: expected 1..1, found 4"
+# --json that cannot be written: the reason, a non-zero exit, and (when it cannot be opened) before
+# the run rather than after it
+tiny=$SRCDIR/tests/fixtures/tiny-llama
+run_mpi 2 "$LOCKSTEP" bench --cpu -m "$tiny" --prompt-len 4 --gen 4 --json /nonexistent/x.json
+check "bench --json in a missing folder: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "bench --json in a missing folder: the path and the reason named" err_has "bench: --json /nonexistent/x.json: No such file or directory"
+check "bench --json in a missing folder: refused before the run (no table)" test "$(count_in_out 'read bandwidth')" -eq 0
+mkdir -p "$tmp/jdir"
+run_mpi 2 "$LOCKSTEP" bench --cpu -m "$tiny" --prompt-len 4 --gen 4 --json "$tmp/jdir"
+check "bench --json a directory: non-zero, the reason named" \
+    eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "bench: --json $tmp/jdir: Is a directory"'
+run_mpi 2 "$LOCKSTEP" bench --cpu -m "$tiny" --prompt-len 4 --gen 4 --bw-bytes 1048576 --json /dev/full
+check "bench --json /dev/full: the failed write is non-zero, with the reason" \
+    eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "bench: --json /dev/full: cannot write the results: No space left on device"'
+run_mpi 2 "$LOCKSTEP" bench --cpu --allreduce-sweep --sweep-max 4096 --json /nonexistent/sw.json
+check "bench --allreduce-sweep --json in a missing folder: non-zero, before the sweep" \
+    eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "bench: --json /nonexistent/sw.json: No such file or directory" && [ "$(count_in_out "all-reduce latency")" -eq 0 ]'
+run_mpi 2 "$LOCKSTEP" bench --cpu --allreduce-sweep --sweep-max 4096 --json /dev/full
+check "bench --allreduce-sweep --json /dev/full: non-zero, with the reason" \
+    eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "bench: --json /dev/full: cannot write the results: No space left on device"'
 run "$LOCKSTEP" bench
 check "bench without a model: a clear usage error" err_has "missing --model (-m) or --dummy"
 done_testing

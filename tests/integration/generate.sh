@@ -48,6 +48,81 @@ check "generate with two prompts: usage error" err_has "exactly one of --prompt"
 run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" -p "hello"
 check "text prompt for a model without a tokenizer: says to use --prompt-ids" err_has "has no tokenizer: give the prompt as --prompt-ids"
 
+# ---- numbers and environment read strictly: out of range is named, never clamped or ignored
+run "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 2 --seed 18446744073709551616
+check "--seed past 2^64 - 1: a usage error with the range" \
+    eval '[ "$rc" -eq 2 ] && err_has "seed: expected 0..18446744073709551615, found .18446744073709551616."'
+run "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 2 --seed " -1"
+check "--seed ' -1' (strtoull would wrap it): a usage error" \
+    eval '[ "$rc" -eq 2 ] && err_has "seed: expected a non-negative integer, found . -1."'
+run "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 2 --seed 18446744073709551615 --json --quiet
+check "--seed 2^64 - 1 is accepted" test "$rc" -eq 0
+run "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 2 --presence-penalty 1e308
+check "--presence-penalty 1e308: out of range with the range, not 'expected a number'" \
+    eval '[ "$rc" -eq 2 ] && err_has "presence-penalty: expected -100..100, found .1e308. (out of range)"'
+for chunk in abc -3 99999999999; do
+    LOCKSTEP_PREFILL_CHUNK=$chunk run_mpi 2 -x LOCKSTEP_PREFILL_CHUNK "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 2
+    check "LOCKSTEP_PREFILL_CHUNK=$chunk: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+    check "LOCKSTEP_PREFILL_CHUNK=$chunk: the variable, the range and the value are named" \
+        err_has "LOCKSTEP_PREFILL_CHUNK: expected positions per prefill forward in 1..4194304, found '$chunk'"
+done
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2,3,4,5,6,7 -n 4 --ignore-eos --json --quiet
+jq -c .ids "$tmp/out" >"$tmp/chunk.none"
+LOCKSTEP_PREFILL_CHUNK=3 run_mpi 2 -x LOCKSTEP_PREFILL_CHUNK "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2,3,4,5,6,7 -n 4 --ignore-eos --json --quiet
+check "LOCKSTEP_PREFILL_CHUNK=3: runs, same tokens as one chunk" \
+    eval '[ "$rc" -eq 0 ] && [ -s "$tmp/chunk.none" ] && [ "$(jq -c .ids "$tmp/out")" = "$(cat "$tmp/chunk.none")" ]'
+
+# ---- batch files and fields (the tiny model has no tokenizer: lines fail at the prompt, after
+# their fields are checked)
+cat >"$tmp/bf.jsonl" <<'JSONL'
+{"id": "s", "prompt": "x", "stop": ""}
+{"id": "m", "prompt": "x", "max_tokens": 16777217}
+{"id": "t", "prompt": "x", "temperature": 100.0000001}
+{"id": "p", "prompt": "x"}
+JSONL
+cp "$tmp/bf.jsonl" "$tmp/bf.orig"
+run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/bf.jsonl" --output "$tmp/bf.out"
+bsel() { jq -r "select(.id == \"$1\") | .error // empty" "$tmp/bf.out" 2>/dev/null; }
+check "batch fields: the job succeeds, one line each" eval '[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/bf.out")" -eq 4 ]'
+check "batch: \"stop\": \"\" is an error for its line, as --stop \"\" is" \
+    test "$(bsel s)" = 'line 1: field "stop": expected a non-empty string'
+check "batch: an integer out of range is printed exactly" \
+    test "$(bsel m)" = 'line 2: field "max_tokens": expected 0..16777216, found 16777217'
+check "batch: a number just past its bound is not printed as the bound" \
+    test "$(bsel t)" = 'line 3: field "temperature": expected 0..100, found 100.0000001'
+check "batch: a good line still reaches the prompt" test "$(bsel p)" = 'line 4: the model has no tokenizer'
+mkdir -p "$tmp/sub"
+ln "$tmp/bf.jsonl" "$tmp/bf.hard"
+ln -s "$tmp/bf.jsonl" "$tmp/bf.sym"
+for o in "$tmp/bf.jsonl" "$tmp/sub/../bf.jsonl" "$tmp/bf.hard" "$tmp/bf.sym"; do
+    run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/bf.jsonl" --output "$o"
+    check "batch --output ${o#"$tmp"/} is the --input: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+    check "batch --output ${o#"$tmp"/} is the --input: both flags named" \
+        err_has "batch: --output $o is the same file as --input $tmp/bf.jsonl"
+    check "batch --output ${o#"$tmp"/} is the --input: the input is left intact" cmp -s "$tmp/bf.jsonl" "$tmp/bf.orig"
+done
+run "$LOCKSTEP" batch --cpu -m "$tiny" --input - --output "$tmp/bf.jsonl" <"$tmp/bf.jsonl"
+check "batch --input - from the --output file: refused, the input intact" \
+    eval '[ "$rc" -eq 1 ] && err_has "same file as --input - (stdin)" && cmp -s "$tmp/bf.jsonl" "$tmp/bf.orig"'
+run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/sub" --output "$tmp/x.jsonl"
+check "batch --input a directory: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "batch --input a directory: named as such" err_has "batch: --input $tmp/sub: expected a JSONL file, a pipe or '-' (stdin), found a directory"
+run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input /proc/self/mem --output "$tmp/x.jsonl"
+check "batch: a read error on the input (EIO) is non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "batch: the read error names the input and the reason" err_has "batch: --input /proc/self/mem: read error after line 0: Input/output error"
+mkfifo "$tmp/fifo"
+(timeout 60 cat "$tmp/bf.orig" >"$tmp/fifo" 2>/dev/null &)
+run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/fifo" --output "$tmp/fifo.out"
+check "batch --input a FIFO: read like a file" eval '[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/fifo.out")" -eq 4 ]'
+run "$LOCKSTEP" batch --cpu -m "$tiny" --input <(cat "$tmp/bf.orig") --output -
+check "batch --input <(process substitution): read like a file" eval '[ "$rc" -eq 0 ] && [ "$(count_in_out "line 4: the model has no tokenizer")" -eq 1 ]'
+run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/bf.orig" --output /dev/full
+check "batch --output /dev/full: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "batch --output /dev/full: the output and the reason named" err_has "batch: --output /dev/full: cannot write the result of line 1: No space left on device"
+rc=0 # not run(): it sends stdout to a file
+timeout 60 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/bf.orig" --output - >/dev/full 2>"$tmp/err" || rc=$?
+check "batch --output - to a full stdout: non-zero" eval '[ "$rc" -eq 1 ] && err_has "No space left on device"'
+
 # ---- --dummy: random weights that depend on the tensor and element only, so every TP size
 # computes the same model
 for tp in 1 2 3; do
@@ -84,6 +159,16 @@ printf '\x00\x00\x80\x7f' | dd of="$tmp/inf.gguf" bs=1 seek=$((off + ${#key} + 4
 run_mpi 2 "$LOCKSTEP" generate -m "$tmp/inf.gguf" -p hi
 check "GGUF with an infinite $key: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
 check "GGUF with an infinite $key: the field is named" err_has "metadata '$key': expected a positive finite number"
+# rope.dimension_count (a u32) patched to 32, half of SmolLM2's head dim of 64: a file whose
+# rotary embedding turns part of each head, which the engine does not do, is refused
+key=llama.rope.dimension_count
+off=$(grep -obUaF "$key" "$model" | head -n 1 | cut -d: -f1)
+cp "$model" "$tmp/rot.gguf"
+printf '\x20\x00\x00\x00' | dd of="$tmp/rot.gguf" bs=1 seek=$((off + ${#key} + 4)) conv=notrunc status=none
+run_mpi 2 "$LOCKSTEP" generate -m "$tmp/rot.gguf" -p hi
+check "GGUF with $key 32: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "GGUF with $key 32: expected and found named" \
+    err_has "metadata '$key': expected 64 (the head dim; rotary embedding over part of a head is not supported), found 32"
 
 # ---- prompts: invalid UTF-8, stdin
 printf 'caf\xc3 au lait' >"$tmp/bad.txt"
