@@ -189,6 +189,10 @@ void rc_job_load(struct rc_job *j, const char *model_path, int max_ctx, int max_
     if (!j->model) ls_error("%s", err);
     if (!ls_agree(j->model != NULL)) ls_abort_quiet(&j->ctx);
     if (max_ctx <= 0) max_ctx = j->model->cfg.max_pos < 4096 ? j->model->cfg.max_pos : 4096;
+    if (j->ctx.rank == 0 && max_ctx > j->model->cfg.max_pos)
+        ls_warn("--max-context %d is past the %d positions the model was trained for; output "
+                "past them may degrade",
+                max_ctx, j->model->cfg.max_pos);
     if (j->prefill_chunk > 0) max_batch = j->prefill_chunk;
     /* a chunk never holds more positions than the cache: no activations past that */
     if (max_batch > max_ctx) max_batch = max_ctx;

@@ -60,21 +60,21 @@ void ls_sampling_defaults(struct ls_sampling *s)
 int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen)
 {
     if (!(s->temperature >= 0 && s->temperature <= 100))
-        snprintf(err, errlen, "temperature: expected 0..100, found %g", s->temperature);
+        snprintf(err, errlen, "temperature: expected 0..100, found %.9g", s->temperature);
     else if (s->top_k < 0)
         snprintf(err, errlen, "top_k: expected >= 0, found %d", s->top_k);
     else if (!(s->top_p > 0 && s->top_p <= 1))
-        snprintf(err, errlen, "top_p: expected a value in (0, 1], found %g", s->top_p);
+        snprintf(err, errlen, "top_p: expected a value in (0, 1], found %.9g", s->top_p);
     else if (!(s->min_p >= 0 && s->min_p <= 1))
-        snprintf(err, errlen, "min_p: expected 0..1, found %g", s->min_p);
+        snprintf(err, errlen, "min_p: expected 0..1, found %.9g", s->min_p);
     else if (!(s->repetition_penalty > 0 && s->repetition_penalty <= 100))
-        snprintf(err, errlen, "repetition_penalty: expected a value in (0, 100], found %g",
+        snprintf(err, errlen, "repetition_penalty: expected a value in (0, 100], found %.9g",
                  s->repetition_penalty);
     else if (!(fabsf(s->presence_penalty) <= 100))
-        snprintf(err, errlen, "presence_penalty: expected -100..100, found %g",
+        snprintf(err, errlen, "presence_penalty: expected -100..100, found %.9g",
                  s->presence_penalty);
     else if (!(fabsf(s->frequency_penalty) <= 100))
-        snprintf(err, errlen, "frequency_penalty: expected -100..100, found %g",
+        snprintf(err, errlen, "frequency_penalty: expected -100..100, found %.9g",
                  s->frequency_penalty);
     else if (s->penalty_last_n < 0)
         snprintf(err, errlen, "penalty_last_n: expected >= 0, found %d", s->penalty_last_n);
