@@ -43,10 +43,12 @@
 #include "runtime/check.h"
 
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ATT_WARPS     4
 #define ATT_MAX_G     8   // q heads per decode block
@@ -585,6 +587,193 @@ static __global__ void __launch_bounds__(PF_THREADS)
     }
 }
 
+// Prefill on tensor cores (hd 64 and 128, the default; LOCKSTEP_ATT_PREFILL_TC=0 or
+// ls_attention_set_prefill_tc(0): the fp32 kernel above). Block = (64 queries, one q head), 4
+// warps of 16 queries each, FlashAttention-2's loop: the block's q rows, scaled and rounded to
+// bf16, stay in registers as mma fragments; per 64-key tile of K and V (bf16, as cached, in
+// shared memory with rows padded by 16 bytes so ldmatrix hits distinct banks) each warp forms its
+// 16 x 64 scores with mma.sync m16n8k16 (fp32 accumulation), masks the keys past each query,
+// updates its rows' running max and sum, rounds the probabilities to bf16 in the registers the
+// scores came in (the accumulator layout of two n-tiles is the A-operand layout of one k-step)
+// and adds P V into its 16 x hd fp32 output. Rounding q and p to bf16 (as FlashAttention does)
+// is the only difference from the fp32 kernel: ~2^-9 relative per product. Blocks of later
+// queries (more keys) are launched first.
+#define TC_BQ      64
+#define TC_BK      64
+#define TC_THREADS 128
+
+template <int HD> static size_t prefill_tc_smem()
+{
+    return sizeof(uint16_t) * (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8);
+}
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t *r, const uint16_t *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t *r, const uint16_t *p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+// c += a b: a 16 x 16 bf16 (row), b 16 x 8 bf16 (col), c 16 x 8 fp32
+static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uint32_t b0,
+                                                uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int HD>
+static __global__ void __launch_bounds__(TC_THREADS)
+    attn_prefill_tc_kernel(float *__restrict__ out, const float *__restrict__ q, int q_stride,
+                           const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
+                           int pos0, int T, int hq, int group, int max_ctx, float qscale)
+{
+    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8;
+    extern __shared__ uint4 tc_smem4[];
+    uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem4); // [BQ][LD]
+    uint16_t *Ks = Qs + TC_BQ * LD;                        // [BK][LD]
+    uint16_t *Vs = Ks + TC_BK * LD;                        // [BK][LD]
+
+    pdl_launch_dependents();
+    pdl_wait();
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int t0 = (gridDim.x - 1 - blockIdx.x) * TC_BQ, h = blockIdx.y, kvh = h / group;
+    const int n_keys = pos0 + min(T, t0 + TC_BQ); // keys [0, n_keys) are visible to the block
+    const uint16_t *K = kcache + (size_t)kvh * max_ctx * HD;
+    const uint16_t *V = vcache + (size_t)kvh * max_ctx * HD;
+
+    for (int i = tid; i < TC_BQ * HD / 4; i += TC_THREADS) {
+        const int r = i / (HD / 4), c4 = i - r * (HD / 4), t = t0 + r;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t < T)
+            v = *reinterpret_cast<const float4 *>(q + (size_t)t * q_stride + (size_t)h * HD +
+                                                  c4 * 4);
+        *reinterpret_cast<uint2 *>(Qs + r * LD + c4 * 4) = make_uint2(
+            pack_bf16(v.x * qscale, v.y * qscale), pack_bf16(v.z * qscale, v.w * qscale));
+    }
+    __syncthreads();
+    uint32_t qf[KK][4];
+#pragma unroll
+    for (int kk = 0; kk < KK; kk++)
+        ldsm_x4(qf[kk], Qs + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+
+    // this thread's rows of the block: r and r + 8 of the warp's 16; their running max and sum
+    // (the sum of this thread's columns only: the quad adds its four at the end)
+    const int qp0 = pos0 + t0 + warp * 16 + (lane >> 2), qp1 = qp0 + 8;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float o[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+
+    for (int k0 = 0; k0 < n_keys; k0 += TC_BK) {
+        __syncthreads(); // every warp is done with the previous tile
+        for (int i = tid; i < TC_BK * HD / 8; i += TC_THREADS) {
+            const int r = i / (HD / 8), c8 = i - r * (HD / 8), p = k0 + r;
+            uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
+            if (p < n_keys) {
+                kw = *reinterpret_cast<const uint4 *>(K + (size_t)p * HD + c8 * 8);
+                vw = *reinterpret_cast<const uint4 *>(V + (size_t)p * HD + c8 * 8);
+            }
+            *reinterpret_cast<uint4 *>(Ks + r * LD + c8 * 8) = kw;
+            *reinterpret_cast<uint4 *>(Vs + r * LD + c8 * 8) = vw;
+        }
+        __syncthreads();
+
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KK; kk++)
+#pragma unroll
+            for (int j = 0; j < 8; j += 2) {
+                uint32_t b[4];
+                ldsm_x4(b, Ks + (j * 8 + (lane & 7) + ((lane >> 4) << 3)) * LD + kk * 16 +
+                               ((lane >> 3) & 1) * 8);
+                mma_bf16(s[j], qf[kk], b[0], b[1]);
+                mma_bf16(s[j + 1], qf[kk], b[2], b[3]);
+            }
+
+        // keys past a query (or past the block's last) masked; the running max and sum
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int kp = k0 + j * 8 + (lane & 3) * 2 + e;
+                if (kp > qp0 || kp >= n_keys) s[j][e] = -INFINITY;
+                if (kp > qp1 || kp >= n_keys) s[j][2 + e] = -INFINITY;
+                mx0 = fmaxf(mx0, s[j][e]);
+                mx1 = fmaxf(mx1, s[j][2 + e]);
+            }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        // key 0 is visible to every row, so after the first tile both maxima are finite
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float a0 = exp2f(m0 - n0), a1 = exp2f(m1 - n1);
+        m0 = n0, m1 = n1;
+        l0 *= a0, l1 *= a1;
+#pragma unroll
+        for (int n = 0; n < NT; n++) o[n][0] *= a0, o[n][1] *= a0, o[n][2] *= a1, o[n][3] *= a1;
+        uint32_t pf[4][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const float p0 = exp2f(s[j][0] - n0), p1 = exp2f(s[j][1] - n0);
+            const float p2 = exp2f(s[j][2] - n1), p3 = exp2f(s[j][3] - n1);
+            l0 += p0 + p1, l1 += p2 + p3;
+            pf[j >> 1][(j & 1) * 2] = pack_bf16(p0, p1);
+            pf[j >> 1][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t b[4];
+                ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 +
+                                 (lane >> 4) * 8);
+                mma_bf16(o[n], pf[kk], b[0], b[1]);
+                mma_bf16(o[n + 1], pf[kk], b[2], b[3]);
+            }
+    }
+
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    const int ta = t0 + warp * 16 + (lane >> 2), tb = ta + 8;
+    const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int d = n * 8 + (lane & 3) * 2;
+        if (ta < T)
+            *reinterpret_cast<float2 *>(out + ((size_t)ta * hq + h) * HD + d) =
+                make_float2(o[n][0] * i0, o[n][1] * i0);
+        if (tb < T)
+            *reinterpret_cast<float2 *>(out + ((size_t)tb * hq + h) * HD + d) =
+                make_float2(o[n][2] * i1, o[n][3] * i1);
+    }
+}
+
 // The decode split's shape, read from the environment once (so that the split count and the
 // kernels agree): positions per chunk at least ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK (8 .. 4096)
 // for experiments; LOCKSTEP_ATT_WIDE=0|1 forces the kernel's short-context (wide-iteration) form
@@ -806,6 +995,40 @@ static void prefill_launch(float *out, const float *q, int q_stride, const uint1
     CHECK_CUDA(cudaGetLastError());
 }
 
+template <int HD>
+static void prefill_tc_launch(float *out, const float *q, int q_stride, const uint16_t *kcache,
+                              const uint16_t *vcache, int pos0, int T, int hq, int group,
+                              int max_ctx, cudaStream_t s)
+{
+    static int attr_dev = -1;
+    int dev;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    if (attr_dev != dev) {
+        CHECK_CUDA(cudaFuncSetAttribute(attn_prefill_tc_kernel<HD>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)prefill_tc_smem<HD>()));
+        attr_dev = dev;
+    }
+    dim3 grid((unsigned)((T + TC_BQ - 1) / TC_BQ), (unsigned)hq);
+    float qscale = 1.0f / sqrtf((float)HD) * LOG2E;
+    pdl_launch(attn_prefill_tc_kernel<HD>, grid, TC_THREADS, prefill_tc_smem<HD>(), s, out, q,
+               q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, qscale);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+static int g_prefill_tc = -1; // -1: LOCKSTEP_ATT_PREFILL_TC not read yet
+
+extern "C" int ls_attention_set_prefill_tc(int on)
+{
+    if (g_prefill_tc < 0) {
+        const char *e = getenv("LOCKSTEP_ATT_PREFILL_TC");
+        g_prefill_tc = !(e && !strcmp(e, "0"));
+    }
+    const int old = g_prefill_tc;
+    if (on >= 0) g_prefill_tc = on != 0;
+    return old;
+}
+
 extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
                                      const uint16_t *kcache, const uint16_t *vcache, int pos0,
                                      int T, int hq, int hkv, int hd, int max_ctx, void *stream)
@@ -817,6 +1040,16 @@ extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
     if (T == 0) return;
     cudaStream_t s = (cudaStream_t)stream;
     const int group = hq / hkv;
+    // the tensor-core kernel reads q with 16-byte loads
+    if (ls_attention_set_prefill_tc(-1) && (hd == 64 || hd == 128) && q_stride % 4 == 0 &&
+        (uintptr_t)q % 16 == 0) {
+        if (hd == 64)
+            prefill_tc_launch<64>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        else
+            prefill_tc_launch<128>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
+                                   s);
+        return;
+    }
     if (hd == 64)
         prefill_launch<64>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
     else if (hd == 128)

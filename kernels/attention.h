@@ -64,6 +64,11 @@ void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, con
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, float *workspace, void *stream);
 
+/* experiments and tests: the prefill's tensor-core kernel for hd 64 and 128 (1, the default;
+ * 0 or LOCKSTEP_ATT_PREFILL_TC=0: the fp32 kernel, which hd 256 always takes). Returns the
+ * previous setting; -1 leaves it. */
+int ls_attention_set_prefill_tc(int on);
+
 /* out[t][h][:] for t < T, h < hq: causal attention of position pos0 + t over cache positions
  * 0 .. pos0 + t. q: row t at q + t*q_stride (the fused QKV buffer works as is), head h at
  * + h*hd. Needs hd in {64, 128, 256}, hq % hkv == 0, pos0 + T <= max_ctx (checked). */

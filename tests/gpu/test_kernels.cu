@@ -861,6 +861,9 @@ static void tests_rope(void)
 
 // fp32 softmax on both sides (exp2 with a pre-scaled q vs expf): ~1e-6 expected
 #define TOL_ATTN 1e-4
+// the prefill's tensor-core kernel rounds the pre-scaled q and the probabilities to bf16 (8
+// significant bits: 2^-9 relative each) before its fp32-accumulated products: a few 1e-3 expected
+#define TOL_ATTN_TC 1e-2
 
 // cache [hkv][max_ctx][hd] bf16: random for positions < n, NaN after (must never be read);
 // also its fp32 position-major copy for the reference
@@ -1084,8 +1087,9 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
 static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
 {
     char name[128];
-    snprintf(name, sizeof name, "attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s", hq, hkv, hd,
-             pos0, T, fused ? " fused-qkv" : "");
+    const bool tc = ls_attention_set_prefill_tc(-1) && (hd == 64 || hd == 128);
+    snprintf(name, sizeof name, "attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s%s", hq, hkv,
+             hd, pos0, T, fused ? " fused-qkv" : "", tc ? " tensor-core" : " fp32");
     const int max_ctx = 512, n = pos0 + T, stride = fused ? (hq + 2 * hkv) * hd : hq * hd;
     std::vector<uint16_t> kc, vc;
     std::vector<float> kr, vr;
@@ -1107,7 +1111,8 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
     ls_attention_prefill(dout.p, dq.p, stride, dkc.p, dvc.p, pos0, T, hq, hkv, hd, max_ctx,
                          nullptr);
     std::vector<float> out = dout.down();
-    check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
+    const double tol = tc ? TOL_ATTN_TC : TOL_ATTN;
+    check(name, compare(out.data(), ref.data(), ref.size()), tol, tol);
 }
 
 // the decode tests with the cluster merge (contexts of up to 8 chunks) and without it (every
@@ -1119,14 +1124,22 @@ static void tests_attention(void)
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
-    test_prefill(9, 3, 64, 0, 37, false);
-    test_prefill(6, 2, 64, 50, 5, true);
-    test_prefill(3, 1, 64, 10, 1, false);
-    test_prefill(4, 1, 256, 3, 40, true);
-    test_prefill(16, 4, 128, 33, 70, true);
-    if (!g_quick) {
-        test_prefill(32, 8, 128, 0, 128, true);
-        test_prefill(32, 8, 128, 100, 300, false);
+    // the tensor-core kernel (hd 64 and 128), then the fp32 one for the same shapes
+    for (int tc = 1; tc >= 0; tc--) {
+        const int old = ls_attention_set_prefill_tc(tc);
+        test_prefill(9, 3, 64, 0, 37, false);
+        test_prefill(6, 2, 64, 50, 5, true);
+        test_prefill(3, 1, 64, 10, 1, false);
+        test_prefill(16, 4, 128, 33, 70, true);
+        test_prefill(8, 8, 128, 0, 64, false);
+        test_prefill(8, 2, 128, 411, 100, true);
+        if (tc) test_prefill(4, 1, 256, 3, 40, true);
+        if (!g_quick) {
+            test_prefill(32, 8, 128, 0, 128, true);
+            test_prefill(32, 8, 128, 100, 300, false);
+            test_prefill(32, 8, 128, 0, 512, true);
+        }
+        ls_attention_set_prefill_tc(old);
     }
 }
 
@@ -1647,6 +1660,30 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
         100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6);
 }
 
+// the prefill's attention over T new positions from position 0 (causal: T^2 / 2 query-key
+// pairs, 4 hd flops each), the tensor-core kernel and the fp32 one
+static void bench_prefill_attention(int hq, int hkv, int hd, int T)
+{
+    const size_t csz = (size_t)hkv * T * hd;
+    dev<uint16_t> kc(csz), vc(csz);
+    dev<float> q((size_t)T * hq * hd), out((size_t)T * hq * hd);
+    fill_bf16<<<2048, 256>>>(kc.p, csz, 6);
+    fill_bf16<<<2048, 256>>>(vc.p, csz, 7);
+    fill_f32<<<2048, 256>>>(q.p, q.n, 8);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const double flops = 4.0 * hd * hq * ((double)T * (T + 1) / 2);
+    printf("attention_prefill hq=%d hkv=%d hd=%d T=%d:", hq, hkv, hd, T);
+    for (int tc = 1; tc >= 0; tc--) {
+        const int old = ls_attention_set_prefill_tc(tc);
+        float ms = time_batch(T > 4096 ? 3 : 10, 1, [&](int) {
+            ls_attention_prefill(out.p, q.p, hq * hd, kc.p, vc.p, 0, T, hq, hkv, hd, T, nullptr);
+        });
+        ls_attention_set_prefill_tc(old);
+        printf(" %s %.3f ms (%.1f TFLOP/s)%s", tc ? "tensor cores" : "fp32", ms,
+               flops / (ms * 1e-3) / 1e12, tc ? ";" : "\n");
+    }
+}
+
 static void benchmarks(void)
 {
     printf("\n==== benchmarks\n");
@@ -1738,6 +1775,9 @@ static void benchmarks(void)
     bench_decode_attention(32, 8, 128, 4096);
     bench_decode_attention(32, 8, 128, 32768);
     bench_decode_attention(16, 4, 128, 32768);
+    bench_prefill_attention(32, 8, 128, 2048);
+    bench_prefill_attention(32, 8, 128, 8192);
+    bench_prefill_attention(9, 3, 64, 2048);
     {
         const int V = 128256;
         dev<float> l(V);
