@@ -602,9 +602,18 @@ static __global__ void __launch_bounds__(PF_THREADS)
 #define TC_BK      64
 #define TC_THREADS 128
 
+// q, then K and V twice (the next tile's copies run while this one's products do)
 template <int HD> static size_t prefill_tc_smem()
 {
-    return sizeof(uint16_t) * (size_t)(TC_BQ + 2 * TC_BK) * (HD + 8);
+    return sizeof(uint16_t) * (size_t)(TC_BQ + 4 * TC_BK) * (HD + 8);
+}
+
+// 16 bytes from global to shared memory without the registers (zeros when !valid)
+static __device__ __forceinline__ void cp_async16(uint16_t *dst, const uint16_t *src, bool valid)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(a), "l"(src),
+                 "r"(valid ? 16 : 0));
 }
 
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
@@ -648,8 +657,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
     constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8;
     extern __shared__ uint4 tc_smem4[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem4); // [BQ][LD]
-    uint16_t *Ks = Qs + TC_BQ * LD;                        // [BK][LD]
-    uint16_t *Vs = Ks + TC_BK * LD;                        // [BK][LD]
+    uint16_t *KV = Qs + TC_BQ * LD;                        // [2][K, V][BK][LD]
 
     pdl_launch_dependents();
     pdl_wait();
@@ -682,19 +690,28 @@ static __global__ void __launch_bounds__(TC_THREADS)
 #pragma unroll
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-    for (int k0 = 0; k0 < n_keys; k0 += TC_BK) {
-        __syncthreads(); // every warp is done with the previous tile
+    // the K and V rows of keys [k0, k0 + BK) into buffer `into` (zeros past n_keys), one group
+    auto fetch = [&](int k0, int into) {
+        uint16_t *Kb = KV + into * 2 * TC_BK * LD, *Vb = Kb + TC_BK * LD;
         for (int i = tid; i < TC_BK * HD / 8; i += TC_THREADS) {
             const int r = i / (HD / 8), c8 = i - r * (HD / 8), p = k0 + r;
-            uint4 kw = make_uint4(0, 0, 0, 0), vw = kw;
-            if (p < n_keys) {
-                kw = *reinterpret_cast<const uint4 *>(K + (size_t)p * HD + c8 * 8);
-                vw = *reinterpret_cast<const uint4 *>(V + (size_t)p * HD + c8 * 8);
-            }
-            *reinterpret_cast<uint4 *>(Ks + r * LD + c8 * 8) = kw;
-            *reinterpret_cast<uint4 *>(Vs + r * LD + c8 * 8) = vw;
+            const size_t g = (size_t)min(p, n_keys - 1) * HD + c8 * 8;
+            cp_async16(Kb + r * LD + c8 * 8, K + g, p < n_keys);
+            cp_async16(Vb + r * LD + c8 * 8, V + g, p < n_keys);
         }
+        asm volatile("cp.async.commit_group;" ::: "memory");
+    };
+    fetch(0, 0);
+    for (int k0 = 0, buf = 0; k0 < n_keys; k0 += TC_BK, buf ^= 1) {
+        // the next tile's copies go into the other buffer, which every warp finished reading at
+        // the end of the last iteration; then wait for this tile's (an empty group past the end)
+        if (k0 + TC_BK < n_keys)
+            fetch(k0 + TC_BK, buf ^ 1);
+        else
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads();
+        const uint16_t *Ks = KV + buf * 2 * TC_BK * LD, *Vs = Ks + TC_BK * LD;
 
         float s[8][4];
 #pragma unroll
@@ -753,6 +770,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
                 mma_bf16(o[n], pf[kk], b[0], b[1]);
                 mma_bf16(o[n + 1], pf[kk], b[2], b[3]);
             }
+        __syncthreads(); // this buffer is free for the copies two tiles on
     }
 
 #pragma unroll
