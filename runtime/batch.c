@@ -332,11 +332,11 @@ int cmd_batch(int argc, char **argv)
 
     /* the files first, so that a wrong path does not wait for the model to load */
     struct rc_job j;
-    rc_job_start(&j, &argc, &argv, &common, NULL, max_ctx, 256);
+    rc_job_start(&j, &argc, &argv, &common, NULL, max_ctx, RC_PREFILL_CHUNK);
     FILE *in = NULL, *out = NULL;
     if (!ls_agree(j.ctx.rank != 0 || open_files(in_path, out_path, &in, &out) == 0))
         ls_abort_quiet(&j.ctx);
-    rc_job_load(&j, model, max_ctx, 256);
+    rc_job_load(&j, model, max_ctx, RC_PREFILL_CHUNK);
 
     char *line = NULL;
     size_t cap = 0;

@@ -335,7 +335,7 @@ int cmd_bench(int argc, char **argv)
         return ls_usage_error("bench", err);
     }
     if (max_ctx) ctx_len = (int)max_ctx;
-    const int chunk = (int)(prompt_len < 512 ? prompt_len : 512);
+    const int chunk = (int)(prompt_len < RC_PREFILL_CHUNK ? prompt_len : RC_PREFILL_CHUNK);
     rc_job_start(&j, &argc, &argv, &common, NULL, ctx_len, chunk);
     FILE *json = json_open(&j, json_path);
     rc_job_load(&j, model, ctx_len, chunk);

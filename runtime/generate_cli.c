@@ -283,7 +283,7 @@ int cmd_generate(int argc, char **argv)
     if (system && !chat) return ls_usage_error("generate", "--system needs --chat");
 
     struct rc_job j;
-    rc_job_start(&j, &argc, &argv, &common, model, max_ctx, 256);
+    rc_job_start(&j, &argc, &argv, &common, model, max_ctx, RC_PREFILL_CHUNK);
     char *text = NULL;
     if (prompt && !strcmp(prompt, "-")) {
         size_t n = 0;

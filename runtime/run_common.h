@@ -62,6 +62,10 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
 
 /* the largest --max-context (KV cache positions) */
 #define RC_MAX_CONTEXT (1 << 22)
+/* positions per prefill forward (LOCKSTEP_PREFILL_CHUNK overrides): the 8B's prefill of 16384
+ * tokens on an H200 took 1.15 s in chunks of 256, 0.80 in 512, 0.76 in 1024 and 2048
+ * (BENCHMARKS.md, twentieth session); the activations of a chunk grow with it */
+#define RC_PREFILL_CHUNK 1024
 
 struct rc_job {
     struct ls_ctx ctx;
