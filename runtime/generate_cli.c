@@ -281,6 +281,9 @@ int cmd_generate(int argc, char **argv)
     if (ids_arg && chat)
         return ls_usage_error("generate", "--chat needs a text prompt, not --prompt-ids");
     if (system && !chat) return ls_usage_error("generate", "--system needs --chat");
+    if (gp.top_logits && !json)
+        return ls_usage_error("generate",
+                              "--top-logits needs --json (the logits are written there)");
 
     struct rc_job j;
     rc_job_start(&j, &argc, &argv, &common, model, max_ctx, RC_PREFILL_CHUNK);

@@ -45,6 +45,9 @@ run "$LOCKSTEP" generate -p hi
 check "generate without --model: usage error" err_has "missing --model (-m) or --dummy"
 run "$LOCKSTEP" generate -m x -p hi --prompt-ids 1
 check "generate with two prompts: usage error" err_has "exactly one of --prompt"
+run "$LOCKSTEP" generate -m x --prompt-ids 1 --top-logits 5
+check "--top-logits without --json: a usage error, not ignored" \
+    eval '[ "$rc" -eq 2 ] && err_has "top-logits needs --json"'
 run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" -p "hello"
 check "text prompt for a model without a tokenizer: says to use --prompt-ids" err_has "has no tokenizer: give the prompt as --prompt-ids"
 
@@ -151,20 +154,24 @@ check "truncated GGUF: the error names the file" err_has "trunc.gguf"
 printf 'GGUF\x63\x00\x00\x00' | cat - <(tail -c +9 "$model" | head -c 1000000) >"$tmp/badver.gguf"
 run_mpi 2 "$LOCKSTEP" generate -m "$tmp/badver.gguf" -p hi
 check "GGUF with version 99: the version is named" err_has "version"
-# a metadata float made infinite in place (key, then its type, then the value): the field named
+# patch_value KEY BYTES OUT: a copy of the model with the 4-byte value of metadata KEY (after the
+# key, its type) replaced by BYTES (printf escapes)
+patch_value() {
+    local off
+    off=$(grep -obUaF "$1" "$model" | head -n 1 | cut -d: -f1)
+    cp "$model" "$3"
+    printf "$2" | dd of="$3" bs=1 seek=$((off + ${#1} + 4)) conv=notrunc status=none
+}
+# a metadata float made infinite in place: the field named
 key=llama.rope.freq_base
-off=$(grep -obUaF "$key" "$model" | head -n 1 | cut -d: -f1)
-cp "$model" "$tmp/inf.gguf"
-printf '\x00\x00\x80\x7f' | dd of="$tmp/inf.gguf" bs=1 seek=$((off + ${#key} + 4)) conv=notrunc status=none
+patch_value "$key" '\x00\x00\x80\x7f' "$tmp/inf.gguf"
 run_mpi 2 "$LOCKSTEP" generate -m "$tmp/inf.gguf" -p hi
 check "GGUF with an infinite $key: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
 check "GGUF with an infinite $key: the field is named" err_has "metadata '$key': expected a positive finite number"
 # rope.dimension_count (a u32) patched to 32, half of SmolLM2's head dim of 64: a file whose
 # rotary embedding turns part of each head, which the engine does not do, is refused
 key=llama.rope.dimension_count
-off=$(grep -obUaF "$key" "$model" | head -n 1 | cut -d: -f1)
-cp "$model" "$tmp/rot.gguf"
-printf '\x20\x00\x00\x00' | dd of="$tmp/rot.gguf" bs=1 seek=$((off + ${#key} + 4)) conv=notrunc status=none
+patch_value "$key" '\x20\x00\x00\x00' "$tmp/rot.gguf"
 run_mpi 2 "$LOCKSTEP" generate -m "$tmp/rot.gguf" -p hi
 check "GGUF with $key 32: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
 check "GGUF with $key 32: expected and found named" \
