@@ -795,7 +795,7 @@ struct gguf_file *gguf_open_fd(int fd, const char *name, char *err, size_t errle
 
 struct gguf_file *gguf_open(const char *path, char *err, size_t errlen)
 {
-    const int fd = ls_open_input(path, err, errlen);
+    const int fd = ls_open_input(path, NULL, err, errlen);
     if (fd < 0) return NULL;
     struct gguf_file *g = gguf_open_fd(fd, path, err, errlen);
     close(fd);

@@ -418,14 +418,12 @@ static int too_big(const char *path, long long bytes, char *err, size_t errlen)
 
 static json_t *load_json(const char *path, char *err, size_t errlen)
 {
-    const int fd = ls_open_input(path, err, errlen);
+    uint64_t bytes;
+    const int fd = ls_open_input(path, &bytes, err, errlen);
     if (fd < 0) return NULL;
-    struct stat sb;
     json_t *root = NULL;
     json_error_t jerr;
-    if (fstat(fd, &sb) != 0)
-        ls_errf(err, errlen, "%s: stat: %s", path, strerror(errno));
-    else if (!too_big(path, (long long)sb.st_size, err, errlen))
+    if (!too_big(path, (long long)bytes, err, errlen))
         root =
             object_root(json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr), &jerr, path, err, errlen);
     close(fd);

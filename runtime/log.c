@@ -100,7 +100,7 @@ int ls_errf(char *err, size_t errlen, const char *fmt, ...)
     return -1;
 }
 
-int ls_open_input(const char *path, char *err, size_t errlen)
+int ls_open_input(const char *path, uint64_t *size, char *err, size_t errlen)
 {
     const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return ls_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
@@ -120,6 +120,7 @@ int ls_open_input(const char *path, char *err, size_t errlen)
         close(fd);
         return -1;
     }
+    if (size) *size = (uint64_t)sb.st_size;
     /* reads of a regular file never block; clear the flag all the same */
     const int fl = fcntl(fd, F_GETFL);
     if (fl != -1) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);

@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 void ls_set_identity(int rank, const char *host);
 int ls_self_rank(void);
@@ -29,10 +30,10 @@ double ls_now_s(void);
  * err (when err and errlen are set) and returns -1. */
 int ls_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Opens a file the user named (a model, config or tokenizer file) for reading: the descriptor,
- * or -1 with "PATH: cannot open: ..." or "PATH: expected a regular file, found a directory" (a
- * FIFO, a device, a socket) in err. The open does not block, so a FIFO is refused at once
- * rather than waiting for a writer that never comes. */
-int ls_open_input(const char *path, char *err, size_t errlen);
+/* Opens a file the user named (a model, config or tokenizer file) for reading: the descriptor
+ * (and its size in *size, when size is set), or -1 with "PATH: cannot open: ..." or "PATH:
+ * expected a regular file, found a directory" (a FIFO, a device, a socket) in err. The open does
+ * not block, so a FIFO is refused at once rather than waiting for a writer that never comes. */
+int ls_open_input(const char *path, uint64_t *size, char *err, size_t errlen);
 
 #endif

@@ -341,11 +341,8 @@ static int file_open(const char *path, struct st_file *f, struct st_header **h, 
                      size_t errlen)
 {
     *h = NULL;
-    f->fd = ls_open_input(path, err, errlen);
+    f->fd = ls_open_input(path, &f->size, err, errlen);
     if (f->fd < 0) return -1;
-    struct stat sb;
-    if (fstat(f->fd, &sb) != 0) return ls_errf(err, errlen, "%s: stat: %s", path, strerror(errno));
-    f->size = (uint64_t)sb.st_size;
     unsigned char lenbuf[8];
     if (f->size < 8)
         return ls_errf(err, errlen,
@@ -459,18 +456,13 @@ static int open_index(struct st_model *m, const char *index_path, char *err, siz
     else
         snprintf(dir, sizeof dir, ".");
 
-    const int fd = ls_open_input(index_path, err, errlen);
+    uint64_t bytes;
+    const int fd = ls_open_input(index_path, &bytes, err, errlen);
     if (fd < 0) return -1;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        ls_errf(err, errlen, "%s: stat: %s", index_path, strerror(errno));
+    if (bytes > ST_MAX_INDEX_BYTES) {
         close(fd);
-        return -1;
-    }
-    if ((uint64_t)sb.st_size > ST_MAX_INDEX_BYTES) {
-        close(fd);
-        return ls_errf(err, errlen, "%s: %lld bytes, more than the %u-byte limit for an index",
-                       index_path, (long long)sb.st_size, ST_MAX_INDEX_BYTES);
+        return ls_errf(err, errlen, "%s: %llu bytes, more than the %u-byte limit for an index",
+                       index_path, (unsigned long long)bytes, ST_MAX_INDEX_BYTES);
     }
     json_error_t jerr;
     json_t *root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);

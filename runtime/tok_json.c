@@ -855,7 +855,7 @@ struct tokenizer *tok_load_json_buf(const char *buf, size_t len, const char *nam
 
 static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
 {
-    const int fd = ls_open_input(path, err, errlen);
+    const int fd = ls_open_input(path, NULL, err, errlen);
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
