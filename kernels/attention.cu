@@ -588,24 +588,27 @@ static __global__ void __launch_bounds__(PF_THREADS)
 }
 
 // Prefill on tensor cores (hd 64 and 128, the default; LOCKSTEP_ATT_PREFILL_TC=0 or
-// ls_attention_set_prefill_tc(0): the fp32 kernel above). Block = (64 queries, one q head), 4
-// warps of 16 queries each, FlashAttention-2's loop: the block's q rows, scaled and rounded to
-// bf16, stay in registers as mma fragments; per 64-key tile of K and V (bf16, as cached, in
-// shared memory with rows padded by 16 bytes so ldmatrix hits distinct banks) each warp forms its
-// 16 x 64 scores with mma.sync m16n8k16 (fp32 accumulation), masks the keys past each query,
-// updates its rows' running max and sum, rounds the probabilities to bf16 in the registers the
-// scores came in (the accumulator layout of two n-tiles is the A-operand layout of one k-step)
-// and adds P V into its 16 x hd fp32 output. Rounding q and p to bf16 (as FlashAttention does)
-// is the only difference from the fp32 kernel: ~2^-9 relative per product. Blocks of later
-// queries (more keys) are launched first.
-#define TC_BQ      64
-#define TC_BK      64
-#define TC_THREADS 128
+// ls_attention_set_prefill_tc(0): the fp32 kernel above). FlashAttention-2's loop: W warps of 16
+// rows each, a row being (q head, query); the block's q rows, scaled and rounded to bf16, stay in
+// registers as mma fragments; per 64-key tile of K and V (bf16, as cached, in shared memory with
+// rows padded by 16 bytes so ldmatrix hits distinct banks) each warp forms its 16 x 64 scores
+// with mma.sync m16n8k16 (fp32 accumulation), masks the keys past each query (only on the tiles
+// that reach past the warp's first query), updates its rows' running max and sum, rounds the
+// probabilities to bf16 in the registers the scores came in (the accumulator layout of two
+// n-tiles is the A-operand layout of one k-step) and adds P V into its 16 x hd fp32 output. A
+// warp skips the tiles past its last query. Rounding q and p to bf16 (as FlashAttention does) is
+// the only difference from the fp32 kernel: ~2^-9 relative per product. Blocks of later queries
+// (more keys) are launched first. The forms (ls_attention_set_prefill_tc): 1, 4 warps of one q
+// head, 64 queries (two blocks a SM); 2, the default, 8 warps over the G q heads of one KV head
+// (G the largest of 8, 4, 2, 1 dividing the group), 128 / G queries each, so that one copy of a
+// K and V tile serves 128 rows (half the L2 traffic per product of form 1); 3, 8 warps of one q
+// head, 128 queries.
+#define TC_BK 64
 
 // q, then K and V twice (the next tile's copies run while this one's products do)
-template <int HD> static size_t prefill_tc_smem()
+template <int HD, int W> static constexpr size_t prefill_tc_smem()
 {
-    return sizeof(uint16_t) * (size_t)(TC_BQ + 4 * TC_BK) * (HD + 8);
+    return sizeof(uint16_t) * (size_t)(16 * W + 4 * TC_BK) * (HD + 8);
 }
 
 // 16 bytes from global to shared memory without the registers (zeros when !valid)
@@ -648,30 +651,33 @@ static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uin
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int HD>
-static __global__ void __launch_bounds__(TC_THREADS)
+template <int HD, int W, int G>
+static __global__ void __launch_bounds__(W * 32)
     attn_prefill_tc_kernel(float *__restrict__ out, const float *__restrict__ q, int q_stride,
                            const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
                            int pos0, int T, int hq, int group, int max_ctx, float qscale)
 {
-    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8;
+    // rows r of the block: q head h0 + r / BQ, query t0 + r % BQ; warp w holds rows [16w, 16w + 16)
+    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8, ROWS = 16 * W, BQ = ROWS / G,
+                  NTH = W * 32;
+    static_assert(BQ % 16 == 0, "a warp's rows must share one q head");
     extern __shared__ uint4 tc_smem4[];
-    uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem4); // [BQ][LD]
-    uint16_t *KV = Qs + TC_BQ * LD;                        // [2][K, V][BK][LD]
+    uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem4); // [ROWS][LD]
+    uint16_t *KV = Qs + ROWS * LD;                         // [2][K, V][BK][LD]
 
     pdl_launch_dependents();
     pdl_wait();
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int t0 = (gridDim.x - 1 - blockIdx.x) * TC_BQ, h = blockIdx.y, kvh = h / group;
-    const int n_keys = pos0 + min(T, t0 + TC_BQ); // keys [0, n_keys) are visible to the block
+    const int t0 = (gridDim.x - 1 - blockIdx.x) * BQ, h0 = blockIdx.y * G, kvh = h0 / group;
+    const int n_keys = pos0 + min(T, t0 + BQ); // keys [0, n_keys) are visible to the block
     const uint16_t *K = kcache + (size_t)kvh * max_ctx * HD;
     const uint16_t *V = vcache + (size_t)kvh * max_ctx * HD;
 
-    for (int i = tid; i < TC_BQ * HD / 4; i += TC_THREADS) {
-        const int r = i / (HD / 4), c4 = i - r * (HD / 4), t = t0 + r;
+    for (int i = tid; i < ROWS * HD / 4; i += NTH) {
+        const int r = i / (HD / 4), c4 = i - r * (HD / 4), g = r / BQ, t = t0 + r - g * BQ;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (t < T)
-            v = *reinterpret_cast<const float4 *>(q + (size_t)t * q_stride + (size_t)h * HD +
+            v = *reinterpret_cast<const float4 *>(q + (size_t)t * q_stride + (size_t)(h0 + g) * HD +
                                                   c4 * 4);
         *reinterpret_cast<uint2 *>(Qs + r * LD + c4 * 4) = make_uint2(
             pack_bf16(v.x * qscale, v.y * qscale), pack_bf16(v.z * qscale, v.w * qscale));
@@ -683,8 +689,10 @@ static __global__ void __launch_bounds__(TC_THREADS)
         ldsm_x4(qf[kk], Qs + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
 
     // this thread's rows of the block: r and r + 8 of the warp's 16; their running max and sum
-    // (the sum of this thread's columns only: the quad adds its four at the end)
-    const int qp0 = pos0 + t0 + warp * 16 + (lane >> 2), qp1 = qp0 + 8;
+    // (the sum of this thread's columns only: the quad adds its four at the end). The warp's
+    // q head h, its queries [wq0, wq0 + 16) as positions.
+    const int h = h0 + warp * 16 / BQ, tw = t0 + warp * 16 % BQ, wq0 = pos0 + tw;
+    const int qp0 = wq0 + (lane >> 2), qp1 = qp0 + 8;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float o[NT][4];
 #pragma unroll
@@ -693,7 +701,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
     // the K and V rows of keys [k0, k0 + BK) into buffer `into` (zeros past n_keys), one group
     auto fetch = [&](int k0, int into) {
         uint16_t *Kb = KV + into * 2 * TC_BK * LD, *Vb = Kb + TC_BK * LD;
-        for (int i = tid; i < TC_BK * HD / 8; i += TC_THREADS) {
+        for (int i = tid; i < TC_BK * HD / 8; i += NTH) {
             const int r = i / (HD / 8), c8 = i - r * (HD / 8), p = k0 + r;
             const size_t g = (size_t)min(p, n_keys - 1) * HD + c8 * 8;
             cp_async16(Kb + r * LD + c8 * 8, K + g, p < n_keys);
@@ -712,8 +720,8 @@ static __global__ void __launch_bounds__(TC_THREADS)
         asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads();
         const uint16_t *Ks = KV + buf * 2 * TC_BK * LD, *Vs = Ks + TC_BK * LD;
-
-        float s[8][4];
+        if (k0 <= wq0 + 15) { // some key of the tile is visible to some row of the warp
+            float s[8][4];
 #pragma unroll
         for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
@@ -727,18 +735,23 @@ static __global__ void __launch_bounds__(TC_THREADS)
                 mma_bf16(s[j + 1], qf[kk], b[2], b[3]);
             }
 
-        // keys past a query (or past the block's last) masked; the running max and sum
+        // keys past a query (or past the block's last) masked, where the tile reaches them;
+        // the running max and sum
+        if (k0 + TC_BK - 1 > wq0 || k0 + TC_BK > n_keys)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int kp = k0 + j * 8 + (lane & 3) * 2 + e;
+                    if (kp > qp0 || kp >= n_keys) s[j][e] = -INFINITY;
+                    if (kp > qp1 || kp >= n_keys) s[j][2 + e] = -INFINITY;
+                }
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int kp = k0 + j * 8 + (lane & 3) * 2 + e;
-                if (kp > qp0 || kp >= n_keys) s[j][e] = -INFINITY;
-                if (kp > qp1 || kp >= n_keys) s[j][2 + e] = -INFINITY;
-                mx0 = fmaxf(mx0, s[j][e]);
-                mx1 = fmaxf(mx1, s[j][2 + e]);
-            }
+        for (int j = 0; j < 8; j++) {
+            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+        }
 #pragma unroll
         for (int off = 1; off < 4; off <<= 1) {
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
@@ -770,6 +783,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
                 mma_bf16(o[n], pf[kk], b[0], b[1]);
                 mma_bf16(o[n + 1], pf[kk], b[2], b[3]);
             }
+        }
         __syncthreads(); // this buffer is free for the copies two tiles on
     }
 
@@ -778,7 +792,7 @@ static __global__ void __launch_bounds__(TC_THREADS)
         l0 += __shfl_xor_sync(0xffffffffu, l0, off);
         l1 += __shfl_xor_sync(0xffffffffu, l1, off);
     }
-    const int ta = t0 + warp * 16 + (lane >> 2), tb = ta + 8;
+    const int ta = tw + (lane >> 2), tb = ta + 8;
     const float i0 = 1.0f / l0, i1 = 1.0f / l1;
 #pragma unroll
     for (int n = 0; n < NT; n++) {
@@ -992,46 +1006,47 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     CHECK_CUDA(cudaGetLastError());
 }
 
+// a prefill kernel over blocks of bq (queries) x g (q heads), with the dynamic shared memory its
+// form needs (each kernel's limit raised once)
 template <int HD>
-static void prefill_launch(float *out, const float *q, int q_stride, const uint16_t *kcache,
-                           const uint16_t *vcache, int pos0, int T, int hq, int group, int max_ctx,
-                           cudaStream_t s)
+static void prefill_launch(void (*fn)(float *, const float *, int, const uint16_t *,
+                                      const uint16_t *, int, int, int, int, int, float),
+                           int threads, size_t smem, int bq, int g, float *out, const float *q,
+                           int q_stride, const uint16_t *kcache, const uint16_t *vcache, int pos0,
+                           int T, int hq, int group, int max_ctx, cudaStream_t s)
 {
-    static int attr_dev = -1;
-    int dev;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    if (attr_dev != dev) {
-        CHECK_CUDA(cudaFuncSetAttribute(attn_prefill_kernel<HD>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)prefill_smem<HD>()));
-        attr_dev = dev;
-    }
-    dim3 grid((unsigned)((T + PF_BQ - 1) / PF_BQ), (unsigned)hq);
+    ls_allow_smem(reinterpret_cast<const void *>(fn), smem);
+    dim3 grid((unsigned)((T + bq - 1) / bq), (unsigned)(hq / g));
     float qscale = 1.0f / sqrtf((float)HD) * LOG2E;
-    pdl_launch(attn_prefill_kernel<HD>, grid, PF_THREADS, prefill_smem<HD>(), s, out, q, q_stride,
-               kcache, vcache, pos0, T, hq, group, max_ctx, qscale);
+    pdl_launch(fn, grid, threads, smem, s, out, q, q_stride, kcache, vcache, pos0, T, hq, group,
+               max_ctx, qscale);
     CHECK_CUDA(cudaGetLastError());
 }
 
+// the tensor-core kernel's form (see it), 1 to 3
 template <int HD>
-static void prefill_tc_launch(float *out, const float *q, int q_stride, const uint16_t *kcache,
-                              const uint16_t *vcache, int pos0, int T, int hq, int group,
-                              int max_ctx, cudaStream_t s)
+static void prefill_tc_launch(int form, float *out, const float *q, int q_stride,
+                              const uint16_t *kcache, const uint16_t *vcache, int pos0, int T,
+                              int hq, int group, int max_ctx, cudaStream_t s)
 {
-    static int attr_dev = -1;
-    int dev;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    if (attr_dev != dev) {
-        CHECK_CUDA(cudaFuncSetAttribute(attn_prefill_tc_kernel<HD>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)prefill_tc_smem<HD>()));
-        attr_dev = dev;
-    }
-    dim3 grid((unsigned)((T + TC_BQ - 1) / TC_BQ), (unsigned)hq);
-    float qscale = 1.0f / sqrtf((float)HD) * LOG2E;
-    pdl_launch(attn_prefill_tc_kernel<HD>, grid, TC_THREADS, prefill_tc_smem<HD>(), s, out, q,
-               q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, qscale);
-    CHECK_CUDA(cudaGetLastError());
+    int g = 1;
+    if (form == 2)
+        while (g < 8 && group % (2 * g) == 0) g *= 2;
+    if (form == 1)
+        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 4, 1>, 128, prefill_tc_smem<HD, 4>(), 64, 1,
+                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+    else if (g == 8)
+        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 8, 8>, 256, prefill_tc_smem<HD, 8>(), 16, 8,
+                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+    else if (g == 4)
+        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 8, 4>, 256, prefill_tc_smem<HD, 8>(), 32, 4,
+                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+    else if (g == 2)
+        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 8, 2>, 256, prefill_tc_smem<HD, 8>(), 64, 2,
+                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+    else
+        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 8, 1>, 256, prefill_tc_smem<HD, 8>(), 128, 1,
+                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
 }
 
 static int g_prefill_tc = -1; // -1: LOCKSTEP_ATT_PREFILL_TC not read yet
@@ -1040,10 +1055,11 @@ extern "C" int ls_attention_set_prefill_tc(int on)
 {
     if (g_prefill_tc < 0) {
         const char *e = getenv("LOCKSTEP_ATT_PREFILL_TC");
-        g_prefill_tc = !(e && !strcmp(e, "0"));
+        // as the decode's switches: a value other than 0 to 3 leaves the default
+        g_prefill_tc = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : 2;
     }
     const int old = g_prefill_tc;
-    if (on >= 0) g_prefill_tc = on != 0;
+    if (on >= 0) g_prefill_tc = on > 3 ? 2 : on;
     return old;
 }
 
@@ -1059,19 +1075,23 @@ extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
     cudaStream_t s = (cudaStream_t)stream;
     const int group = hq / hkv;
     // the tensor-core kernel reads q with 16-byte loads
-    if (ls_attention_set_prefill_tc(-1) && (hd == 64 || hd == 128) && q_stride % 4 == 0 &&
-        (uintptr_t)q % 16 == 0) {
+    const int tc = ls_attention_set_prefill_tc(-1);
+    if (tc && (hd == 64 || hd == 128) && q_stride % 4 == 0 && (uintptr_t)q % 16 == 0) {
         if (hd == 64)
-            prefill_tc_launch<64>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+            prefill_tc_launch<64>(tc, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
+                                  s);
         else
-            prefill_tc_launch<128>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
-                                   s);
+            prefill_tc_launch<128>(tc, out, q, q_stride, kcache, vcache, pos0, T, hq, group,
+                                   max_ctx, s);
         return;
     }
     if (hd == 64)
-        prefill_launch<64>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        prefill_launch<64>(attn_prefill_kernel<64>, PF_THREADS, prefill_smem<64>(), PF_BQ, 1, out,
+                           q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
     else if (hd == 128)
-        prefill_launch<128>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        prefill_launch<128>(attn_prefill_kernel<128>, PF_THREADS, prefill_smem<128>(), PF_BQ, 1,
+                            out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
     else
-        prefill_launch<256>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        prefill_launch<256>(attn_prefill_kernel<256>, PF_THREADS, prefill_smem<256>(), PF_BQ, 1,
+                            out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
 }

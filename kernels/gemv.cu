@@ -970,6 +970,15 @@ void ls_prefer_carveout(const void *fn)
             cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, ls_carveout));
 }
 
+void ls_allow_smem(const void *fn, size_t bytes)
+{
+    int dev;
+    CHECK_CUDA(cudaGetDevice(&dev));
+    if (attr_first(fn, dev, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes))
+        CHECK_CUDA(
+            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
 extern "C" void ls_kernels_set_carveout(int pct)
 {
     ls_carveout = pct < 0 ? -1 : pct > 100 ? 100 : pct;

@@ -21,6 +21,9 @@ extern int ls_carveout;
 
 // sets the carveout attribute of fn once per kernel and device (a fixed table; past it, each call)
 void ls_prefer_carveout(const void *fn);
+// lets fn's blocks take `bytes` of dynamic shared memory on the current device (set once per
+// kernel, device and size, from the same table)
+void ls_allow_smem(const void *fn, size_t bytes);
 
 static __device__ __forceinline__ void pdl_wait()
 {

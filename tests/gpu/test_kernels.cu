@@ -1087,9 +1087,12 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
 static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
 {
     char name[128];
-    const bool tc = ls_attention_set_prefill_tc(-1) && (hd == 64 || hd == 128);
+    const int form = ls_attention_set_prefill_tc(-1);
+    const bool tc = form && (hd == 64 || hd == 128);
+    char kind[32] = " fp32";
+    if (tc) snprintf(kind, sizeof kind, " tensor-core form %d", form);
     snprintf(name, sizeof name, "attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s%s", hq, hkv,
-             hd, pos0, T, fused ? " fused-qkv" : "", tc ? " tensor-core" : " fp32");
+             hd, pos0, T, fused ? " fused-qkv" : "", kind);
     const int max_ctx = 512, n = pos0 + T, stride = fused ? (hq + 2 * hkv) * hd : hq * hd;
     std::vector<uint16_t> kc, vc;
     std::vector<float> kr, vr;
@@ -1124,8 +1127,9 @@ static void tests_attention(void)
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
-    // the tensor-core kernel (hd 64 and 128), then the fp32 one for the same shapes
-    for (int tc = 1; tc >= 0; tc--) {
+    // the tensor-core kernel's three forms (hd 64 and 128), then the fp32 one for the same
+    // shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in form 2) and 2
+    for (int tc = 3; tc >= 0; tc--) {
         const int old = ls_attention_set_prefill_tc(tc);
         test_prefill(9, 3, 64, 0, 37, false);
         test_prefill(6, 2, 64, 50, 5, true);
@@ -1133,7 +1137,10 @@ static void tests_attention(void)
         test_prefill(16, 4, 128, 33, 70, true);
         test_prefill(8, 8, 128, 0, 64, false);
         test_prefill(8, 2, 128, 411, 100, true);
-        if (tc) test_prefill(4, 1, 256, 3, 40, true);
+        test_prefill(16, 2, 128, 7, 45, false);
+        test_prefill(16, 1, 64, 130, 200, true);
+        test_prefill(8, 4, 128, 64, 129, false);
+        if (tc == 1) test_prefill(4, 1, 256, 3, 40, true);
         if (!g_quick) {
             test_prefill(32, 8, 128, 0, 128, true);
             test_prefill(32, 8, 128, 100, 300, false);
@@ -1660,27 +1667,31 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
         100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6);
 }
 
-// the prefill's attention over T new positions from position 0 (causal: T^2 / 2 query-key
-// pairs, 4 hd flops each), the tensor-core kernel and the fp32 one
-static void bench_prefill_attention(int hq, int hkv, int hd, int T)
+// the prefill's attention over T new positions from position pos0 (causal: T (2 pos0 + T + 1) / 2
+// query-key pairs, 4 hd flops each), the tensor-core kernel's forms and the fp32 one
+static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
 {
-    const size_t csz = (size_t)hkv * T * hd;
+    const int n = pos0 + T;
+    const size_t csz = (size_t)hkv * n * hd;
     dev<uint16_t> kc(csz), vc(csz);
     dev<float> q((size_t)T * hq * hd), out((size_t)T * hq * hd);
     fill_bf16<<<2048, 256>>>(kc.p, csz, 6);
     fill_bf16<<<2048, 256>>>(vc.p, csz, 7);
     fill_f32<<<2048, 256>>>(q.p, q.n, 8);
     CHECK_CUDA(cudaDeviceSynchronize());
-    const double flops = 4.0 * hd * hq * ((double)T * (T + 1) / 2);
-    printf("attention_prefill hq=%d hkv=%d hd=%d T=%d:", hq, hkv, hd, T);
-    for (int tc = 1; tc >= 0; tc--) {
+    const double flops = 4.0 * hd * hq * ((double)T * (2.0 * pos0 + T + 1) / 2);
+    printf("attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d:", hq, hkv, hd, pos0, T);
+    for (int tc = 3; tc >= 0; tc--) {
         const int old = ls_attention_set_prefill_tc(tc);
-        float ms = time_batch(T > 4096 ? 3 : 10, 1, [&](int) {
-            ls_attention_prefill(out.p, q.p, hq * hd, kc.p, vc.p, 0, T, hq, hkv, hd, T, nullptr);
+        float ms = time_batch(T > 4096 || pos0 > 4096 ? 3 : 10, 1, [&](int) {
+            ls_attention_prefill(out.p, q.p, hq * hd, kc.p, vc.p, pos0, T, hq, hkv, hd, n, nullptr);
         });
         ls_attention_set_prefill_tc(old);
-        printf(" %s %.3f ms (%.1f TFLOP/s)%s", tc ? "tensor cores" : "fp32", ms,
-               flops / (ms * 1e-3) / 1e12, tc ? ";" : "\n");
+        if (tc)
+            printf(" tensor cores form %d %.3f ms (%.1f TFLOP/s);", tc, ms,
+                   flops / (ms * 1e-3) / 1e12);
+        else
+            printf(" fp32 %.3f ms (%.1f TFLOP/s)\n", ms, flops / (ms * 1e-3) / 1e12);
     }
 }
 
@@ -1775,9 +1786,14 @@ static void benchmarks(void)
     bench_decode_attention(32, 8, 128, 4096);
     bench_decode_attention(32, 8, 128, 32768);
     bench_decode_attention(16, 4, 128, 32768);
-    bench_prefill_attention(32, 8, 128, 2048);
-    bench_prefill_attention(32, 8, 128, 8192);
-    bench_prefill_attention(9, 3, 64, 2048);
+    // whole prompts, and one 1024-position chunk at the end of 16384 (the engine's prefill
+    // chunk) at Llama-3.1-8B's TP = 1 and 2 and the 70B's TP = 2 (group 8)
+    bench_prefill_attention(32, 8, 128, 0, 2048);
+    bench_prefill_attention(32, 8, 128, 0, 8192);
+    bench_prefill_attention(32, 8, 128, 15360, 1024);
+    bench_prefill_attention(16, 4, 128, 15360, 1024);
+    bench_prefill_attention(32, 4, 128, 15360, 1024);
+    bench_prefill_attention(9, 3, 64, 0, 2048);
     {
         const int V = 128256;
         dev<float> l(V);
