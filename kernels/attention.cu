@@ -599,10 +599,12 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // warp skips the tiles past its last query. Rounding q and p to bf16 (as FlashAttention does) is
 // the only difference from the fp32 kernel: ~2^-9 relative per product. Blocks of later queries
 // (more keys) are launched first. The forms (ls_attention_set_prefill_tc): 1, 4 warps of one q
-// head, 64 queries (two blocks a SM); 2, the default, 8 warps over the G q heads of one KV head
-// (G the largest of 8, 4, 2, 1 dividing the group), 128 / G queries each, so that one copy of a
-// K and V tile serves 128 rows (half the L2 traffic per product of form 1); 3, 8 warps of one q
-// head, 128 queries.
+// head, 64 queries (two blocks a SM at hd 128); 2, 8 warps over the G q heads of one KV head (G
+// the largest of 8, 4, 2, 1 dividing the group), 128 / G queries each, so that one copy of a K
+// and V tile serves 128 rows (half the L2 traffic per product of form 1); 3, 8 warps of one q
+// head, 128 queries. The default (LS_PREFILL_TC_AUTO) is form 2 at hd 128 (1-5% ahead of form 1
+// at the 8B's and 70B's shapes, twenty-first session) and form 1 at hd 64 (SmolLM2's 2048
+// positions: 0.051 against 0.065 ms; blocks of 128 rows leave the few heads too few blocks).
 #define TC_BK 64
 
 // q, then K and V twice (the next tile's copies run while this one's products do)
@@ -1056,10 +1058,10 @@ extern "C" int ls_attention_set_prefill_tc(int on)
     if (g_prefill_tc < 0) {
         const char *e = getenv("LOCKSTEP_ATT_PREFILL_TC");
         // as the decode's switches: a value other than 0 to 3 leaves the default
-        g_prefill_tc = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : 2;
+        g_prefill_tc = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
     }
     const int old = g_prefill_tc;
-    if (on >= 0) g_prefill_tc = on > 3 ? 2 : on;
+    if (on >= 0) g_prefill_tc = on > 3 ? LS_PREFILL_TC_AUTO : on;
     return old;
 }
 
@@ -1075,7 +1077,8 @@ extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
     cudaStream_t s = (cudaStream_t)stream;
     const int group = hq / hkv;
     // the tensor-core kernel reads q with 16-byte loads
-    const int tc = ls_attention_set_prefill_tc(-1);
+    int tc = ls_attention_set_prefill_tc(-1);
+    if (tc == LS_PREFILL_TC_AUTO) tc = hd == 128 ? 2 : 1;
     if (tc && (hd == 64 || hd == 128) && q_stride % 4 == 0 && (uintptr_t)q % 16 == 0) {
         if (hd == 64)
             prefill_tc_launch<64>(tc, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
