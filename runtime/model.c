@@ -17,6 +17,7 @@
 #include "safetensors.h"
 #include "tokenizer.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -283,6 +284,30 @@ static int config_from_gguf(struct gguf_file *g, const char *path, struct ls_mod
         return -1;
     }
     c->vocab = (int)rows;
+    /* llama.cpp sizes token_embd by the tokenizer's token count, as <arch>.vocab_size does: a
+     * file where either differs from the embedding's rows pairs its weights with another
+     * vocabulary */
+    char full[160];
+    snprintf(full, sizeof full, "%s.vocab_size", arch);
+    uint64_t n = 0;
+    const int vrc = gguf_get_u64(g, full, &n);
+    if (vrc != GGUF_ENOKEY && (vrc != GGUF_OK || n != (uint64_t)rows)) {
+        char found[96];
+        gguf_found(g, full, found, sizeof found);
+        snprintf(err, errlen,
+                 "%s: metadata '%s': expected %lld (the rows of tensor 'token_embd.weight'), "
+                 "found %s",
+                 path, full, (long long)rows, found);
+        return -1;
+    }
+    if (gguf_get_arr(g, "tokenizer.ggml.tokens", NULL, &n, NULL) == GGUF_OK &&
+        n != (uint64_t)rows) {
+        snprintf(err, errlen,
+                 "%s: metadata 'tokenizer.ggml.tokens': expected %lld tokens (the rows of tensor "
+                 "'token_embd.weight'), found %llu",
+                 path, (long long)rows, (unsigned long long)n);
+        return -1;
+    }
     c->tied_embeddings = gguf_find_tensor(g, "output.weight") == NULL;
     c->qkv_bias = gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
     c->qk_norm = gguf_find_tensor(g, "blk.0.attn_q_norm.weight") != NULL;
@@ -320,9 +345,37 @@ static int check_config(const struct ls_model_config *c, const char *path, char 
                  c->n_heads, c->n_kv_heads);
         return -1;
     }
-    if (c->head_dim % 2 || c->head_dim > 1024) {
-        snprintf(err, errlen, "%s: head dim: expected an even number up to 1024, found %d", path,
-                 c->head_dim);
+    char msg[160];
+    if (ls_plan_check_head_dim(c->head_dim, msg, sizeof msg)) {
+        snprintf(err, errlen, "%s: %s", path, msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* A tensor of a layer past the config's last (blk.N.* in GGUF, model.layers.N.* in HF) means
+ * the config does not describe the checkpoint: refused, where skipping it would run another
+ * model than the file holds. */
+static int check_layer_tensors(const struct source *s, const struct ls_model_config *c,
+                               const char *path, char *err, size_t errlen)
+{
+    if (s->dummy) return 0;
+    const char *prefix = s->g ? "blk." : "model.layers.";
+    const size_t k = strlen(prefix);
+    const int64_t n = s->g ? gguf_tensor_count(s->g) : st_tensor_count(s->st);
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = s->g ? gguf_tensor_at(s->g, i)->name : st_tensor_name(s->st, (int)i);
+        if (strncmp(name, prefix, k) != 0 || !isdigit((unsigned char)name[k])) continue;
+        char *end;
+        const unsigned long layer = strtoul(name + k, &end, 10);
+        if (*end != '.' || layer < (unsigned long)c->n_layers) continue;
+        char field[64];
+        if (s->g)
+            snprintf(field, sizeof field, "metadata '%s.block_count'", c->arch);
+        else
+            snprintf(field, sizeof field, "num_hidden_layers");
+        snprintf(err, errlen, "%s: tensor '%s': expected a layer index below %s (%d), found %lu",
+                 s->g ? path : st_tensor_file(s->st, name), name, field, c->n_layers, layer);
         return -1;
     }
     return 0;
@@ -750,7 +803,9 @@ struct ls_model *ls_model_load(const char *path, int rank, int tp, const struct 
         ld.src.st = st_open(path, err, errlen);
         if (!ld.src.st) goto fail;
     }
-    if (check_config(&m->cfg, path, err, errlen)) goto fail;
+    if (check_config(&m->cfg, path, err, errlen) ||
+        check_layer_tensors(&ld.src, &m->cfg, path, err, errlen))
+        goto fail;
     add_stop_ids(m);
     if (m->tok && tok_n_vocab(m->tok) > m->cfg.vocab) {
         snprintf(err, errlen, "%s: the tokenizer has %d tokens but the embedding only %d rows",

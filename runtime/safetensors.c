@@ -605,6 +605,12 @@ const char *st_tensor_name(const struct st_model *m, int i)
     return m && i >= 0 && i < m->n ? m->t[i].name : NULL;
 }
 
+const char *st_tensor_file(const struct st_model *m, const char *name)
+{
+    const struct st_tensor *t = find(m, name);
+    return t ? m->files[t->file].path : NULL;
+}
+
 int st_tensor_dims(const struct st_model *m, const char *name, int64_t shape[ST_MAX_DIMS])
 {
     const struct st_tensor *t = find(m, name);

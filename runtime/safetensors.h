@@ -38,6 +38,8 @@ const char *st_dtype_name(enum st_dtype dtype);
 /* tensors in name order, for listing and for checking that nothing unexpected is present */
 int st_tensor_count(const struct st_model *m);
 const char *st_tensor_name(const struct st_model *m, int i);
+/* the path of the file (of a sharded set: the shard) holding the tensor; NULL when missing */
+const char *st_tensor_file(const struct st_model *m, const char *name);
 
 /* Reads rows [row0, row0+nrows) x cols [col0, col0+ncols) of a 1-D or 2-D tensor (viewed as
  * rows x cols as in st_tensor_shape) into dst[nrows][ncols], converting BF16/F16/F32 to float.

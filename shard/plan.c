@@ -42,6 +42,16 @@ int ls_plan_attn_tp_ok(int heads, int kv_heads, int tp)
     return tp % kv_heads == 0 && tp <= heads;
 }
 
+int ls_plan_check_head_dim(int head_dim, char *err, size_t errlen)
+{
+    if (head_dim > 0 && head_dim % 2 == 0 && head_dim <= LS_PLAN_MAX_HEAD_DIM) return 0;
+    ls_errf(err, errlen,
+            "head_dim: expected an even number (RoPE rotates pairs of dimensions) up to %d, "
+            "found %d",
+            LS_PLAN_MAX_HEAD_DIM, head_dim);
+    return -1;
+}
+
 /* the checks on the shape alone, before any TP size */
 static int check_shape(const struct ls_plan_input *in, char *err, size_t errlen)
 {
@@ -69,7 +79,7 @@ static int check_shape(const struct ls_plan_input *in, char *err, size_t errlen)
                 in->heads, in->kv_heads);
         return -1;
     }
-    return 0;
+    return ls_plan_check_head_dim(in->head_dim, err, errlen);
 }
 
 static int tp_ok(const struct ls_plan_input *in, int tp)

@@ -19,6 +19,8 @@
 
 /* granularity of FFN column and vocab row splits (a whole number of GEMM tiles per rank) */
 #define LS_PLAN_BLOCK 64
+/* largest head_dim the runtime takes */
+#define LS_PLAN_MAX_HEAD_DIM 1024
 
 struct ls_plan_input {
     int heads;              /* query heads H */
@@ -57,6 +59,11 @@ int ls_plan_make(const struct ls_plan_input *in, struct ls_shard *out, char *err
 /* The shard of one rank, same checks and errors as ls_plan_make. */
 int ls_plan_for_rank(const struct ls_plan_input *in, int rank, struct ls_shard *out, char *err,
                      size_t errlen);
+
+/* The runtime's rule for head_dim, shared by the plan and the model loader: even (RoPE rotates
+ * pairs of dimensions) and at most LS_PLAN_MAX_HEAD_DIM. Returns 0, or -1 with a message in err
+ * naming head_dim, what was expected and what was found. */
+int ls_plan_check_head_dim(int head_dim, char *err, size_t errlen);
 
 /* Whether tp splits the attention of (heads, kv_heads) by KV groups; 0 for invalid shapes. */
 int ls_plan_attn_tp_ok(int heads, int kv_heads, int tp);

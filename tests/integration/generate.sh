@@ -19,6 +19,17 @@ run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tmp/m" --prompt-ids 1,2
 check "missing tensor (config has a layer more): non-zero" test "$rc" -ne 0 -a "$rc" -ne 124
 check "missing tensor: named" err_has "tensor 'model.layers.2.input_layernorm.weight' is missing"
 
+jq '.num_hidden_layers = 1' "$tiny/config.json" >"$tmp/m/config.json"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tmp/m" --prompt-ids 1,2
+check "tensor past the config's layers (config has a layer fewer): non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "tensor past the config's layers: the file, the tensor and num_hidden_layers named" \
+    err_has "$tmp/m/model.safetensors: tensor 'model.layers.1.input_layernorm.weight': expected a layer index below num_hidden_layers (1), found 1"
+cp -r "$tiny/sharded" "$tmp/sh"
+jq '.num_hidden_layers = 1' "$tiny/config.json" >"$tmp/sh/config.json"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tmp/sh" --prompt-ids 1,2
+check "tensor past the config's layers in a sharded checkpoint: the shard holding it named" \
+    err_has "$tmp/sh/model-00004-of-00005.safetensors: tensor 'model.layers.1.input_layernorm.weight': expected a layer index below"
+
 jq '.intermediate_size = 320' "$tiny/config.json" >"$tmp/m/config.json"
 run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tmp/m" --prompt-ids 1,2
 check "shape mismatch with the config: expected and found shapes" err_has "expected shape \[320, 128\] from the config, found \[256, 128\]"
@@ -154,13 +165,18 @@ check "truncated GGUF: the error names the file" err_has "trunc.gguf"
 printf 'GGUF\x63\x00\x00\x00' | cat - <(tail -c +9 "$model" | head -c 1000000) >"$tmp/badver.gguf"
 run_mpi 2 "$LOCKSTEP" generate -m "$tmp/badver.gguf" -p hi
 check "GGUF with version 99: the version is named" err_has "version"
-# patch_value KEY BYTES OUT: a copy of the model with the 4-byte value of metadata KEY (after the
-# key, its type) replaced by BYTES (printf escapes)
-patch_value() {
+# patch_at FILE NAME SKIP BYTES: in FILE, the bytes SKIP bytes past the first NAME replaced by
+# BYTES (printf escapes)
+patch_at() {
     local off
-    off=$(grep -obUaF "$1" "$model" | head -n 1 | cut -d: -f1)
+    off=$(grep -obUaF "$2" "$1" | head -n 1 | cut -d: -f1)
+    printf "$4" | dd of="$1" bs=1 seek=$((off + ${#2} + $3)) conv=notrunc status=none
+}
+# patch_value KEY BYTES OUT: a copy of the model with the 4-byte value of metadata KEY (after the
+# key, its type) replaced by BYTES
+patch_value() {
     cp "$model" "$3"
-    printf "$2" | dd of="$3" bs=1 seek=$((off + ${#1} + 4)) conv=notrunc status=none
+    patch_at "$3" "$1" 4 "$2"
 }
 # a metadata float made infinite in place: the field named
 key=llama.rope.freq_base
@@ -176,6 +192,31 @@ run_mpi 2 "$LOCKSTEP" generate -m "$tmp/rot.gguf" -p hi
 check "GGUF with $key 32: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
 check "GGUF with $key 32: expected and found named" \
     err_has "metadata '$key': expected 64 (the head dim; rotary embedding over part of a head is not supported), found 32"
+# the vocabulary the metadata states must be token_embd's 49152 rows
+key=llama.vocab_size
+patch_value "$key" '\x01\xc0\x00\x00' "$tmp/vocab.gguf"
+run_mpi 2 "$LOCKSTEP" generate -m "$tmp/vocab.gguf" -p hi
+check "GGUF with $key 49153: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "GGUF with $key 49153: expected and found named" \
+    err_has "metadata '$key': expected 49152 (the rows of tensor 'token_embd.weight'), found 49153 (u32)"
+# token_embd.weight given 49153 rows (its ne[1], after n_dims and ne[0]) as Q4_0 (type 2, about
+# half the bytes of its Q8_0, so it stays clear of the next tensor), and $key to match: the
+# tokenizer's 49152 tokens leave a row without a token
+cp "$model" "$tmp/tokens.gguf"
+patch_at "$tmp/tokens.gguf" token_embd.weight 12 '\x01\xc0\x00\x00'
+patch_at "$tmp/tokens.gguf" token_embd.weight 20 '\x02\x00\x00\x00'
+patch_at "$tmp/tokens.gguf" "$key" 4 '\x01\xc0\x00\x00'
+run_mpi 2 "$LOCKSTEP" generate -m "$tmp/tokens.gguf" -p hi
+check "GGUF with a token fewer than token_embd's rows: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "GGUF with a token fewer than token_embd's rows: expected and found named" \
+    err_has "metadata 'tokenizer.ggml.tokens': expected 49153 tokens (the rows of tensor 'token_embd.weight'), found 49152"
+# a block fewer in the metadata than blk.N tensors in the file: the same rule as num_hidden_layers
+key=llama.block_count
+patch_value "$key" '\x1d\x00\x00\x00' "$tmp/blocks.gguf"
+run_mpi 2 "$LOCKSTEP" generate -m "$tmp/blocks.gguf" -p hi
+check "GGUF with $key 29 of 30: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "GGUF with $key 29 of 30: the tensor and the field named" \
+    err_has "blocks.gguf: tensor 'blk.29.[a-z_]*.weight': expected a layer index below metadata '$key' (29), found 29"
 
 # ---- prompts: invalid UTF-8, stdin
 printf 'caf\xc3 au lait' >"$tmp/bad.txt"

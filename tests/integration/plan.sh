@@ -2,8 +2,8 @@
 # `lockstep plan` end to end: the table and the JSON for the SmolLM2-135M shape (9 heads, 3 KV
 # heads: an uneven split at tp 2, replicated KV heads at tp 6) and the Llama-3.1-8B shape at tp 8,
 # a config.json giving the same plan as the flags, and the errors: a TP size that cannot work
-# (listing those that can), an unknown flag, a missing value, a missing size. Byte totals are
-# the published parameter counts times 2 (bf16).
+# (listing those that can), a head_dim the runtime refuses, an unknown flag, a missing value, a
+# missing size. Byte totals are the published parameter counts times 2 (bf16).
 . "$(dirname "$0")/lib.sh"
 
 smol=(--heads 9 --kv-heads 3 --head-dim 64 --hidden 576 --ffn 1536 --vocab 49152 --layers 30 --tied)
@@ -78,6 +78,9 @@ check "tp 7: one line with a help hint, nothing on stdout" \
     test "$(wc -l <"$tmp/err")" -eq 1 -a ! -s "$tmp/out" -a "$(count_in_err "see 'lockstep plan --help'")" -eq 1
 run "$LOCKSTEP" plan --heads 14 --kv-heads 4 --hidden 896 --ffn 4864 --vocab 151936 --tp 2
 check "heads not a multiple of kv heads: exit 1, named" test "$rc" -eq 1 -a "$(count_in_err 'not a multiple of kv_heads 4')" -eq 1
+run "$LOCKSTEP" plan --heads 9 --kv-heads 3 --head-dim 15 --hidden 576 --ffn 1536 --vocab 49152 --tp 2
+check "odd head_dim: exit 1, the loader's rule with expected and found" test "$rc" -eq 1 -a \
+    "$(count_in_err 'head_dim: expected an even number (RoPE rotates pairs of dimensions) up to 1024, found 15')" -eq 1
 run "$LOCKSTEP" plan "${smol[@]}" --tp 2 --bogus
 check "unknown flag: exit 2, named with a help hint" \
     test "$rc" -eq 2 -a "$(count_in_err "plan: unknown flag '--bogus'; see 'lockstep plan --help'")" -eq 1

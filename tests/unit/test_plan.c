@@ -428,6 +428,25 @@ static void test_invalid_shapes_are_errors_naming_the_field(void)
     }
 }
 
+/* the loader's rule (ls_plan_check_head_dim): RoPE rotates pairs, and the runtime's maximum */
+static void test_odd_or_oversized_head_dim_is_an_error_naming_head_dim(void)
+{
+    struct ls_plan_input in = shape(8, 8, 15, 512, 4096, 4096, 2, 2);
+    const char *err = plan_error(&in);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(err);
+    CU_ASSERT_STRING_EQUAL(err, "head_dim: expected an even number (RoPE rotates pairs of "
+                                "dimensions) up to 1024, found 15");
+    CU_ASSERT_EQUAL(ls_plan_valid_tp(&in, NULL, 0), -1);
+    in.head_dim = LS_PLAN_MAX_HEAD_DIM + 2;
+    err = plan_error(&in);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(err);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "found 1026"));
+    in.head_dim = LS_PLAN_MAX_HEAD_DIM;
+    CU_ASSERT_PTR_NULL(plan_error(&in));
+    in.head_dim = 2;
+    CU_ASSERT_PTR_NULL(plan_error(&in));
+}
+
 static void test_for_rank_rejects_a_rank_outside_tp(void)
 {
     struct ls_plan_input in = shape(8, 8, 64, 512, 4096, 4096, 2, 4);
@@ -441,7 +460,7 @@ static void test_for_rank_rejects_a_rank_outside_tp(void)
 
 static void test_byte_overflow_is_an_error_not_a_wrapped_count(void)
 {
-    struct ls_plan_input in = shape(64, 64, 1 << 20, 1 << 30, 1 << 30, 1 << 30, 1 << 20, 1);
+    struct ls_plan_input in = shape(64, 64, 1024, 1 << 30, 1 << 30, 1 << 30, 1 << 20, 1);
     in.weight_bytes = 4;
     const char *err = plan_error(&in);
     CU_ASSERT_PTR_NOT_NULL_FATAL(err);
@@ -490,7 +509,7 @@ static struct ls_plan_input random_shape(void)
 {
     int K = rnd_in(1, 16), G = rnd_in(1, 8);
     static const int bytes[] = {1, 2, 4};
-    struct ls_plan_input in = shape(K * G, K, rnd_in(1, 256), rnd_in(1, 4096), rnd_in(1, 20000),
+    struct ls_plan_input in = shape(K * G, K, 2 * rnd_in(1, 128), rnd_in(1, 4096), rnd_in(1, 20000),
                                     rnd_in(1, 70000), rnd_in(1, 80), 1);
     in.weight_bytes = bytes[rnd() % 3];
     in.kv_bytes = bytes[rnd() % 3];
@@ -588,6 +607,8 @@ int main(void)
                 test_bias_and_qk_norm_add_their_bytes);
     CU_add_test(fixed, "invalid shapes are errors naming the field",
                 test_invalid_shapes_are_errors_naming_the_field);
+    CU_add_test(fixed, "odd or oversized head_dim is an error naming head_dim",
+                test_odd_or_oversized_head_dim_is_an_error_naming_head_dim);
     CU_add_test(fixed, "for_rank rejects a rank outside tp",
                 test_for_rank_rejects_a_rank_outside_tp);
     CU_add_test(fixed, "byte overflow is an error, not a wrapped count",
