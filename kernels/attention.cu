@@ -602,15 +602,20 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // head, 64 queries (two blocks a SM at hd 128); 2, 8 warps over the G q heads of one KV head (G
 // the largest of 8, 4, 2, 1 dividing the group), 128 / G queries each, so that one copy of a K
 // and V tile serves 128 rows (half the L2 traffic per product of form 1); 3, 8 warps of one q
-// head, 128 queries. The default (LS_PREFILL_TC_AUTO) is form 2 at hd 128 (1-5% ahead of form 1
-// at the 8B's and 70B's shapes, twenty-first session) and form 1 at hd 64 (SmolLM2's 2048
-// positions: 0.051 against 0.065 ms; blocks of 128 rows leave the few heads too few blocks).
+// head, 128 queries; 4 and 5, 4 warps of two row tiles each (32 rows a warp, over up to 4 q heads
+// of a KV head as in form 2, two blocks a SM), so that each K and V fragment a warp reads from
+// shared memory feeds two products; form 4 takes the softmax over 64 keys at a time (255
+// registers and a few spilled), 5 over 32 (no spills). The default (LS_PREFILL_TC_AUTO) is form 2
+// at hd 128 (1-5% ahead of form 1 at the 8B's and 70B's shapes, twenty-first session) and form 1
+// at hd 64 (SmolLM2's 2048 positions: 0.051 against 0.065 ms; blocks of 128 rows leave the few
+// heads too few blocks).
 #define TC_BK 64
 
-// q, then K and V twice (the next tile's copies run while this one's products do)
-template <int HD, int W> static constexpr size_t prefill_tc_smem()
+// q (rows x (HD + 8)), then K and V twice (the next tile's copies run while this one's products
+// do)
+template <int HD> static constexpr size_t prefill_tc_smem(int rows)
 {
-    return sizeof(uint16_t) * (size_t)(16 * W + 4 * TC_BK) * (HD + 8);
+    return sizeof(uint16_t) * (size_t)(rows + 4 * TC_BK) * (HD + 8);
 }
 
 // 16 bytes from global to shared memory without the registers (zeros when !valid)
@@ -653,16 +658,119 @@ static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uin
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int HD, int W, int G>
-static __global__ void __launch_bounds__(W * 32)
+// One key tile of the tensor-core prefill for a warp's M row tiles: the scores by mma.sync (q
+// from qf, or through q_frag from shared memory), the mask where the tile reaches past the
+// warp's first query or the block's keys, the online softmax, and P V into o.
+template <int HD, int M, bool QREG, int KB, typename QF>
+static __device__ __forceinline__ void
+tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4], QF q_frag,
+        const uint16_t *Ks, const uint16_t *Vs, int k0, int wq0, int n_keys, int lane)
+{
+    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8, NJ = KB / 8;
+    float s[M][NJ][4];
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int j = 0; j < NJ; j++) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KK; kk++) {
+        uint32_t qa[M][4];
+#pragma unroll
+        for (int m = 0; m < M; m++)
+            if constexpr (QREG)
+                qa[m][0] = qf[kk][0], qa[m][1] = qf[kk][1], qa[m][2] = qf[kk][2],
+                qa[m][3] = qf[kk][3];
+            else
+                q_frag(qa[m], m, kk);
+#pragma unroll
+        for (int j = 0; j < NJ; j += 2) {
+            uint32_t b[4];
+            ldsm_x4(b, Ks + (j * 8 + (lane & 7) + ((lane >> 4) << 3)) * LD + kk * 16 +
+                           ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                mma_bf16(s[m][j], qa[m], b[0], b[1]);
+                mma_bf16(s[m][j + 1], qa[m], b[2], b[3]);
+            }
+        }
+    }
+
+    // keys past a query (or past the block's last) masked, where the tile reaches them
+    if (k0 + KB - 1 > wq0 || k0 + KB > n_keys)
+#pragma unroll
+        for (int m = 0; m < M; m++) {
+            const int qp0 = wq0 + m * 16 + (lane >> 2), qp1 = qp0 + 8;
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int kp = k0 + j * 8 + (lane & 3) * 2 + e;
+                    if (kp > qp0 || kp >= n_keys) s[m][j][e] = -INFINITY;
+                    if (kp > qp1 || kp >= n_keys) s[m][j][2 + e] = -INFINITY;
+                }
+        }
+    uint32_t pf[M][KB / 16][4];
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        // the running max and sum of rows 2m and 2m + 1
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            mx0 = fmaxf(mx0, fmaxf(s[m][j][0], s[m][j][1]));
+            mx1 = fmaxf(mx1, fmaxf(s[m][j][2], s[m][j][3]));
+        }
+#pragma unroll
+        for (int off = 1; off < 4; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        // key 0 is visible to every row, so after the first tile both maxima are finite
+        const float n0 = fmaxf(mr[2 * m], mx0), n1 = fmaxf(mr[2 * m + 1], mx1);
+        const float a0 = exp2f(mr[2 * m] - n0), a1 = exp2f(mr[2 * m + 1] - n1);
+        mr[2 * m] = n0, mr[2 * m + 1] = n1;
+        float l0 = lr[2 * m] * a0, l1 = lr[2 * m + 1] * a1;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            o[m][n][0] *= a0, o[m][n][1] *= a0, o[m][n][2] *= a1, o[m][n][3] *= a1;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const float p0 = exp2f(s[m][j][0] - n0), p1 = exp2f(s[m][j][1] - n0);
+            const float p2 = exp2f(s[m][j][2] - n1), p3 = exp2f(s[m][j][3] - n1);
+            l0 += p0 + p1, l1 += p2 + p3;
+            pf[m][j >> 1][(j & 1) * 2] = pack_bf16(p0, p1);
+            pf[m][j >> 1][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
+        }
+        lr[2 * m] = l0, lr[2 * m + 1] = l1;
+    }
+#pragma unroll
+    for (int kk = 0; kk < KB / 16; kk++)
+#pragma unroll
+        for (int n = 0; n < NT; n += 2) {
+            uint32_t b[4];
+            ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 +
+                             (lane >> 4) * 8);
+#pragma unroll
+            for (int m = 0; m < M; m++) {
+                mma_bf16(o[m][n], pf[m][kk], b[0], b[1]);
+                mma_bf16(o[m][n + 1], pf[m][kk], b[2], b[3]);
+            }
+        }
+}
+
+template <int HD, int W, int G, int M, int KB>
+static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
     attn_prefill_tc_kernel(float *__restrict__ out, const float *__restrict__ q, int q_stride,
                            const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
                            int pos0, int T, int hq, int group, int max_ctx, float qscale)
 {
-    // rows r of the block: q head h0 + r / BQ, query t0 + r % BQ; warp w holds rows [16w, 16w + 16)
-    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8, ROWS = 16 * W, BQ = ROWS / G,
+    // rows r of the block: q head h0 + r / BQ, query t0 + r % BQ; warp w holds rows
+    // [WR w, WR (w + 1)) as M tiles of 16. One tile a warp keeps its q fragments in registers;
+    // two read them from shared memory at each key tile (no room for them next to twice the
+    // scores and outputs)
+    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8, WR = 16 * M, ROWS = WR * W, BQ = ROWS / G,
                   NTH = W * 32;
-    static_assert(BQ % 16 == 0, "a warp's rows must share one q head");
+    constexpr bool QREG = M == 1;
+    static_assert(BQ % WR == 0, "a warp's rows must share one q head");
     extern __shared__ uint4 tc_smem4[];
     uint16_t *Qs = reinterpret_cast<uint16_t *>(tc_smem4); // [ROWS][LD]
     uint16_t *KV = Qs + ROWS * LD;                         // [2][K, V][BK][LD]
@@ -685,20 +793,27 @@ static __global__ void __launch_bounds__(W * 32)
             pack_bf16(v.x * qscale, v.y * qscale), pack_bf16(v.z * qscale, v.w * qscale));
     }
     __syncthreads();
-    uint32_t qf[KK][4];
+    // the A fragment of the warp's row tile m for inputs [16 kk, 16 kk + 16)
+    auto q_frag = [&](uint32_t *r, int m, int kk) {
+        ldsm_x4(r, Qs + (warp * WR + m * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+    };
+    uint32_t qf[QREG ? KK : 1][4];
+    if constexpr (QREG)
 #pragma unroll
-    for (int kk = 0; kk < KK; kk++)
-        ldsm_x4(qf[kk], Qs + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+        for (int kk = 0; kk < KK; kk++) q_frag(qf[kk], 0, kk);
 
-    // this thread's rows of the block: r and r + 8 of the warp's 16; their running max and sum
-    // (the sum of this thread's columns only: the quad adds its four at the end). The warp's
-    // q head h, its queries [wq0, wq0 + 16) as positions.
-    const int h = h0 + warp * 16 / BQ, tw = t0 + warp * 16 % BQ, wq0 = pos0 + tw;
-    const int qp0 = wq0 + (lane >> 2), qp1 = qp0 + 8;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-    float o[NT][4];
+    // this thread's rows: r and r + 8 of each of the warp's tiles (row 2m + i: query position
+    // wq0 + 16 m + 8 i + lane / 4); their running max and sum (the sum of this thread's columns
+    // only: the quad adds its four at the end). The warp's q head h, its queries from wq0.
+    const int h = h0 + warp * WR / BQ, tw = t0 + warp * WR % BQ, wq0 = pos0 + tw;
+    float mr[2 * M], lr[2 * M];
+    float o[M][NT][4];
 #pragma unroll
-    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int i = 0; i < 2 * M; i++) mr[i] = -INFINITY, lr[i] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++) o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.0f;
 
     // the K and V rows of keys [k0, k0 + BK) into buffer `into` (zeros past n_keys), one group
     auto fetch = [&](int k0, int into) {
@@ -722,89 +837,35 @@ static __global__ void __launch_bounds__(W * 32)
         asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads();
         const uint16_t *Ks = KV + buf * 2 * TC_BK * LD, *Vs = Ks + TC_BK * LD;
-        if (k0 <= wq0 + 15) { // some key of the tile is visible to some row of the warp
-            float s[8][4];
+        // the keys of the tile visible to some row of the warp, KB at a time
 #pragma unroll
-        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KK; kk++)
-#pragma unroll
-            for (int j = 0; j < 8; j += 2) {
-                uint32_t b[4];
-                ldsm_x4(b, Ks + (j * 8 + (lane & 7) + ((lane >> 4) << 3)) * LD + kk * 16 +
-                               ((lane >> 3) & 1) * 8);
-                mma_bf16(s[j], qf[kk], b[0], b[1]);
-                mma_bf16(s[j + 1], qf[kk], b[2], b[3]);
-            }
-
-        // keys past a query (or past the block's last) masked, where the tile reaches them;
-        // the running max and sum
-        if (k0 + TC_BK - 1 > wq0 || k0 + TC_BK > n_keys)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int kp = k0 + j * 8 + (lane & 3) * 2 + e;
-                    if (kp > qp0 || kp >= n_keys) s[j][e] = -INFINITY;
-                    if (kp > qp1 || kp >= n_keys) s[j][2 + e] = -INFINITY;
-                }
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
-        }
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-        }
-        // key 0 is visible to every row, so after the first tile both maxima are finite
-        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        const float a0 = exp2f(m0 - n0), a1 = exp2f(m1 - n1);
-        m0 = n0, m1 = n1;
-        l0 *= a0, l1 *= a1;
-#pragma unroll
-        for (int n = 0; n < NT; n++) o[n][0] *= a0, o[n][1] *= a0, o[n][2] *= a1, o[n][3] *= a1;
-        uint32_t pf[4][4];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const float p0 = exp2f(s[j][0] - n0), p1 = exp2f(s[j][1] - n0);
-            const float p2 = exp2f(s[j][2] - n1), p3 = exp2f(s[j][3] - n1);
-            l0 += p0 + p1, l1 += p2 + p3;
-            pf[j >> 1][(j & 1) * 2] = pack_bf16(p0, p1);
-            pf[j >> 1][(j & 1) * 2 + 1] = pack_bf16(p2, p3);
-        }
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-            for (int n = 0; n < NT; n += 2) {
-                uint32_t b[4];
-                ldsm_x4_t(b, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 +
-                                 (lane >> 4) * 8);
-                mma_bf16(o[n], pf[kk], b[0], b[1]);
-                mma_bf16(o[n + 1], pf[kk], b[2], b[3]);
-            }
-        }
+        for (int kb = 0; kb < TC_BK; kb += KB)
+            if (k0 + kb < wq0 + WR)
+                tc_tile<HD, M, QREG, KB>(o, mr, lr, qf, q_frag, Ks + kb * LD, Vs + kb * LD, k0 + kb,
+                                         wq0, n_keys, lane);
         __syncthreads(); // this buffer is free for the copies two tiles on
     }
 
 #pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
-    const int ta = tw + (lane >> 2), tb = ta + 8;
-    const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+    for (int m = 0; m < M; m++) {
+        float l0 = lr[2 * m], l1 = lr[2 * m + 1];
 #pragma unroll
-    for (int n = 0; n < NT; n++) {
-        const int d = n * 8 + (lane & 3) * 2;
-        if (ta < T)
-            *reinterpret_cast<float2 *>(out + ((size_t)ta * hq + h) * HD + d) =
-                make_float2(o[n][0] * i0, o[n][1] * i0);
-        if (tb < T)
-            *reinterpret_cast<float2 *>(out + ((size_t)tb * hq + h) * HD + d) =
-                make_float2(o[n][2] * i1, o[n][3] * i1);
+        for (int off = 1; off < 4; off <<= 1) {
+            l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+            l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+        }
+        const int ta = tw + m * 16 + (lane >> 2), tb = ta + 8;
+        const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            const int d = n * 8 + (lane & 3) * 2;
+            if (ta < T)
+                *reinterpret_cast<float2 *>(out + ((size_t)ta * hq + h) * HD + d) =
+                    make_float2(o[m][n][0] * i0, o[m][n][1] * i0);
+            if (tb < T)
+                *reinterpret_cast<float2 *>(out + ((size_t)tb * hq + h) * HD + d) =
+                    make_float2(o[m][n][2] * i1, o[m][n][3] * i1);
+        }
     }
 }
 
@@ -1025,30 +1086,50 @@ static void prefill_launch(void (*fn)(float *, const float *, int, const uint16_
     CHECK_CUDA(cudaGetLastError());
 }
 
-// the tensor-core kernel's form (see it), 1 to 3
+// the tensor-core kernel with W warps of M row tiles, over G q heads of a KV head, KB keys a
+// softmax step
+template <int HD, int W, int G, int M, int KB = TC_BK>
+static void prefill_tc_form(float *out, const float *q, int q_stride, const uint16_t *kcache,
+                            const uint16_t *vcache, int pos0, int T, int hq, int group, int max_ctx,
+                            cudaStream_t s)
+{
+    constexpr int rows = 16 * M * W;
+    prefill_launch<HD>(attn_prefill_tc_kernel<HD, W, G, M, KB>, W * 32, prefill_tc_smem<HD>(rows),
+                       rows / G, G, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
+                       s);
+}
+
+// the tensor-core kernel's form (see it), 1 to 5
 template <int HD>
 static void prefill_tc_launch(int form, float *out, const float *q, int q_stride,
                               const uint16_t *kcache, const uint16_t *vcache, int pos0, int T,
                               int hq, int group, int max_ctx, cudaStream_t s)
 {
+    // the q heads of one KV head a block holds (forms 2 and 4): the most of 8 (4) dividing
+    // the group
+    const int most = form == 2 ? 8 : form >= 4 ? 4 : 1;
     int g = 1;
-    if (form == 2)
-        while (g < 8 && group % (2 * g) == 0) g *= 2;
+    while (g < most && group % (2 * g) == 0) g *= 2;
+#define LS_TC_FORM(W, G, M, ...)                                                                   \
+    prefill_tc_form<HD, W, G, M, ##__VA_ARGS__>(out, q, q_stride, kcache, vcache, pos0, T, hq,     \
+                                                group, max_ctx, s)
     if (form == 1)
-        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 4, 1>, 128, prefill_tc_smem<HD, 4>(), 64, 1,
-                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        LS_TC_FORM(4, 1, 1);
+    else if (form == 4)
+        g == 4 ? LS_TC_FORM(4, 4, 2) : g == 2 ? LS_TC_FORM(4, 2, 2) : LS_TC_FORM(4, 1, 2);
+    else if (form == 5)
+        g == 4   ? LS_TC_FORM(4, 4, 2, 32)
+        : g == 2 ? LS_TC_FORM(4, 2, 2, 32)
+                 : LS_TC_FORM(4, 1, 2, 32);
     else if (g == 8)
-        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 8, 8>, 256, prefill_tc_smem<HD, 8>(), 16, 8,
-                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        LS_TC_FORM(8, 8, 1);
     else if (g == 4)
-        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 8, 4>, 256, prefill_tc_smem<HD, 8>(), 32, 4,
-                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        LS_TC_FORM(8, 4, 1);
     else if (g == 2)
-        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 8, 2>, 256, prefill_tc_smem<HD, 8>(), 64, 2,
-                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        LS_TC_FORM(8, 2, 1);
     else
-        prefill_launch<HD>(attn_prefill_tc_kernel<HD, 8, 1>, 256, prefill_tc_smem<HD, 8>(), 128, 1,
-                           out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        LS_TC_FORM(8, 1, 1);
+#undef LS_TC_FORM
 }
 
 static int g_prefill_tc = -1; // -1: LOCKSTEP_ATT_PREFILL_TC not read yet
@@ -1061,7 +1142,7 @@ extern "C" int ls_attention_set_prefill_tc(int on)
         g_prefill_tc = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
     }
     const int old = g_prefill_tc;
-    if (on >= 0) g_prefill_tc = on > 3 ? LS_PREFILL_TC_AUTO : on;
+    if (on >= 0) g_prefill_tc = on > 5 ? LS_PREFILL_TC_AUTO : on;
     return old;
 }
 

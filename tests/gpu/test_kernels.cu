@@ -1127,9 +1127,9 @@ static void tests_attention(void)
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
-    // the tensor-core kernel's three forms (hd 64 and 128), then the fp32 one for the same
+    // the tensor-core kernel's five forms (hd 64 and 128), then the fp32 one for the same
     // shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in form 2) and 2
-    for (int tc = 3; tc >= 0; tc--) {
+    for (int tc = 5; tc >= 0; tc--) {
         const int old = ls_attention_set_prefill_tc(tc);
         test_prefill(9, 3, 64, 0, 37, false);
         test_prefill(6, 2, 64, 50, 5, true);
@@ -1681,7 +1681,7 @@ static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
     CHECK_CUDA(cudaDeviceSynchronize());
     const double flops = 4.0 * hd * hq * ((double)T * (2.0 * pos0 + T + 1) / 2);
     printf("attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d:", hq, hkv, hd, pos0, T);
-    for (int tc = 3; tc >= 0; tc--) {
+    for (int tc = 5; tc >= 0; tc--) {
         const int old = ls_attention_set_prefill_tc(tc);
         float ms = time_batch(T > 4096 || pos0 > 4096 ? 3 : 10, 1, [&](int) {
             ls_attention_prefill(out.p, q.p, hq * hd, kc.p, vc.p, pos0, T, hq, hkv, hd, n, nullptr);
