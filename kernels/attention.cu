@@ -1078,11 +1078,16 @@ static void prefill_launch(void (*fn)(float *, const float *, int, const uint16_
                            int q_stride, const uint16_t *kcache, const uint16_t *vcache, int pos0,
                            int T, int hq, int group, int max_ctx, cudaStream_t s)
 {
-    ls_allow_smem(reinterpret_cast<const void *>(fn), smem);
+    const void *f = reinterpret_cast<const void *>(fn);
+    ls_func_attr(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    ls_func_attr(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                 (int)cudaSharedmemCarveoutMaxShared);
     dim3 grid((unsigned)((T + bq - 1) / bq), (unsigned)(hq / g));
     float qscale = 1.0f / sqrtf((float)HD) * LOG2E;
-    pdl_launch(fn, grid, threads, smem, s, out, q, q_stride, kcache, vcache, pos0, T, hq, group,
-               max_ctx, qscale);
+    // a plain launch: with PDL its blocks would take SMs while the previous kernel's still run,
+    // in the shared-memory carveout those have, which holds one block where two fit
+    fn<<<grid, threads, smem, s>>>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
+                                   qscale);
     CHECK_CUDA(cudaGetLastError());
 }
 

@@ -961,22 +961,16 @@ extern "C" void ls_kernels_set_pdl(int on)
 
 int ls_carveout = -1;
 
-void ls_prefer_carveout(const void *fn)
+void ls_func_attr(const void *fn, cudaFuncAttribute attr, int value)
 {
     int dev;
     CHECK_CUDA(cudaGetDevice(&dev));
-    if (attr_first(fn, dev, cudaFuncAttributePreferredSharedMemoryCarveout, ls_carveout))
-        CHECK_CUDA(
-            cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout, ls_carveout));
+    if (attr_first(fn, dev, attr, value)) CHECK_CUDA(cudaFuncSetAttribute(fn, attr, value));
 }
 
-void ls_allow_smem(const void *fn, size_t bytes)
+void ls_prefer_carveout(const void *fn)
 {
-    int dev;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    if (attr_first(fn, dev, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes))
-        CHECK_CUDA(
-            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    ls_func_attr(fn, cudaFuncAttributePreferredSharedMemoryCarveout, ls_carveout);
 }
 
 extern "C" void ls_kernels_set_carveout(int pct)

@@ -21,9 +21,9 @@ extern int ls_carveout;
 
 // sets the carveout attribute of fn once per kernel and device (a fixed table; past it, each call)
 void ls_prefer_carveout(const void *fn);
-// lets fn's blocks take `bytes` of dynamic shared memory on the current device (set once per
-// kernel, device and size, from the same table)
-void ls_allow_smem(const void *fn, size_t bytes);
+// cudaFuncSetAttribute(fn, attr, value) on the current device, once per kernel, device,
+// attribute and value (the same table)
+void ls_func_attr(const void *fn, cudaFuncAttribute attr, int value);
 
 static __device__ __forceinline__ void pdl_wait()
 {

@@ -644,8 +644,10 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     }
     small_from_env();
     const size_t hist_bytes = (size_t)SP_WARPS * 256 * sizeof(unsigned long long);
-    ls_allow_smem(reinterpret_cast<const void *>(sample_kernel), hist_bytes);
-    ls_allow_smem(reinterpret_cast<const void *>(topk_prefilter_kernel), hist_bytes);
+    ls_func_attr(reinterpret_cast<const void *>(sample_kernel),
+                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_bytes);
+    ls_func_attr(reinterpret_cast<const void *>(topk_prefilter_kernel),
+                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_bytes);
     // workspace: cl, cid, sl, sid (n each), fl, fid (n / 4 each), each from a 16-byte boundary
     char *p = (char *)workspace;
     auto take = [&p](size_t bytes) {
