@@ -1418,8 +1418,8 @@ static float median(std::vector<float> v)
     return v[v.size() / 2];
 }
 
-// median ms of one call (events around each)
-template <typename F> static float time_each(int reps, F f)
+// median ms of one call (events around each; before() ahead of each, outside them)
+template <typename F, typename P> static float time_each(int reps, F f, P before)
 {
     cudaEvent_t a, b;
     CHECK_CUDA(cudaEventCreate(&a));
@@ -1427,6 +1427,7 @@ template <typename F> static float time_each(int reps, F f)
     for (int i = 0; i < 5; i++) f(i);
     std::vector<float> ms(reps);
     for (int r = 0; r < reps; r++) {
+        before();
         CHECK_CUDA(cudaEventRecord(a, 0));
         f(r);
         CHECK_CUDA(cudaEventRecord(b, 0));
@@ -1436,6 +1437,11 @@ template <typename F> static float time_each(int reps, F f)
     CHECK_CUDA(cudaEventDestroy(a));
     CHECK_CUDA(cudaEventDestroy(b));
     return median(ms);
+}
+
+template <typename F> static float time_each(int reps, F f)
+{
+    return time_each(reps, f, [] {});
 }
 
 // median ms per call of `batch` consecutive calls between two events
@@ -1680,18 +1686,30 @@ static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
     fill_f32<<<2048, 256>>>(q.p, q.n, 8);
     CHECK_CUDA(cudaDeviceSynchronize());
     const double flops = 4.0 * hd * hq * ((double)T * (2.0 * pos0 + T + 1) / 2);
-    printf("attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d:", hq, hkv, hd, pos0, T);
-    for (int tc = 5; tc >= 0; tc--) {
-        const int old = ls_attention_set_prefill_tc(tc);
-        float ms = time_batch(T > 4096 || pos0 > 4096 ? 3 : 10, 1, [&](int) {
-            ls_attention_prefill(out.p, q.p, hq * hd, kc.p, vc.p, pos0, T, hq, hkv, hd, n, nullptr);
-        });
-        ls_attention_set_prefill_tc(old);
-        if (tc)
-            printf(" tensor cores form %d %.3f ms (%.1f TFLOP/s);", tc, ms,
-                   flops / (ms * 1e-3) / 1e12);
-        else
-            printf(" fp32 %.3f ms (%.1f TFLOP/s)\n", ms, flops / (ms * 1e-3) / 1e12);
+    // each form back to back (K and V in L2 as far as they fit), then with L2 scrubbed before
+    // each call (as in a prefill, where 31 layers ran since this one's cache was read)
+    dev<uint8_t> scrub((size_t)256 << 20);
+    for (int cold = 0; cold < 2; cold++) {
+        printf("attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s:", hq, hkv, hd, pos0, T,
+               cold ? " L2 scrubbed" : "");
+        for (int tc = 5; tc >= 0; tc--) {
+            const int old = ls_attention_set_prefill_tc(tc);
+            float ms = time_each(
+                T > 4096 || pos0 > 4096 ? 3 : 10,
+                [&](int) {
+                    ls_attention_prefill(out.p, q.p, hq * hd, kc.p, vc.p, pos0, T, hq, hkv, hd, n,
+                                         nullptr);
+                },
+                [&] {
+                    if (cold) CHECK_CUDA(cudaMemsetAsync(scrub.p, cold, scrub.n, 0));
+                });
+            ls_attention_set_prefill_tc(old);
+            if (tc)
+                printf(" tensor cores form %d %.3f ms (%.1f TFLOP/s);", tc, ms,
+                       flops / (ms * 1e-3) / 1e12);
+            else
+                printf(" fp32 %.3f ms (%.1f TFLOP/s)\n", ms, flops / (ms * 1e-3) / 1e12);
+        }
     }
 }
 
