@@ -605,10 +605,10 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // head, 128 queries; 4 and 5, 4 warps of two row tiles each (32 rows a warp, over up to 4 q heads
 // of a KV head as in form 2, two blocks a SM), so that each K and V fragment a warp reads from
 // shared memory feeds two products; form 4 takes the softmax over 64 keys at a time (255
-// registers and a few spilled), 5 over 32 (no spills). The default (LS_PREFILL_TC_AUTO) is form 2
-// at hd 128 (1-5% ahead of form 1 at the 8B's and 70B's shapes, twenty-first session) and form 1
-// at hd 64 (SmolLM2's 2048 positions: 0.051 against 0.065 ms; blocks of 128 rows leave the few
-// heads too few blocks).
+// registers and a few spilled), 5 over 32 (no spills). The default (LS_PREFILL_TC_AUTO) is form 4
+// at hd 128 (~20% ahead of forms 1-3 at 8192 positions and at 1024 after 15360, at the 8B's and
+// the 70B's TP=2 shapes; twenty-first session, BENCHMARKS.md) and form 2 at hd 64 (SmolLM2's
+// 2048 positions: 0.049 ms against 0.051-0.056 for form 1 and 0.066 for form 4).
 #define TC_BK 64
 
 // q (rows x (HD + 8)), then K and V twice (the next tile's copies run while this one's products
@@ -1143,8 +1143,8 @@ extern "C" int ls_attention_set_prefill_tc(int on)
 {
     if (g_prefill_tc < 0) {
         const char *e = getenv("LOCKSTEP_ATT_PREFILL_TC");
-        // as the decode's switches: a value other than 0 to 3 leaves the default
-        g_prefill_tc = e && e[0] >= '0' && e[0] <= '3' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
+        // as the decode's switches: a value other than 0 to 5 leaves the default
+        g_prefill_tc = e && e[0] >= '0' && e[0] <= '5' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
     }
     const int old = g_prefill_tc;
     if (on >= 0) g_prefill_tc = on > 5 ? LS_PREFILL_TC_AUTO : on;
@@ -1164,7 +1164,7 @@ extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
     const int group = hq / hkv;
     // the tensor-core kernel reads q with 16-byte loads
     int tc = ls_attention_set_prefill_tc(-1);
-    if (tc == LS_PREFILL_TC_AUTO) tc = hd == 128 ? 2 : 1;
+    if (tc == LS_PREFILL_TC_AUTO) tc = hd == 128 ? 4 : 2;
     if (tc && (hd == 64 || hd == 128) && q_stride % 4 == 0 && (uintptr_t)q % 16 == 0) {
         if (hd == 64)
             prefill_tc_launch<64>(tc, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
