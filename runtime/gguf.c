@@ -96,6 +96,11 @@ static const char *quote(const char *s, size_t len, char *out, size_t outlen)
     return out;
 }
 
+const char *gguf_quote(const char *s, char *out, size_t outlen)
+{
+    return quote(s, strlen(s), out, outlen);
+}
+
 const char *gguf_type_name(enum gguf_type type)
 {
     static const char *names[] = {"u8",   "i8",     "u16",   "i16", "u32", "i32", "f32",

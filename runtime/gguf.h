@@ -102,6 +102,9 @@ int64_t gguf_arr_str_len(const struct gguf_file *g, const char *key, uint64_t i)
 /* tensors, in file order */
 int64_t gguf_tensor_count(const struct gguf_file *g);
 const struct gguf_tensor *gguf_tensor_at(const struct gguf_file *g, int64_t i);
+/* a key or tensor name (any bytes) for a message: printable ASCII as is, the rest as \xNN, cut
+ * short past 96 bytes; out needs 4 * 96 + 8 bytes for the longest */
+const char *gguf_quote(const char *s, char *out, size_t outlen);
 const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *g, const char *name);
 /* rows = ne[1]*ne[2]*ne[3], cols = ne[0]; 0, or -1 if there is no such tensor */
 int gguf_tensor_shape(const struct gguf_file *g, const char *name, int64_t *rows, int64_t *cols);

@@ -374,8 +374,10 @@ static int check_layer_tensors(const struct source *s, const struct ls_model_con
             snprintf(field, sizeof field, "metadata '%s.block_count'", c->arch);
         else
             snprintf(field, sizeof field, "num_hidden_layers");
+        char q[4 * 96 + 8];
         snprintf(err, errlen, "%s: tensor '%s': expected a layer index below %s (%d), found %lu",
-                 s->g ? path : st_tensor_file(s->st, name), name, field, c->n_layers, layer);
+                 s->g ? path : st_tensor_file(s->st, name),
+                 s->g ? gguf_quote(name, q, sizeof q) : name, field, c->n_layers, layer);
         return -1;
     }
     return 0;

@@ -109,6 +109,21 @@ static int small_teardown(void)
 }
 
 /* every scalar type comes back through the getters that accept it, and only those */
+/* names for messages: printable ASCII as is, quotes, backslashes and other bytes as \xNN, cut
+ * short past 96 bytes */
+static void test_quote_for_messages(void)
+{
+    char q[4 * 96 + 8], long_name[200];
+    CU_ASSERT_STRING_EQUAL(gguf_quote("blk.3.attn_q.weight", q, sizeof q), "blk.3.attn_q.weight");
+    CU_ASSERT_STRING_EQUAL(gguf_quote("blk.3.a\x01'\\\n\xff", q, sizeof q),
+                           "blk.3.a\\x01\\x27\\x5c\\x0a\\xff");
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    gguf_quote(long_name, q, sizeof q);
+    CU_ASSERT_EQUAL(strlen(q), 96 + 3);
+    CU_ASSERT_STRING_EQUAL(q + 96, "...");
+}
+
 static void test_small_scalars(void)
 {
     struct gguf_file *g = small;
@@ -822,6 +837,7 @@ int main(void)
     CU_add_test(s, "bad read requests fail with a message", test_small_bad_reads);
 
     s = CU_add_suite("bad files", NULL, NULL);
+    CU_add_test(s, "names quoted for messages", test_quote_for_messages);
     CU_add_test(s, "a valid file built in memory reads back", test_built_valid);
     CU_add_test(s, "reads use only the blocks they need", test_built_reads_only_needed_blocks);
     CU_add_test(s, "each corrupted field is an error naming it", test_built_corruptions);
