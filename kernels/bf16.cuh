@@ -1,10 +1,18 @@
-// bf16 helpers shared by the kernel families (attention.cu, gemv.cu): the two
-// halves of a 32-bit word as fp32 (exact), eight of them from a 16-byte load, and the
-// streaming 16-byte load of data no kernel of the running grid writes.
+// bf16 helpers shared by the kernel families (attention.cu, gemv.cu, elementwise.cu, norm.cu):
+// fp32 rounded to bf16 (to nearest even), the two halves of a 32-bit word as fp32 (exact), eight
+// of them from a 16-byte load, and the streaming 16-byte load of data no kernel of the running
+// grid writes.
 #ifndef LOCKSTEP_KERNELS_BF16_CUH
 #define LOCKSTEP_KERNELS_BF16_CUH
 
+#include <cuda_bf16.h>
 #include <stdint.h>
+
+static __device__ __forceinline__ uint16_t f_to_bf16(float f)
+{
+    __nv_bfloat16 b = __float2bfloat16_rn(f);
+    return *reinterpret_cast<uint16_t *>(&b);
+}
 
 static __device__ __forceinline__ float bf16_lo(uint32_t w)
 {

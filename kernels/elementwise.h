@@ -20,9 +20,10 @@ void ls_embed(float *out, const uint16_t *table, const int *ids, int T, int dim,
 /* out[i] = silu(gate[i]) * up[i], i < n; out may alias gate or up */
 void ls_swiglu(float *out, const float *gate, const float *up, size_t n, void *stream);
 
-/* out[t][i] = silu(gu[t][i]) * gu[t][f + i], i < f: the [T][2f] output of a fused gate+up
- * matmul (gate rows first) to [T][f] */
-void ls_swiglu_cat(float *out, const float *gu, int T, int f, void *stream);
+/* out[t][i] = bf16(silu(gu[t][i]) * gu[t][f + i]), i < f: the [T][2f] fp32 output of a fused
+ * gate+up matmul (gate rows first) to the [T][f] bf16 input of the down matmul (rounded as
+ * ls_fp32_to_bf16 rounds) */
+void ls_swiglu_cat_bf16(uint16_t *out, const float *gu, int T, int f, void *stream);
 
 /* x[i] += y[i], i < n */
 void ls_add(float *x, const float *y, size_t n, void *stream);

@@ -123,8 +123,9 @@ static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bi
     return p;
 }
 
-extern "C" void ls_gemm_bf16(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
-                             const float *bias, int T, int k, int n, void *stream)
+// C = A W^T (+ bias), or C += A W^T (beta 1: C read and written in place, one layout)
+static void gemm_run(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
+                     const float *bias, int T, int k, int n, float beta, void *stream)
 {
     if (T < 1 || k < 1 || n < 1) ls_die(__FILE__, __LINE__, "ls_gemm_bf16", "T, k, n must be >= 1");
     int align = alignment(A, W, C);
@@ -136,7 +137,19 @@ extern "C" void ls_gemm_bf16(struct ls_gemm *g, float *C, const uint16_t *A, con
     if (bias)
         CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                     sizeof bias));
-    const float one = 1.0f, zero = 0.0f;
-    CHECK_CUBLAS(cublasLtMatmul(g->lt, p->op, &one, W, p->a, A, p->b, &zero, C, p->c, C, p->c,
+    const float one = 1.0f;
+    CHECK_CUBLAS(cublasLtMatmul(g->lt, p->op, &one, W, p->a, A, p->b, &beta, C, p->c, C, p->c,
                                 &p->algo, g->ws, GEMM_WORKSPACE, (cudaStream_t)stream));
+}
+
+extern "C" void ls_gemm_bf16(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
+                             const float *bias, int T, int k, int n, void *stream)
+{
+    gemm_run(g, C, A, W, bias, T, k, n, 0.0f, stream);
+}
+
+extern "C" void ls_gemm_bf16_add(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
+                                 int T, int k, int n, void *stream)
+{
+    gemm_run(g, C, A, W, NULL, T, k, n, 1.0f, stream);
 }

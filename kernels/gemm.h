@@ -23,6 +23,11 @@ void ls_gemm_free(struct ls_gemm *g);
 void ls_gemm_bf16(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
                   const float *bias, int T, int k, int n, void *stream);
 
+/* C[t][j] += sum_i A[t][i] * W[j][i]: the product added to C in the GEMM's epilogue (the
+ * residual stream's update without a scratch buffer and a separate add) */
+void ls_gemm_bf16_add(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W, int T,
+                      int k, int n, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

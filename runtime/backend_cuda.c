@@ -30,12 +30,8 @@
 static struct {
     cudaStream_t stream;
     struct ls_gemm *gemm;
-    uint16_t *act16;  /* bf16 copy of a prefill GEMM input */
-    size_t act16_cap; /* elements */
-    float *act32;     /* silu(g) * u of a prefill chunk */
-    size_t act32_cap;
-    float *tmp;         /* a prefill chunk's normed input or matmul output */
-    size_t tmp_cap;     /* bytes */
+    uint16_t *act16;    /* a prefill GEMM's bf16 input */
+    size_t act16_cap;   /* elements */
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
     int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
@@ -252,15 +248,33 @@ static void cu_add_rmsnorm(float *out, float *x, const float *res, const float *
     ls_add_rmsnorm(out, x, res, w, rows, dim, eps, stream_get());
 }
 
-static void gemm(float *out, const float *in, const void *W, const float *bias, int T, int k, int n)
+/* a prefill chunk's GEMM input: T x k bf16 in cu.act16 (eager, so it may grow) */
+static uint16_t *act16(int T, int k)
 {
-    size_t bytes = (size_t)T * k * sizeof(uint16_t);
     size_t cap = cu.act16_cap * sizeof(uint16_t);
-    grow((void **)&cu.act16, &cap, bytes);
+    grow((void **)&cu.act16, &cap, (size_t)T * k * sizeof(uint16_t));
     cu.act16_cap = cap / sizeof(uint16_t);
     if (!cu.gemm) cu.gemm = ls_gemm_create();
-    ls_fp32_to_bf16(cu.act16, in, (size_t)T * k, stream_get());
-    ls_gemm_bf16(cu.gemm, out, cu.act16, W, bias, T, k, n, stream_get());
+    return cu.act16;
+}
+
+/* out = a W^T (+ bias), or out += a W^T (add), a the bf16 input act16 holds */
+static void gemm16(float *out, const uint16_t *a, const void *W, const float *bias, int T, int k,
+                   int n, int add)
+{
+    if (add)
+        ls_gemm_bf16_add(cu.gemm, out, a, W, T, k, n, stream_get());
+    else
+        ls_gemm_bf16(cu.gemm, out, a, W, bias, T, k, n, stream_get());
+}
+
+/* the fp32 input rounded to bf16, then the GEMM */
+static void gemm(float *out, const float *in, const void *W, const float *bias, int T, int k, int n,
+                 int add)
+{
+    uint16_t *a = act16(T, k);
+    ls_fp32_to_bf16(a, in, (size_t)T * k, stream_get());
+    gemm16(out, a, W, bias, T, k, n, add);
 }
 
 static void cu_matmul(float *out, const float *in, const void *W, const float *bias, int T, int k,
@@ -269,24 +283,27 @@ static void cu_matmul(float *out, const float *in, const void *W, const float *b
     if (T <= GEMV_MAX_T)
         ls_gemv(out, W, in, bias, T, n, k, stream_get());
     else
-        gemm(out, in, W, bias, T, k, n);
+        gemm(out, in, W, bias, T, k, n, 0);
+}
+
+/* a prefill chunk: the SwiGLU of gate | up written as the down matmul's bf16 input */
+static void swiglu_gemm(float *out, const float *gu, const void *W, int T, int f, int n, int add)
+{
+    uint16_t *a = act16(T, f);
+    ls_swiglu_cat_bf16(a, gu, T, f, stream_get());
+    gemm16(out, a, W, NULL, T, f, n, add);
 }
 
 static void cu_matmul_swiglu(float *out, const float *gu, const void *W, int T, int f, int n)
 {
-    if (T <= GEMV_MAX_T) {
+    if (T <= GEMV_MAX_T)
         ls_gemv_swiglu(out, W, gu, NULL, T, n, f, stream_get());
-        return;
-    }
-    size_t cap = cu.act32_cap * sizeof(float);
-    grow((void **)&cu.act32, &cap, (size_t)T * f * sizeof(float));
-    cu.act32_cap = cap / sizeof(float);
-    ls_swiglu_cat(cu.act32, gu, T, f, stream_get());
-    gemm(out, cu.act32, W, NULL, T, f, n);
+    else
+        swiglu_gemm(out, gu, W, T, f, n, 0);
 }
 
-/* decode (T <= 8): one GEMV with the norm or the residual add fused; a prefill chunk: the
- * separate steps through a scratch buffer (eager, so it may grow) */
+/* decode (T <= 8): one GEMV with the norm or the residual add fused; a prefill chunk: the norm
+ * written as the GEMM's bf16 input, the residual added in the GEMM's epilogue */
 static void cu_matmul_rmsnorm(float *out, const float *x, const float *nw, float eps, const void *W,
                               const float *bias, int T, int k, int n)
 {
@@ -294,9 +311,9 @@ static void cu_matmul_rmsnorm(float *out, const float *x, const float *nw, float
         ls_gemv_ex(out, W, x, bias, T, n, k, 0, nw, eps, 0, stream_get());
         return;
     }
-    grow((void **)&cu.tmp, &cu.tmp_cap, (size_t)T * k * sizeof(float));
-    ls_rmsnorm(cu.tmp, x, nw, T, k, eps, stream_get());
-    gemm(out, cu.tmp, W, bias, T, k, n);
+    uint16_t *a = act16(T, k);
+    ls_rmsnorm_bf16(a, x, nw, T, k, eps, stream_get());
+    gemm16(out, a, W, bias, T, k, n, 0);
 }
 
 static void cu_matmul_residual(float *x, const float *in, const void *W, int T, int k, int n,
@@ -306,12 +323,10 @@ static void cu_matmul_residual(float *x, const float *in, const void *W, int T, 
         ls_gemv_ex(x, W, in, NULL, T, n, k, swiglu, NULL, 0.0f, 1, stream_get());
         return;
     }
-    grow((void **)&cu.tmp, &cu.tmp_cap, (size_t)T * n * sizeof(float));
     if (swiglu)
-        cu_matmul_swiglu(cu.tmp, in, W, T, k, n);
+        swiglu_gemm(x, in, W, T, k, n, 1);
     else
-        gemm(cu.tmp, in, W, NULL, T, k, n);
-    ls_add(x, cu.tmp, (size_t)T * n, stream_get());
+        gemm(x, in, W, NULL, T, k, n, 1);
 }
 
 static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,

@@ -542,9 +542,35 @@ static void test_gemm(struct ls_gemm *g, int T, int k, int n, bool bias)
     check(name, compare(C.data(), ref.data(), C.size()), TOL_GEMM, TOL_GEMM);
 }
 
+// C += A W^T in the GEMM's epilogue (the prefill's residual update), C random beforehand
+static void test_gemm_add(struct ls_gemm *g, int T, int k, int n)
+{
+    char name[96];
+    snprintf(name, sizeof name, "gemm_add T=%d k=%d n=%d", T, k, n);
+    std::vector<uint16_t> Ab, Wb;
+    std::vector<float> Af, Wf;
+    rand_bf16((size_t)T * k, Ab, Af);
+    rand_bf16((size_t)n * k, Wb, Wf);
+    std::vector<float> c0 = randv((size_t)T * n, 4.0f), ref((size_t)T * n);
+    ref_matmul(ref.data(), Af.data(), Wf.data(), nullptr, T, k, n);
+    ref_add(ref.data(), c0.data(), ref.size());
+    dev<uint16_t> dA(Ab.size()), dW(Wb.size());
+    dev<float> dC((size_t)T * n);
+    dA.up(Ab);
+    dW.up(Wb);
+    dC.up(c0);
+    ls_gemm_bf16_add(g, dC.p, dA.p, dW.p, T, k, n, nullptr);
+    std::vector<float> C = dC.down();
+    check(name, compare(C.data(), ref.data(), C.size()), TOL_GEMM, TOL_GEMM);
+}
+
 static void tests_gemm(void)
 {
     struct ls_gemm *g = ls_gemm_create();
+    test_gemm_add(g, 9, 576, 960);
+    test_gemm_add(g, 37, 1536, 576);
+    test_gemm(g, 37, 1536, 576, false); // the same shape's plan, now without the add
+    if (!g_quick) test_gemm_add(g, 512, 14336, 4096);
     test_gemm(g, 1, 576, 960, false);
     test_gemm(g, 7, 576, 960, true);
     test_gemm(g, 37, 1536, 576, false);
@@ -585,7 +611,18 @@ static void test_norm(int rows, int dim, bool fused)
     if (fused) {
         std::vector<float> xn = dx.down();
         check("add_rmsnorm residual update", compare(xn.data(), xr.data(), n), 0, 0);
-    } else { // in place
+    } else { // bf16 output: the fp32 output's values rounded, bit for bit; then in place
+        dev<uint16_t> db(n), dref(n);
+        db.poison();
+        ls_rmsnorm_bf16(db.p, dx.p, dw.p, rows, dim, 1e-5f, nullptr);
+        ls_fp32_to_bf16(dref.p, dout.p, n, nullptr);
+        std::vector<uint16_t> b = db.down(), rb = dref.down();
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += b[i] != rb[i];
+        report(bad == 0,
+               "rmsnorm_bf16 rows=%d dim=%d: %zu of %zu differ from the fp32 output "
+               "rounded",
+               rows, dim, bad, n);
         ls_rmsnorm(dx.p, dx.p, dw.p, rows, dim, 1e-5f, nullptr);
         std::vector<float> xi = dx.down();
         check("rmsnorm in place", compare(xi.data(), ref.data(), n), TOL_NORM, TOL_NORM);
@@ -622,18 +659,29 @@ static void tests_elementwise(void)
         out = dout.down();
         check("embed vocab shard", compare(out.data(), ref.data(), ref.size()), 0, 0);
     }
-    { // swiglu, swiglu_cat, add; expf may differ by an ulp from the CPU's
-        const int T = 3, f = 1537;
-        std::vector<float> gu = randv((size_t)T * 2 * f, 6.0f), ref((size_t)T * f);
-        for (int t = 0; t < T; t++)
-            ref_swiglu(&ref[(size_t)t * f], &gu[(size_t)t * 2 * f], &gu[(size_t)t * 2 * f + f], f);
-        dev<float> dgu(gu.size()), dout(ref.size());
-        dgu.up(gu);
-        dout.poison();
-        ls_swiglu_cat(dout.p, dgu.p, T, f, nullptr);
-        std::vector<float> out = dout.down();
-        check("swiglu_cat", compare(out.data(), ref.data(), ref.size()), 1e-6, 1e-6);
+    { // swiglu_cat_bf16, swiglu, add; expf may differ by an ulp from the CPU's, which can move
+      // a bf16 rounding by one step (2^-8 relative); T past 65535 takes the grid-stride rows
+        const int shapes[2][2] = {{3, 1537}, {70001, 3}};
+        for (const auto &tf : shapes) {
+            const int T = tf[0], f = tf[1];
+            std::vector<float> gu = randv((size_t)T * 2 * f, 6.0f), ref((size_t)T * f);
+            for (int t = 0; t < T; t++)
+                ref_swiglu(&ref[(size_t)t * f], &gu[(size_t)t * 2 * f], &gu[(size_t)t * 2 * f + f],
+                           f);
+            dev<float> dgu(gu.size());
+            dev<uint16_t> dout(ref.size());
+            dgu.up(gu);
+            dout.poison();
+            ls_swiglu_cat_bf16(dout.p, dgu.p, T, f, nullptr);
+            std::vector<uint16_t> b = dout.down();
+            std::vector<float> out(b.size());
+            for (size_t i = 0; i < b.size(); i++) out[i] = bf2f(b[i]);
+            char name[64];
+            snprintf(name, sizeof name, "swiglu_cat_bf16 T=%d f=%d", T, f);
+            check(name, compare(out.data(), ref.data(), ref.size()), 4e-3, 4e-3);
+        }
         std::vector<float> g = randv(4099, 6.0f), u = randv(4099), r1(4099);
+        std::vector<float> out;
         ref_swiglu(r1.data(), g.data(), u.data(), g.size());
         dev<float> dg(g.size()), du(u.size());
         dg.up(g);
