@@ -145,6 +145,14 @@ static int num_field(json_t *req, const char *key, double lo, double hi, int int
     return 1;
 }
 
+/* a float sampling parameter: its key is the sampler's name for it and its bounds the
+ * sampler's (an open low end is left to ls_sampling_validate, which says it) */
+static int float_field(json_t *req, enum ls_sampling_param p, double *out, char *err, size_t errlen)
+{
+    const struct ls_sampling_range *r = &ls_sampling_ranges[p];
+    return num_field(req, r->field, r->lo, r->hi, 0, out, err, errlen);
+}
+
 /* the request's parameters over the defaults; stop strings point into req */
 static int request_params(json_t *req, const struct ls_gen_params *dflt, struct ls_gen_params *p,
                           char *err, size_t errlen)
@@ -155,19 +163,19 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
     int r;
     if ((r = num_field(req, "max_tokens", 0, 1 << 24, 1, &d, err, errlen)) < 0) return -1;
     if (r) p->max_tokens = (int)d;
-    if ((r = num_field(req, "temperature", 0, 100, 0, &d, err, errlen)) < 0) return -1;
+    if ((r = float_field(req, LS_TEMPERATURE, &d, err, errlen)) < 0) return -1;
     if (r) s->temperature = (float)d;
     if ((r = num_field(req, "top_k", 0, 1 << 24, 1, &d, err, errlen)) < 0) return -1;
     if (r) s->top_k = (int)d;
-    if ((r = num_field(req, "top_p", 0, 1, 0, &d, err, errlen)) < 0) return -1;
+    if ((r = float_field(req, LS_TOP_P, &d, err, errlen)) < 0) return -1;
     if (r) s->top_p = (float)d;
-    if ((r = num_field(req, "min_p", 0, 1, 0, &d, err, errlen)) < 0) return -1;
+    if ((r = float_field(req, LS_MIN_P, &d, err, errlen)) < 0) return -1;
     if (r) s->min_p = (float)d;
-    if ((r = num_field(req, "repetition_penalty", 0, 100, 0, &d, err, errlen)) < 0) return -1;
+    if ((r = float_field(req, LS_REPETITION_PENALTY, &d, err, errlen)) < 0) return -1;
     if (r) s->repetition_penalty = (float)d;
-    if ((r = num_field(req, "presence_penalty", -100, 100, 0, &d, err, errlen)) < 0) return -1;
+    if ((r = float_field(req, LS_PRESENCE_PENALTY, &d, err, errlen)) < 0) return -1;
     if (r) s->presence_penalty = (float)d;
-    if ((r = num_field(req, "frequency_penalty", -100, 100, 0, &d, err, errlen)) < 0) return -1;
+    if ((r = float_field(req, LS_FREQUENCY_PENALTY, &d, err, errlen)) < 0) return -1;
     if (r) s->frequency_penalty = (float)d;
     json_t *seed = json_object_get(req, "seed");
     if (seed) {

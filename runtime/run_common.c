@@ -19,18 +19,21 @@
 #include <string.h>
 #include <unistd.h>
 
-/* range: the allowed values as the message says them, for a number too large for a float (it
- * would be infinite, and the range check in ls_sampling_validate could not name it) */
-static int parse_float(const char *flag, const char *s, const char *range, float *out, char *err,
-                       size_t errlen)
+/* a number too large for a float would be infinite, and ls_sampling_validate could not name
+ * it: the message says param's range here, as the validation would */
+static int parse_float(const char *flag, const char *s, enum ls_sampling_param param, float *out,
+                       char *err, size_t errlen)
 {
     char *end = NULL;
     errno = 0;
     double d = strtod(s, &end);
     if (!*s || *end || isnan(d) || (isinf(d) && errno != ERANGE))
         return ls_errf(err, errlen, "%s: expected a number, found '%s'", flag, s);
-    if (fabs(d) > FLT_MAX)
-        return ls_errf(err, errlen, "%s: expected %s, found '%s' (out of range)", flag, range, s);
+    if (fabs(d) > FLT_MAX) {
+        char range[64];
+        return ls_errf(err, errlen, "%s: expected %s, found '%s' (out of range)", flag,
+                       ls_sampling_range_text(param, range, sizeof range), s);
+    }
     *out = (float)d;
     return 0;
 }
@@ -43,24 +46,25 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
     int rc = 0;
     switch (opt) {
     case RC_OPT_TEMP:
-        rc = parse_float("--temperature", arg, "0..100", &s->temperature, err, errlen);
+        rc = parse_float("--temperature", arg, LS_TEMPERATURE, &s->temperature, err, errlen);
         break;
     case RC_OPT_TOP_P:
-        rc = parse_float("--top-p", arg, "a value in (0, 1]", &s->top_p, err, errlen);
+        rc = parse_float("--top-p", arg, LS_TOP_P, &s->top_p, err, errlen);
         break;
     case RC_OPT_MIN_P:
-        rc = parse_float("--min-p", arg, "0..1", &s->min_p, err, errlen);
+        rc = parse_float("--min-p", arg, LS_MIN_P, &s->min_p, err, errlen);
         break;
     case RC_OPT_REP:
-        rc = parse_float("--repeat-penalty", arg, "a value in (0, 100]", &s->repetition_penalty,
+        rc = parse_float("--repeat-penalty", arg, LS_REPETITION_PENALTY, &s->repetition_penalty,
                          err, errlen);
         break;
     case RC_OPT_PRES:
-        rc = parse_float("--presence-penalty", arg, "-100..100", &s->presence_penalty, err, errlen);
+        rc = parse_float("--presence-penalty", arg, LS_PRESENCE_PENALTY, &s->presence_penalty, err,
+                         errlen);
         break;
     case RC_OPT_FREQ:
-        rc = parse_float("--frequency-penalty", arg, "-100..100", &s->frequency_penalty, err,
-                         errlen);
+        rc = parse_float("--frequency-penalty", arg, LS_FREQUENCY_PENALTY, &s->frequency_penalty,
+                         err, errlen);
         break;
     case RC_OPT_TOP_K:
         rc = ls_parse_long("--top-k", arg, 0, 1 << 24, &v, err, errlen);

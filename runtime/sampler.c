@@ -57,30 +57,52 @@ void ls_sampling_defaults(struct ls_sampling *s)
     s->seed = 0;
 }
 
+const struct ls_sampling_range ls_sampling_ranges[] = {
+    [LS_TEMPERATURE] = {"temperature", 0, 100, 0},
+    [LS_TOP_P] = {"top_p", 0, 1, 1},
+    [LS_MIN_P] = {"min_p", 0, 1, 0},
+    [LS_REPETITION_PENALTY] = {"repetition_penalty", 0, 100, 1},
+    [LS_PRESENCE_PENALTY] = {"presence_penalty", -100, 100, 0},
+    [LS_FREQUENCY_PENALTY] = {"frequency_penalty", -100, 100, 0},
+};
+
+const char *ls_sampling_range_text(enum ls_sampling_param p, char *buf, size_t len)
+{
+    const struct ls_sampling_range *r = &ls_sampling_ranges[p];
+    snprintf(buf, len, r->lo_open ? "a value in (%g, %g]" : "%g..%g", r->lo, r->hi);
+    return buf;
+}
+
+/* 1 with the message when v is outside p's range (NaN is) */
+static int out_of_range(enum ls_sampling_param p, float v, char *err, size_t errlen)
+{
+    const struct ls_sampling_range *r = &ls_sampling_ranges[p];
+    if ((r->lo_open ? v > r->lo : v >= r->lo) && v <= r->hi) return 0;
+    char range[64];
+    snprintf(err, errlen, "%s: expected %s, found %.9g", r->field,
+             ls_sampling_range_text(p, range, sizeof range), v);
+    return 1;
+}
+
+/* 1 with the message when v < 0 */
+static int negative(const char *field, int v, char *err, size_t errlen)
+{
+    if (v >= 0) return 0;
+    snprintf(err, errlen, "%s: expected >= 0, found %d", field, v);
+    return 1;
+}
+
 int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen)
 {
-    if (!(s->temperature >= 0 && s->temperature <= 100))
-        snprintf(err, errlen, "temperature: expected 0..100, found %.9g", s->temperature);
-    else if (s->top_k < 0)
-        snprintf(err, errlen, "top_k: expected >= 0, found %d", s->top_k);
-    else if (!(s->top_p > 0 && s->top_p <= 1))
-        snprintf(err, errlen, "top_p: expected a value in (0, 1], found %.9g", s->top_p);
-    else if (!(s->min_p >= 0 && s->min_p <= 1))
-        snprintf(err, errlen, "min_p: expected 0..1, found %.9g", s->min_p);
-    else if (!(s->repetition_penalty > 0 && s->repetition_penalty <= 100))
-        snprintf(err, errlen, "repetition_penalty: expected a value in (0, 100], found %.9g",
-                 s->repetition_penalty);
-    else if (!(fabsf(s->presence_penalty) <= 100))
-        snprintf(err, errlen, "presence_penalty: expected -100..100, found %.9g",
-                 s->presence_penalty);
-    else if (!(fabsf(s->frequency_penalty) <= 100))
-        snprintf(err, errlen, "frequency_penalty: expected -100..100, found %.9g",
-                 s->frequency_penalty);
-    else if (s->penalty_last_n < 0)
-        snprintf(err, errlen, "penalty_last_n: expected >= 0, found %d", s->penalty_last_n);
-    else
-        return 0;
-    return -1;
+    if (out_of_range(LS_TEMPERATURE, s->temperature, err, errlen)) return -1;
+    if (negative("top_k", s->top_k, err, errlen)) return -1;
+    if (out_of_range(LS_TOP_P, s->top_p, err, errlen)) return -1;
+    if (out_of_range(LS_MIN_P, s->min_p, err, errlen)) return -1;
+    if (out_of_range(LS_REPETITION_PENALTY, s->repetition_penalty, err, errlen)) return -1;
+    if (out_of_range(LS_PRESENCE_PENALTY, s->presence_penalty, err, errlen)) return -1;
+    if (out_of_range(LS_FREQUENCY_PENALTY, s->frequency_penalty, err, errlen)) return -1;
+    if (negative("penalty_last_n", s->penalty_last_n, err, errlen)) return -1;
+    return 0;
 }
 
 struct ls_sampler *ls_sampler_new(const struct ls_sampling *p, int vocab)

@@ -29,6 +29,27 @@ struct ls_sampling {
 
 struct ls_sampler;
 
+/* The float parameters' valid ranges, in one table: ls_sampling_validate checks them, the batch
+ * reader takes its bounds from them, and the command line, on a number too large for a float
+ * (infinite: the check could not print it), says the range with ls_sampling_range_text, in the
+ * same words as the check. */
+enum ls_sampling_param {
+    LS_TEMPERATURE,
+    LS_TOP_P,
+    LS_MIN_P,
+    LS_REPETITION_PENALTY,
+    LS_PRESENCE_PENALTY,
+    LS_FREQUENCY_PENALTY,
+};
+struct ls_sampling_range {
+    const char *field; /* the name messages give it: "top_p" */
+    float lo, hi;      /* lo <= v <= hi; lo < v <= hi when lo_open */
+    int lo_open;
+};
+extern const struct ls_sampling_range ls_sampling_ranges[];
+/* the range as messages say it, "0..100" or "a value in (0, 1]"; returns buf */
+const char *ls_sampling_range_text(enum ls_sampling_param p, char *buf, size_t len);
+
 void ls_sampling_defaults(struct ls_sampling *s);
 /* Checks ranges; returns -1 with a message naming the field on a bad value. */
 int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen);
