@@ -178,27 +178,29 @@ patch_value() {
     cp "$model" "$3"
     patch_at "$3" "$1" 4 "$2"
 }
+# refused FILE WHAT CHECK MESSAGE: generate on FILE fails on every rank without a hang ("GGUF with
+# WHAT: non-zero, no hang"), and stderr has MESSAGE (a grep pattern; "GGUF with WHAT: CHECK")
+refused() {
+    run_mpi 2 "$LOCKSTEP" generate -m "$1" -p hi
+    check "GGUF with $2: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+    check "GGUF with $2: $3" err_has "$4"
+}
 # a metadata float made infinite in place: the field named
 key=llama.rope.freq_base
 patch_value "$key" '\x00\x00\x80\x7f' "$tmp/inf.gguf"
-run_mpi 2 "$LOCKSTEP" generate -m "$tmp/inf.gguf" -p hi
-check "GGUF with an infinite $key: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
-check "GGUF with an infinite $key: the field is named" err_has "metadata '$key': expected a positive finite number"
+refused "$tmp/inf.gguf" "an infinite $key" "the field is named" \
+    "metadata '$key': expected a positive finite number"
 # rope.dimension_count (a u32) patched to 32, half of SmolLM2's head dim of 64: a file whose
 # rotary embedding turns part of each head, which the engine does not do, is refused
 key=llama.rope.dimension_count
 patch_value "$key" '\x20\x00\x00\x00' "$tmp/rot.gguf"
-run_mpi 2 "$LOCKSTEP" generate -m "$tmp/rot.gguf" -p hi
-check "GGUF with $key 32: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
-check "GGUF with $key 32: expected and found named" \
-    err_has "metadata '$key': expected 64 (the head dim; rotary embedding over part of a head is not supported), found 32"
+refused "$tmp/rot.gguf" "$key 32" "expected and found named" \
+    "metadata '$key': expected 64 (the head dim; rotary embedding over part of a head is not supported), found 32"
 # the vocabulary the metadata states must be token_embd's 49152 rows
 key=llama.vocab_size
 patch_value "$key" '\x01\xc0\x00\x00' "$tmp/vocab.gguf"
-run_mpi 2 "$LOCKSTEP" generate -m "$tmp/vocab.gguf" -p hi
-check "GGUF with $key 49153: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
-check "GGUF with $key 49153: expected and found named" \
-    err_has "metadata '$key': expected 49152 (the rows of tensor 'token_embd.weight'), found 49153 (u32)"
+refused "$tmp/vocab.gguf" "$key 49153" "expected and found named" \
+    "metadata '$key': expected 49152 (the rows of tensor 'token_embd.weight'), found 49153 (u32)"
 # token_embd.weight given 49153 rows (its ne[1], after n_dims and ne[0]) as Q4_0 (type 2, about
 # half the bytes of its Q8_0, so it stays clear of the next tensor), and $key to match: the
 # tokenizer's 49152 tokens leave a row without a token
@@ -206,17 +208,13 @@ cp "$model" "$tmp/tokens.gguf"
 patch_at "$tmp/tokens.gguf" token_embd.weight 12 '\x01\xc0\x00\x00'
 patch_at "$tmp/tokens.gguf" token_embd.weight 20 '\x02\x00\x00\x00'
 patch_at "$tmp/tokens.gguf" "$key" 4 '\x01\xc0\x00\x00'
-run_mpi 2 "$LOCKSTEP" generate -m "$tmp/tokens.gguf" -p hi
-check "GGUF with a token fewer than token_embd's rows: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
-check "GGUF with a token fewer than token_embd's rows: expected and found named" \
-    err_has "metadata 'tokenizer.ggml.tokens': expected 49153 tokens (the rows of tensor 'token_embd.weight'), found 49152"
+refused "$tmp/tokens.gguf" "a token fewer than token_embd's rows" "expected and found named" \
+    "metadata 'tokenizer.ggml.tokens': expected 49153 tokens (the rows of tensor 'token_embd.weight'), found 49152"
 # a block fewer in the metadata than blk.N tensors in the file: the same rule as num_hidden_layers
 key=llama.block_count
 patch_value "$key" '\x1d\x00\x00\x00' "$tmp/blocks.gguf"
-run_mpi 2 "$LOCKSTEP" generate -m "$tmp/blocks.gguf" -p hi
-check "GGUF with $key 29 of 30: non-zero, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
-check "GGUF with $key 29 of 30: the tensor and the field named" \
-    err_has "blocks.gguf: tensor 'blk.29.[a-z_]*.weight': expected a layer index below metadata '$key' (29), found 29"
+refused "$tmp/blocks.gguf" "$key 29 of 30" "the tensor and the field named" \
+    "blocks.gguf: tensor 'blk.29.[a-z_]*.weight': expected a layer index below metadata '$key' (29), found 29"
 
 # ---- prompts: invalid UTF-8, stdin
 printf 'caf\xc3 au lait' >"$tmp/bad.txt"
