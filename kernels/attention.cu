@@ -602,10 +602,11 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // head, 64 queries (two blocks a SM at hd 128); 2, 8 warps over the G q heads of one KV head (G
 // the largest of 8, 4, 2, 1 dividing the group), 128 / G queries each, so that one copy of a K
 // and V tile serves 128 rows (half the L2 traffic per product of form 1); 3, 8 warps of one q
-// head, 128 queries; 4 and 5, 4 warps of two row tiles each (32 rows a warp, over up to 4 q heads
-// of a KV head as in form 2, two blocks a SM), so that each K and V fragment a warp reads from
-// shared memory feeds two products; form 4 takes the softmax over 64 keys at a time (255
-// registers and a few spilled), 5 over 32 (no spills). The default (LS_PREFILL_TC_AUTO) is form 4
+// head, 128 queries; 4, 4 warps of two row tiles each (32 rows a warp, over up to 4 q heads of a
+// KV head as in form 2, two blocks a SM), so that each K and V fragment a warp reads from shared
+// memory feeds two products (255 registers, a few bytes spilled; the softmax over 32 keys at a
+// time instead fitted without spills and ran ~6% slower, and was removed). The default
+// (LS_PREFILL_TC_AUTO) is form 4
 // at hd 128 (~20% ahead of forms 1-3 at 8192 positions and at 1024 after 15360, at the 8B's and
 // the 70B's TP=2 shapes; twenty-first session, BENCHMARKS.md) and form 2 at hd 64 (SmolLM2's
 // 2048 positions: 0.049 ms against 0.051-0.056 for form 1 and 0.066 for form 4).
@@ -661,12 +662,12 @@ static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uin
 // One key tile of the tensor-core prefill for a warp's M row tiles: the scores by mma.sync (q
 // from qf, or through q_frag from shared memory), the mask where the tile reaches past the
 // warp's first query or the block's keys, the online softmax, and P V into o.
-template <int HD, int M, bool QREG, int KB, typename QF>
+template <int HD, int M, bool QREG, typename QF>
 static __device__ __forceinline__ void
 tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4], QF q_frag,
         const uint16_t *Ks, const uint16_t *Vs, int k0, int wq0, int n_keys, int lane)
 {
-    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8, NJ = KB / 8;
+    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8, NJ = TC_BK / 8;
     float s[M][NJ][4];
 #pragma unroll
     for (int m = 0; m < M; m++)
@@ -696,7 +697,7 @@ tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4],
     }
 
     // keys past a query (or past the block's last) masked, where the tile reaches them
-    if (k0 + KB - 1 > wq0 || k0 + KB > n_keys)
+    if (k0 + TC_BK - 1 > wq0 || k0 + TC_BK > n_keys)
 #pragma unroll
         for (int m = 0; m < M; m++) {
             const int qp0 = wq0 + m * 16 + (lane >> 2), qp1 = qp0 + 8;
@@ -709,7 +710,7 @@ tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4],
                     if (kp > qp1 || kp >= n_keys) s[m][j][2 + e] = -INFINITY;
                 }
         }
-    uint32_t pf[M][KB / 16][4];
+    uint32_t pf[M][TC_BK / 16][4];
 #pragma unroll
     for (int m = 0; m < M; m++) {
         // the running max and sum of rows 2m and 2m + 1
@@ -743,7 +744,7 @@ tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4],
         lr[2 * m] = l0, lr[2 * m + 1] = l1;
     }
 #pragma unroll
-    for (int kk = 0; kk < KB / 16; kk++)
+    for (int kk = 0; kk < TC_BK / 16; kk++)
 #pragma unroll
         for (int n = 0; n < NT; n += 2) {
             uint32_t b[4];
@@ -757,7 +758,7 @@ tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4],
         }
 }
 
-template <int HD, int W, int G, int M, int KB>
+template <int HD, int W, int G, int M>
 static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
     attn_prefill_tc_kernel(float *__restrict__ out, const float *__restrict__ q, int q_stride,
                            const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
@@ -837,12 +838,8 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
         asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads();
         const uint16_t *Ks = KV + buf * 2 * TC_BK * LD, *Vs = Ks + TC_BK * LD;
-        // the keys of the tile visible to some row of the warp, KB at a time
-#pragma unroll
-        for (int kb = 0; kb < TC_BK; kb += KB)
-            if (k0 + kb < wq0 + WR)
-                tc_tile<HD, M, QREG, KB>(o, mr, lr, qf, q_frag, Ks + kb * LD, Vs + kb * LD, k0 + kb,
-                                         wq0, n_keys, lane);
+        if (k0 < wq0 + WR) // some key of the tile is visible to some row of the warp
+            tc_tile<HD, M, QREG>(o, mr, lr, qf, q_frag, Ks, Vs, k0, wq0, n_keys, lane);
         __syncthreads(); // this buffer is free for the copies two tiles on
     }
 
@@ -1091,20 +1088,19 @@ static void prefill_launch(void (*fn)(float *, const float *, int, const uint16_
     CHECK_CUDA(cudaGetLastError());
 }
 
-// the tensor-core kernel with W warps of M row tiles, over G q heads of a KV head, KB keys a
-// softmax step
-template <int HD, int W, int G, int M, int KB = TC_BK>
+// the tensor-core kernel with W warps of M row tiles, over G q heads of a KV head
+template <int HD, int W, int G, int M>
 static void prefill_tc_form(float *out, const float *q, int q_stride, const uint16_t *kcache,
                             const uint16_t *vcache, int pos0, int T, int hq, int group, int max_ctx,
                             cudaStream_t s)
 {
     constexpr int rows = 16 * M * W;
-    prefill_launch<HD>(attn_prefill_tc_kernel<HD, W, G, M, KB>, W * 32, prefill_tc_smem<HD>(rows),
+    prefill_launch<HD>(attn_prefill_tc_kernel<HD, W, G, M>, W * 32, prefill_tc_smem<HD>(rows),
                        rows / G, G, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
                        s);
 }
 
-// the tensor-core kernel's form (see it), 1 to 5
+// the tensor-core kernel's form (see it), 1 to 4
 template <int HD>
 static void prefill_tc_launch(int form, float *out, const float *q, int q_stride,
                               const uint16_t *kcache, const uint16_t *vcache, int pos0, int T,
@@ -1112,20 +1108,15 @@ static void prefill_tc_launch(int form, float *out, const float *q, int q_stride
 {
     // the q heads of one KV head a block holds (forms 2 and 4): the most of 8 (4) dividing
     // the group
-    const int most = form == 2 ? 8 : form >= 4 ? 4 : 1;
+    const int most = form == 2 ? 8 : form == 4 ? 4 : 1;
     int g = 1;
     while (g < most && group % (2 * g) == 0) g *= 2;
-#define LS_TC_FORM(W, G, M, ...)                                                                   \
-    prefill_tc_form<HD, W, G, M, ##__VA_ARGS__>(out, q, q_stride, kcache, vcache, pos0, T, hq,     \
-                                                group, max_ctx, s)
+#define LS_TC_FORM(W, G, M)                                                                        \
+    prefill_tc_form<HD, W, G, M>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s)
     if (form == 1)
         LS_TC_FORM(4, 1, 1);
     else if (form == 4)
         g == 4 ? LS_TC_FORM(4, 4, 2) : g == 2 ? LS_TC_FORM(4, 2, 2) : LS_TC_FORM(4, 1, 2);
-    else if (form == 5)
-        g == 4   ? LS_TC_FORM(4, 4, 2, 32)
-        : g == 2 ? LS_TC_FORM(4, 2, 2, 32)
-                 : LS_TC_FORM(4, 1, 2, 32);
     else if (g == 8)
         LS_TC_FORM(8, 8, 1);
     else if (g == 4)
@@ -1143,11 +1134,11 @@ extern "C" int ls_attention_set_prefill_tc(int on)
 {
     if (g_prefill_tc < 0) {
         const char *e = getenv("LOCKSTEP_ATT_PREFILL_TC");
-        // as the decode's switches: a value other than 0 to 5 leaves the default
-        g_prefill_tc = e && e[0] >= '0' && e[0] <= '5' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
+        // as the decode's switches: a value other than 0 to 4 leaves the default
+        g_prefill_tc = e && e[0] >= '0' && e[0] <= '4' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
     }
     const int old = g_prefill_tc;
-    if (on >= 0) g_prefill_tc = on > 5 ? LS_PREFILL_TC_AUTO : on;
+    if (on >= 0) g_prefill_tc = on > 4 ? LS_PREFILL_TC_AUTO : on;
     return old;
 }
 

@@ -1175,9 +1175,9 @@ static void tests_attention(void)
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
-    // the tensor-core kernel's five forms (hd 64 and 128), then the fp32 one for the same
+    // the tensor-core kernel's four forms (hd 64 and 128), then the fp32 one for the same
     // shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in form 2) and 2
-    for (int tc = 5; tc >= 0; tc--) {
+    for (int tc = 4; tc >= 0; tc--) {
         const int old = ls_attention_set_prefill_tc(tc);
         test_prefill(9, 3, 64, 0, 37, false);
         test_prefill(6, 2, 64, 50, 5, true);
@@ -1740,7 +1740,7 @@ static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
     for (int cold = 0; cold < 2; cold++) {
         printf("attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s:", hq, hkv, hd, pos0, T,
                cold ? " L2 scrubbed" : "");
-        for (int tc = 5; tc >= 0; tc--) {
+        for (int tc = 4; tc >= 0; tc--) {
             const int old = ls_attention_set_prefill_tc(tc);
             float ms = time_each(
                 T > 4096 || pos0 > 4096 ? 3 : 10,
