@@ -3,7 +3,7 @@
 #   device run: bash tests/gpu/run.sh   (carry .debs: the -dev packages the machine lacks,
 #   fetched here with ../shared/device/fetch-debs.sh .debs)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
-# smollm2 (after carry1), peer, bench, longctx, attforms, shapes, ab, bench70, scaling (#6),
+# smollm2 (after carry1), peer, bench, pflong, longctx, attforms, shapes, ab, bench70, scaling (#6),
 # allreduce, hang, lab, ncu. Each stage's log is
 # $OUT/<stage>.log; a short table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
@@ -272,6 +272,18 @@ stage_shapes() {
         echo -n "LOCKSTEP_GEMV=$v: "
         LOCKSTEP_GEMV=$v mpi -x LOCKSTEP_GEMV -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 \
             --gen 256 --json "$OUT/shapes-$v.json" 2>&1 | grep -E "^ *decode  "
+    done
+}
+
+# the 8B's prefill of a 16384-token prompt (chunks of 1024: cuBLASLt GEMMs and the tensor-core
+# attention over up to 16384 cached positions), at TP=1 and, where it fits, 2
+stage_pflong() {
+    local tp
+    for tp in 1 2; do
+        fits $tp || continue
+        echo -n "TP=$tp: "
+        mpi -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b --prompt-len 16384 --gen 8 \
+            --json "$OUT/pflong-8b-tp$tp.json" | grep -E '^ *prefill' | tr -s ' '
     done
 }
 
