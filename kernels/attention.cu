@@ -1081,8 +1081,11 @@ static void prefill_launch(void (*fn)(float *, const float *, int, const uint16_
                  (int)cudaSharedmemCarveoutMaxShared);
     dim3 grid((unsigned)((T + bq - 1) / bq), (unsigned)(hq / g));
     float qscale = 1.0f / sqrtf((float)HD) * LOG2E;
-    // a plain launch: with PDL its blocks would take SMs while the previous kernel's still run,
-    // in the shared-memory carveout those have, which holds one block where two fit
+    // a plain launch with the max-shared carveout: with PDL the blocks could take SMs while the
+    // previous kernel's still run, in that kernel's carveout, which may hold one block of a
+    // two-block form where two fit. A precaution, not a measured gain: against PDL, form 2 (one
+    // block a SM) measured the same (twenty-first session, call 3); a two-block form was not
+    // compared.
     fn<<<grid, threads, smem, s>>>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,
                                    qscale);
     CHECK_CUDA(cudaGetLastError());
