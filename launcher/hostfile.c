@@ -1,13 +1,15 @@
 /* See hostfile.h. The parser is strict where Open MPI is lenient or fails late: a bad line is
  * reported here with its file, line and text instead of as a mapping error after mpirun has
  * contacted every node. Anything accepted here is also valid for Open MPI 4 and 5, except the
- * "host:N" form, which only --host understands: a file that uses it is passed to mpirun as a
+ * "host:N" form and CRLF line ends, which only --host survives (Open MPI's hostfile parser
+ * calls a CR outside a comment a parse error): a file with either is passed to mpirun as a
  * --host list, every other file as --hostfile, unchanged.
  *
  * The composer never reads the environment or the machine; every fact arrives in
  * struct ls_launch_site, so the same inputs always give the same command line. */
 #include "config.h"
 #include "hostfile.h"
+#include "runtime/log.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------- hostfile ---- */
 
@@ -145,6 +148,7 @@ int ls_hostfile_parse_string(const char *text, const char *name, struct ls_hostf
 
         char *hash = strchr(buf, '#');
         if (hash) *hash = 0;
+        if (strchr(buf, '\r')) out->cr_line_ends = 1;
         if (buf[strspn(buf, blanks)] == 0) {
             free(buf);
             continue;
@@ -187,9 +191,17 @@ fail:
 int ls_hostfile_parse(const char *path, struct ls_hostfile *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
+    /* a regular file only: mpirun opens it again, so a pipe (<(...)) would be empty by then;
+     * and a FIFO with no writer must not block the open */
+    char why[512];
+    const int fd = ls_open_input(path, NULL, why, sizeof why);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
-        snprintf(err, errlen, "hostfile %s: cannot open it: %s", path, strerror(errno));
+        if (fd >= 0) {
+            snprintf(why, sizeof why, "%s: cannot open: %s", path, strerror(errno));
+            close(fd);
+        }
+        snprintf(err, errlen, "hostfile %s", why);
         return -1;
     }
     char *buf = malloc((size_t)LS_HOSTFILE_MAX_BYTES + 1);
@@ -457,11 +469,19 @@ int ls_launch_compose(const struct ls_launch_opts *o, const struct ls_hostfile *
     int np, per_node, nnodes;
     if (hf) {
         if (hostfile_per_node(o, hf, &per_node, err, errlen) != 0) return -1;
-        int total = per_node * hf->nhosts;
-        np = o->tp ? o->tp : total;
+        long long total = (long long)per_node * hf->nhosts;
+        if (!o->tp && total > LS_LAUNCH_RANKS_MAX) {
+            snprintf(err, errlen,
+                     "hostfile %s has %lld ranks (%d host%s x %d ranks per node), more than a "
+                     "job can have (expected at most %d, as --tp takes); pass --tp N",
+                     hf->path, total, hf->nhosts, hf->nhosts == 1 ? "" : "s", per_node,
+                     LS_LAUNCH_RANKS_MAX);
+            return -1;
+        }
+        np = o->tp ? o->tp : (int)total;
         if (np > total) {
             snprintf(err, errlen,
-                     "--tp %d needs %d ranks but hostfile %s has %d (%d host%s x %d ranks per "
+                     "--tp %d needs %d ranks but hostfile %s has %lld (%d host%s x %d ranks per "
                      "node%s)",
                      np, np, hf->path, total, hf->nhosts, hf->nhosts == 1 ? "" : "s", per_node,
                      o->cpu ? "" : ", one per GPU");
@@ -504,10 +524,10 @@ int ls_launch_compose(const struct ls_launch_opts *o, const struct ls_hostfile *
     strv_push(&a, "-np");
     strv_pushf(&a, "%d", np);
     if (hf) {
-        int colon = 0;
-        for (int i = 0; i < hf->nhosts; i++) colon |= hf->hosts[i].colon_form;
-        if (colon) {
-            /* Open MPI's hostfile parser rejects "host:N"; --host takes the same list */
+        int host_list = hf->cr_line_ends;
+        for (int i = 0; i < hf->nhosts; i++) host_list |= hf->hosts[i].colon_form;
+        if (host_list) {
+            /* Open MPI's hostfile parser rejects "host:N" and CRs; --host takes the same list */
             size_t len = 1;
             for (int i = 0; i < hf->nhosts; i++) len += strlen(hf->hosts[i].name) + 16;
             char *list = malloc(len), *w = list;

@@ -16,6 +16,7 @@ enum {
     LS_HOST_NAME_MAX = 255, /* DNS limit on a full name */
     LS_HOST_SLOTS_MAX = 1 << 20,
     LS_HOSTFILE_MAX_BYTES = 1 << 24,
+    LS_LAUNCH_RANKS_MAX = 65536, /* the most ranks a job may have (--tp's range) */
 };
 
 struct ls_host {
@@ -30,12 +31,15 @@ struct ls_hostfile {
     char *path;            /* as given: named in messages and passed to mpirun */
     struct ls_host *hosts; /* [nhosts], in file order, each name once */
     int nhosts;
+    int cr_line_ends; /* a CR outside a comment, which Open MPI's own parser rejects */
 };
 
 /* Parse an Open MPI style hostfile: "hostname [slots=N] [max_slots=M]" or "hostname:N" per
- * line, '#' comments, blank lines. A host listed twice is an error (Open MPI rejects it too,
- * and merging would silently put two ranks' worth of work on one GPU). Returns 0, or -1 with
- * "hostfile F line L: problem (expected ..., found '...')" in err; out is empty on error. */
+ * line, '#' comments, blank lines, LF or CRLF line ends. A host listed twice is an error (Open
+ * MPI rejects it too, and merging would silently put two ranks' worth of work on one GPU). The
+ * file must be a regular one: mpirun reads it again, and a pipe would be empty by then. Returns
+ * 0, or -1 with "hostfile F line L: problem (expected ..., found '...')" in err; out is empty
+ * on error. */
 int ls_hostfile_parse(const char *path, struct ls_hostfile *out, char *err, size_t errlen);
 /* the same on text already in memory; name stands for the file in messages */
 int ls_hostfile_parse_string(const char *text, const char *name, struct ls_hostfile *out, char *err,

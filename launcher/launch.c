@@ -99,7 +99,7 @@ int cmd_launch(int argc, char **argv)
         long v = 0;
         switch (opt) {
         case OPT_TP:
-            if (ls_parse_long("--tp", optarg, 1, 65536, &v, err, sizeof err) != 0)
+            if (ls_parse_long("--tp", optarg, 1, LS_LAUNCH_RANKS_MAX, &v, err, sizeof err) != 0)
                 return ls_usage_error("launch", err);
             o.tp = (int)v;
             break;

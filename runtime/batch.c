@@ -8,6 +8,7 @@
 #include "chat.h"
 #include "check.h"
 #include "commands.h"
+#include "json_util.h"
 #include "log.h"
 #include "run_common.h"
 #include "tokenizer.h"
@@ -39,6 +40,17 @@ static const char batch_help[] =
     "  --chat               apply the chat template to \"prompt\" lines too\n" RC_SAMPLING_HELP
         LS_COMMON_HELP;
 
+/* what a message says was found in place of a list of the right length: "a list of 3", or the
+ * value's type */
+static const char *list_or_type(json_t *v, char *buf, size_t len)
+{
+    if (json_is_array(v))
+        snprintf(buf, len, "a list of %zu", json_array_size(v));
+    else
+        snprintf(buf, len, "%s", ls_json_type_name(v));
+    return buf;
+}
+
 /* ids of the request's prompt; -1 with err naming the field */
 static int request_ids(const struct ls_model *m, json_t *req, int chat_default, int **out, int *n,
                        char *err, size_t errlen)
@@ -50,13 +62,16 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
     }
     if (!prompt == !messages) {
         snprintf(err, errlen,
-                 "expected exactly one of \"prompt\" (a string) and \"messages\" (a list)");
+                 "expected exactly one of \"prompt\" (a string) and \"messages\" (a list), "
+                 "found %s",
+                 prompt ? "both" : "neither");
         return -1;
     }
     char *text = NULL;
     int chat = messages != NULL || chat_default;
     if (prompt && !json_is_string(prompt)) {
-        snprintf(err, errlen, "field \"prompt\": expected a string");
+        snprintf(err, errlen, "field \"prompt\": expected a string, found %s",
+                 ls_json_type_name(prompt));
         return -1;
     }
     if (chat) {
@@ -65,9 +80,11 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
         if (messages) {
             if (!json_is_array(messages) || json_array_size(messages) == 0 ||
                 json_array_size(messages) > 64) {
+                char found[48];
                 snprintf(err, errlen,
                          "field \"messages\": expected a list of 1 to 64 {\"role\", \"content\"} "
-                         "objects");
+                         "objects, found %s",
+                         list_or_type(messages, found, sizeof found));
                 return -1;
             }
             size_t i;
@@ -77,10 +94,17 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
                 json_t *role = json_object_get(msg, "role"),
                        *content = json_object_get(msg, "content");
                 if (!json_is_string(role) || !json_is_string(content)) {
-                    snprintf(
-                        err, errlen,
-                        "field \"messages\"[%zu]: expected {\"role\": string, \"content\": string}",
-                        i);
+                    char found[64];
+                    if (!json_is_object(msg))
+                        snprintf(found, sizeof found, "%s", ls_json_type_name(msg));
+                    else
+                        snprintf(found, sizeof found, "\"%s\": %s",
+                                 json_is_string(role) ? "content" : "role",
+                                 ls_json_type_name(json_is_string(role) ? content : role));
+                    snprintf(err, errlen,
+                             "field \"messages\"[%zu]: expected {\"role\": string, \"content\": "
+                             "string}, found %s",
+                             i, found);
                     return -1;
                 }
                 msgs[k++] = (struct chat_msg){.role = json_string_value(role),
@@ -125,8 +149,8 @@ static int num_field(json_t *req, const char *key, double lo, double hi, int int
     json_t *v = json_object_get(req, key);
     if (!v) return 0;
     if (!json_is_number(v) || (integer && !json_is_integer(v))) {
-        snprintf(err, errlen, "field \"%s\": expected %s", key,
-                 integer ? "an integer" : "a number");
+        snprintf(err, errlen, "field \"%s\": expected %s, found %s", key,
+                 integer ? "an integer" : "a number", ls_json_type_name(v));
         return -1;
     }
     double d = json_number_value(v);
@@ -180,7 +204,13 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
     json_t *seed = json_object_get(req, "seed");
     if (seed) {
         if (!json_is_integer(seed) || json_integer_value(seed) < 0) {
-            snprintf(err, errlen, "field \"seed\": expected a non-negative integer");
+            char found[32];
+            if (json_is_integer(seed))
+                snprintf(found, sizeof found, "%" JSON_INTEGER_FORMAT, json_integer_value(seed));
+            else
+                snprintf(found, sizeof found, "%s", ls_json_type_name(seed));
+            snprintf(err, errlen, "field \"seed\": expected a non-negative integer, found %s",
+                     found);
             return -1;
         }
         s->seed = (uint64_t)json_integer_value(seed);
@@ -200,15 +230,18 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
             json_array_foreach(stop, i, x)
             {
                 if (!json_is_string(x) || !json_string_length(x)) {
-                    snprintf(err, errlen, "field \"stop\"[%zu]: expected a non-empty string", i);
+                    snprintf(err, errlen,
+                             "field \"stop\"[%zu]: expected a non-empty string, found %s", i,
+                             json_is_string(x) ? "\"\"" : ls_json_type_name(x));
                     return -1;
                 }
                 p->stops[p->n_stops++] = json_string_value(x);
             }
         } else {
+            char found[48];
             snprintf(err, errlen,
-                     "field \"stop\": expected a string or a list of at most %d strings",
-                     LS_MAX_STOPS);
+                     "field \"stop\": expected a string or a list of at most %d strings, found %s",
+                     LS_MAX_STOPS, list_or_type(stop, found, sizeof found));
             return -1;
         }
     }
@@ -374,11 +407,14 @@ int cmd_batch(int argc, char **argv)
         CHECK_MPI(MPI_Bcast(line, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD));
         line[len] = 0;
         lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        /* blank lines (CRLF ends, spaces, tabs) are skipped, as empty ones are */
+        while (len > 0 && line[len - 1] && strchr("\n\r \t", line[len - 1])) line[--len] = 0;
         if (len == 0) continue;
 
         json_error_t jerr;
-        json_t *req = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &jerr);
+        /* any JSON value, so that a number or a string is named as what it is */
+        json_t *req =
+            json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
         json_t *id = req ? json_object_get(req, "id") : NULL;
         json_t *res = json_object();
         json_object_set(res, "id", id ? id : json_null());
@@ -390,7 +426,8 @@ int cmd_batch(int argc, char **argv)
                      jerr.column);
             good = 0;
         } else if (!json_is_object(req)) {
-            snprintf(err, sizeof err, "line %ld: expected a JSON object", lineno);
+            snprintf(err, sizeof err, "line %ld: expected a JSON object, found %s", lineno,
+                     ls_json_type_name(req));
             good = 0;
         } else {
             char e2[900];

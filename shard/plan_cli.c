@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 enum {
     OPT_HEADS = LS_OPT_FIRST_FREE,
@@ -194,6 +195,10 @@ static int config_bool(const json_t *obj, const char *key, const char *path, int
  * switches are read at the top level, then where the sizes are (which wins). */
 static int config_read(const char *path, struct shape *c)
 {
+    /* a folder opens and reads as empty, which jansson would call a JSON syntax error */
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(-1, "%s: expected a config.json file, found a directory", path);
     json_error_t jerr;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {

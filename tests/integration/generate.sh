@@ -105,6 +105,30 @@ check "batch: an integer out of range is printed exactly" \
 check "batch: a number just past its bound is not printed as the bound" \
     test "$(bsel t)" = 'line 3: field "temperature": expected 0..100, found 100.0000001'
 check "batch: a good line still reaches the prompt" test "$(bsel p)" = 'line 4: the model has no tokenizer'
+# a wrong type is named as what was found; a line that is JSON but no object too
+cat >"$tmp/bt.jsonl" <<'JSONL'
+{"id": "f", "prompt": "x", "max_tokens": 2.0}
+{"id": "n", "prompt": "x", "seed": -1}
+{"id": "l", "prompt": "x", "stop": ["a", 7]}
+{"id": "k", "prompt": "x", "stop": ["a","a","a","a","a","a","a","a","a","a","a","a","a","a","a","a","a"]}
+   	
+42
+["a"]
+JSONL
+run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/bt.jsonl" --output "$tmp/bt.out"
+check "batch types: the job succeeds, a line of blanks is skipped as an empty one is" \
+    eval '[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/bt.out")" -eq 6 ]'
+btsel() { jq -r "select(.id == \"$1\") | .error // empty" "$tmp/bt.out" 2>/dev/null; }
+check "batch: an integer field given a real number says so" \
+    test "$(btsel f)" = 'line 1: field "max_tokens": expected an integer, found a real number'
+check "batch: a negative seed is printed" \
+    test "$(btsel n)" = 'line 2: field "seed": expected a non-negative integer, found -1'
+check "batch: a stop list element of the wrong type is named" \
+    test "$(btsel l)" = 'line 3: field "stop"[1]: expected a non-empty string, found an integer'
+check "batch: a stop list that is too long gives its length" \
+    test "$(btsel k)" = 'line 4: field "stop": expected a string or a list of at most 16 strings, found a list of 17'
+check "batch: a line that is a JSON number or array is named as such" \
+    eval '[ "$(jq -r "select(.id == null) | .error" "$tmp/bt.out" | tr "\n" "|")" = "line 6: expected a JSON object, found an integer|line 7: expected a JSON object, found an array|" ]'
 mkdir -p "$tmp/sub"
 ln "$tmp/bf.jsonl" "$tmp/bf.hard"
 ln -s "$tmp/bf.jsonl" "$tmp/bf.sym"
@@ -280,9 +304,10 @@ this is not json
 {"id": "i", "prompt": "hi", "stop": [1]}
 JSONL
 printf '{"id": "j", "prompt": "caf\xc3 x"}\n' >>"$tmp/in.jsonl"
+printf '{"id": "k", "messages": [{"role": "user", "content": 5}]}\n' >>"$tmp/in.jsonl"
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in.jsonl" --output "$tmp/res.jsonl"
 check "batch with bad lines: the job succeeds" test "$rc" -eq 0
-check "batch: one output line per non-empty input line" test "$(wc -l <"$tmp/res.jsonl")" -eq 9
+check "batch: one output line per non-empty input line" test "$(wc -l <"$tmp/res.jsonl")" -eq 10
 check "batch: every output line is JSON" jq_file "$tmp/res.jsonl" true
 sel() { jq -c "select(.id == \"$1\")" "$tmp/res.jsonl"; }
 check "batch: prompt line generates the reference text" test "$(sel a | jq -r .text)" = " Paris.
@@ -291,14 +316,15 @@ The answer is:"
 check "batch: messages line uses the chat template" test "$(sel b | jq -r .text | head -c 20)" = "The boiling point of"
 check "batch: token counts and finish reason" test "$(sel a | jq -c '[.prompt_tokens, .completion_tokens, .finish_reason]')" = '[5,8,"length"]'
 check "batch: a line that is not JSON gets an error object naming the line" jq_file "$tmp/res.jsonl" '.error != null and (.error | test("line 3: not JSON"))' 
-check "batch: a prompt that is not a string is named" test -n "$(sel d | jq -r '.error // empty' | grep 'field "prompt"')"
+check "batch: a prompt that is not a string is named" test "$(sel d | jq -r '.error // empty')" = 'line 4: field "prompt": expected a string, found an integer'
+check "batch: a message content that is not a string is named" test "$(sel k | jq -r '.error // empty')" = 'line 11: field "messages"[0]: expected {"role": string, "content": string}, found "content": an integer'
 check "batch: a bad temperature is named" test -n "$(sel e | jq -r '.error // empty' | grep temperature)"
 check "batch: a bad top_p is named" test -n "$(sel h | jq -r '.error // empty' | grep top_p)"
 check "batch: a bad stop list is named" test -n "$(sel i | jq -r '.error // empty' | grep stop)"
 check "batch: invalid UTF-8 in a line is an error for that line" jq_file "$tmp/res.jsonl" '.error != null and (.error | test("line 10: not JSON: unable to decode byte 0xc3"))' 
-check "batch: lines keep their order" test "$(jq -r '.id // "null"' "$tmp/res.jsonl" | tr '\n' ' ')" = "a b null d e g h i null "
+check "batch: lines keep their order" test "$(jq -r '.id // "null"' "$tmp/res.jsonl" | tr '\n' ' ')" = "a b null d e g h i null k "
 check "batch: the stop string of a line is honoured" test "$(sel g | jq -r .text | grep -c .)" -le 1
-check "batch: summary on stderr" err_has "batch: 9 lines, 3 done, 6 errors"
+check "batch: summary on stderr" err_has "batch: 10 lines, 3 done, 7 errors"
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/nope.jsonl" --output "$tmp/x.jsonl"
 check "batch: a missing input file is a clear error on every rank" test "$rc" -ne 0 -a "$rc" -ne 124
 check "batch: the missing input file is named" err_has "nope.jsonl"

@@ -19,7 +19,7 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_MCA_orte_tmpdir_base="$tmp"
 n=0
 failed=0
-echo "1..16"
+echo "1..19"
 
 # tap STATUS DESC: one TAP line for the checks just made ($? of the last one)
 tap() {
@@ -72,13 +72,22 @@ run_it --hostfile "$TWO" --tp 16 --dry-run -- info
 tap $? "two nodes x 8 GPUs, --tp 16: -np 16, the hostfile, ppr:8:node"
 
 run_it --hostfile "$tmp/no-such-hostfile" --tp 2 --dry-run -- info
-[ $rc = 2 ] && says "hostfile $tmp/no-such-hostfile: cannot open it" && [ ! -s "$tmp/out" ]
+[ $rc = 2 ] && says "hostfile $tmp/no-such-hostfile: cannot open: No such file" && [ ! -s "$tmp/out" ]
 tap $? "missing hostfile: exit 2, names the file"
 
 printf 'node1 slots=8\nnode2 slots=eight\n' >"$tmp/bad"
 run_it --hostfile "$tmp/bad" --dry-run -- info
 [ $rc = 2 ] && says "hostfile $tmp/bad line 2: bad slots value" && says "found 'eight'"
 tap $? "malformed hostfile: exit 2, names file, line, field and the text found"
+
+run_it --hostfile <(printf 'localhost slots=2\n') --dry-run -- info
+[ $rc = 2 ] && says ": expected a regular file, found a FIFO"
+tap $? "hostfile from a pipe (mpirun would find it empty): exit 2, says why"
+
+mkfifo "$tmp/fifo"
+run_it --hostfile "$tmp/fifo" --dry-run -- info
+[ $rc = 2 ] && says "hostfile $tmp/fifo: expected a regular file, found a FIFO"
+tap $? "hostfile a FIFO with no writer: exit 2, no hang"
 
 run_it --hostfile "$TWO" --tp 32 --dry-run -- info
 [ $rc = 2 ] && says "--tp 32 needs 32 ranks but hostfile $TWO has 16 (2 hosts x 8 ranks per node"
@@ -104,6 +113,11 @@ tap $? "lockstep-run --cpu --tp 2 -- info runs 2 ranks"
 run_it --cpu --hostfile "$SRCDIR/hostfiles/one-node-2gpus" -- version
 [ $rc = 0 ] && [ "$(grep -c "^lockstep " "$tmp/out")" = 1 ]
 tap $? "a hostfile run takes every slot and prints the version on rank 0 only"
+
+printf 'localhost slots=2\r\n' >"$tmp/crlf"
+run_it --cpu --hostfile "$tmp/crlf" -- version
+[ $rc = 0 ] && [ "$(grep -c "^lockstep " "$tmp/out")" = 1 ]
+tap $? "a CRLF hostfile runs (passed as --host: Open MPI's hostfile parser rejects the CR)"
 
 run_it --cpu --tp 2 -- no-such-command
 [ $rc = 2 ] && says "unknown command"

@@ -92,6 +92,9 @@ run "$LOCKSTEP" plan "${smol[@]}" --tp two
 check "malformed value: expected and found" err_has "--tp: expected a positive integer, found 'two'"
 run "$LOCKSTEP" plan --config "$tmp/nonexistent.json" --tp 2
 check "missing config file: exit 2, the path named" test "$rc" -eq 2 -a "$(count_in_err 'nonexistent.json')" -eq 1
+run "$LOCKSTEP" plan --config "$tmp" --tp 2
+check "config a directory: exit 2, named as one (not as bad JSON)" \
+    test "$rc" -eq 2 -a "$(count_in_err "plan: $tmp: expected a config.json file, found a directory")" -eq 1
 run "$LOCKSTEP" plan --help
 check "--help: exit 0, usage on stdout" test "$rc" -eq 0 -a "$(count_in_out '^usage: lockstep plan')" -eq 1
 

@@ -7,6 +7,7 @@
 
 #include <CUnit/CUnit.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,11 @@ static void test_skips_comments_blanks_and_crlf(void)
     CU_ASSERT_STRING_EQUAL(hf.hosts[1].name, "node2");
     CU_ASSERT_EQUAL(hf.hosts[1].slots, 2);
     CU_ASSERT_EQUAL(hf.hosts[1].line, 6);
+    CU_ASSERT_EQUAL(hf.cr_line_ends, 1);
+    ls_hostfile_free(&hf);
+    /* a CR inside a comment is no CR for Open MPI's parser */
+    CU_ASSERT_EQUAL_FATAL(parse("# CRLF comment\r\nnode1 slots=2\n", &hf), 0);
+    CU_ASSERT_EQUAL(hf.cr_line_ends, 0);
     ls_hostfile_free(&hf);
 }
 
@@ -174,7 +180,23 @@ static void test_parse_file_reads_and_names_the_file(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, path));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "No such file"));
     CU_ASSERT_EQUAL(ls_hostfile_parse("/tmp", &hf, err, sizeof err), -1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "hostfile /tmp: cannot"));
+    CU_ASSERT_STRING_EQUAL(err, "hostfile /tmp: expected a regular file, found a directory");
+}
+
+static void test_parse_file_refuses_a_fifo_without_blocking(void)
+{
+    /* mpirun reads the hostfile again, and a FIFO with no writer would block the parse */
+    char dir[] = "/tmp/test_hostfile_XXXXXX", path[64];
+    CU_ASSERT_FATAL(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/fifo", dir);
+    CU_ASSERT_FATAL(mkfifo(path, 0600) == 0);
+    struct ls_hostfile hf;
+    CU_ASSERT_EQUAL(ls_hostfile_parse(path, &hf, err, sizeof err), -1);
+    char want[128];
+    snprintf(want, sizeof want, "hostfile %s: expected a regular file, found a FIFO", path);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    unlink(path);
+    rmdir(dir);
 }
 
 /* ---- words ---- */
@@ -431,6 +453,47 @@ static void test_colon_form_becomes_a_host_list(void)
     ls_hostfile_free(&hf);
 }
 
+static void test_crlf_file_becomes_a_host_list(void)
+{
+    /* Open MPI's hostfile parser calls the CR a parse error; --host never sees it */
+    struct ls_hostfile hf;
+    CU_ASSERT_EQUAL_FATAL(parse("a slots=8\r\nb slots=8\r\n", &hf), 0);
+    struct ls_launch_opts o = opts();
+    struct ls_launch_site s = site(0, 4);
+    struct ls_launch_cmd c;
+    CU_ASSERT_EQUAL_FATAL(compose(&o, &hf, &s, &c), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(line, "mpirun -np 16 --host a:8,b:8 --map-by ppr:8:node "));
+    CU_ASSERT_PTR_NULL(strstr(line, "--hostfile"));
+    ls_launch_cmd_free(&c);
+    ls_hostfile_free(&hf);
+}
+
+static void test_hostfile_ranks_past_the_job_limit(void)
+{
+    /* 2048 hosts x 1048576 slots is 2^31 ranks: an int would wrap to a negative -np */
+    size_t cap = 2048 * 32;
+    char *text = malloc(cap), *w = text;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    for (int i = 0; i < 2048; i++) w += sprintf(w, "h%d slots=1048576\n", i);
+    struct ls_hostfile hf;
+    CU_ASSERT_EQUAL_FATAL(parse(text, &hf), 0);
+    free(text);
+    struct ls_launch_opts o = opts();
+    struct ls_launch_site s = site(0, 4);
+    struct ls_launch_cmd c;
+    CU_ASSERT_EQUAL(compose(&o, &hf, &s, &c), -1);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(err, "hostfile hf.txt has 2147483648 ranks (2048 hosts x 1048576 ranks per node)"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "expected at most 65536"));
+    CU_ASSERT_PTR_NULL(c.argv);
+    o.tp = 16; /* --tp picks a part of it */
+    CU_ASSERT_EQUAL_FATAL(compose(&o, &hf, &s, &c), 0);
+    CU_ASSERT_EQUAL(c.np, 16);
+    CU_ASSERT_EQUAL(c.nnodes, 1);
+    ls_launch_cmd_free(&c);
+    ls_hostfile_free(&hf);
+}
+
 static void test_forwards_only_set_variables_sorted(void)
 {
     char *env[] = {"PATH=/usr/bin",
@@ -535,6 +598,8 @@ int main(void)
     CU_add_test(p, "rejects counts given twice", test_rejects_counts_given_twice);
     CU_add_test(p, "parses a file and names it in errors",
                 test_parse_file_reads_and_names_the_file);
+    CU_add_test(p, "refuses a FIFO without blocking",
+                test_parse_file_refuses_a_fifo_without_blocking);
 
     CU_pSuite w = CU_add_suite("words", NULL, NULL);
     CU_add_test(w, "split follows shell quoting", test_split_words_follows_shell_quoting);
@@ -554,6 +619,8 @@ int main(void)
     CU_add_test(c, "host without slots needs --gpus-per-node",
                 test_host_without_slots_needs_gpus_per_node);
     CU_add_test(c, "host:N becomes a --host list", test_colon_form_becomes_a_host_list);
+    CU_add_test(c, "CRLF file becomes a --host list", test_crlf_file_becomes_a_host_list);
+    CU_add_test(c, "hostfile ranks past the job limit", test_hostfile_ranks_past_the_job_limit);
     CU_add_test(c, "forwards only set variables, sorted", test_forwards_only_set_variables_sorted);
     CU_add_test(c, "root gets the flag and the environment",
                 test_root_gets_the_flag_and_the_environment);
