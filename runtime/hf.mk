@@ -13,7 +13,7 @@ tests_unit_test_safetensors_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 
 tests_unit_test_hfconfig_SOURCES = tests/unit/test_hfconfig.c tests/unit/cunit_tap.c \
 	tests/unit/cunit_tap.h runtime/hfconfig.c runtime/hfconfig.h runtime/model_config.h \
-	runtime/log.c
+	runtime/log.c shard/plan.c shard/plan.h
 tests_unit_test_hfconfig_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) -lm
 tests_unit_test_hfconfig_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 
@@ -34,7 +34,7 @@ tests_fuzz_fuzz_safetensors_LDADD = $(JANSSON_LIBS)
 # and on the config.json reader (seed corpus: tests/fuzz/corpus/hfconfig)
 check_PROGRAMS += tests/fuzz/fuzz_hfconfig
 tests_fuzz_fuzz_hfconfig_SOURCES = tests/fuzz/fuzz_hfconfig.c runtime/hfconfig.c \
-	runtime/hfconfig.h runtime/model_config.h runtime/log.c
+	runtime/hfconfig.h runtime/model_config.h runtime/log.c shard/plan.c shard/plan.h
 tests_fuzz_fuzz_hfconfig_CFLAGS = $(FUZZ_COMPILE_FLAGS)
 tests_fuzz_fuzz_hfconfig_LDFLAGS = $(FUZZ_LINK_FLAGS)
 tests_fuzz_fuzz_hfconfig_LDADD = $(JANSSON_LIBS) -lm

@@ -10,6 +10,7 @@
  *   exactly as transformers runs it. */
 #include "config.h"
 #include "hfconfig.h"
+#include "shard/plan.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -359,9 +360,9 @@ static int load_root(struct ctx *c, struct ls_model_config *out)
                        &out->head_dim) != 0) {
         return -1;
     }
-    if (out->head_dim % 2 != 0)
-        return ls_errf(c->err, c->errlen, "%s: head_dim %d is odd: RoPE rotates pairs", c->path,
-                       out->head_dim);
+    char rule[160];
+    if (ls_plan_check_head_dim(out->head_dim, rule, sizeof rule) != 0)
+        return ls_errf(c->err, c->errlen, "%s: %s", c->path, rule);
     if ((long long)out->n_heads * out->head_dim > LS_HF_MAX_SIZE)
         return ls_errf(c->err, c->errlen,
                        "%s: num_attention_heads x head_dim = %lld exceeds the limit of %d", c->path,

@@ -390,7 +390,11 @@ static void test_rejects_inconsistent_sizes(void)
 {
     expect_error("num_key_value_heads", "6",
                  "num_attention_heads (32) is not a multiple of num_key_value_heads (6)", NULL);
-    expect_error("head_dim", "127", "head_dim 127 is odd", NULL);
+    expect_error("head_dim", "127",
+                 "head_dim: expected an even number (RoPE rotates pairs of dimensions) up to 1024, "
+                 "found 127",
+                 NULL);
+    expect_error("head_dim", "2048", "head_dim: expected an even number", "found 2048");
     expect_error("head_dim", "0", "field 'head_dim': expected a positive integer", "found 0");
     struct ls_model_config c;
     json_t *root = json_loads(llama31, 0, NULL);
