@@ -117,8 +117,9 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     }
     if (n_prompt >= max_ctx) {
         snprintf(err, errlen,
-                 "the prompt has %d tokens but the context holds %d (--max-context); "
-                 "shorten the prompt or raise --max-context",
+                 "the prompt has %d tokens but the context holds %d (--max-context): the prompt "
+                 "and at least one generated token together; shorten the prompt or raise "
+                 "--max-context",
                  n_prompt, max_ctx);
         return -1;
     }

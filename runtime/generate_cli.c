@@ -82,18 +82,27 @@ static char *bcast_string(char *s, size_t n)
     return s;
 }
 
+/* "1,2,3": ids separated by commas, blanks allowed around each; a message names the token
+ * by its 0-based position, as ls_generate's range check does */
 static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
 {
     int cap = 16, k = 0;
     int *ids = malloc((size_t)cap * sizeof *ids);
     CHECK_ALLOC(ids);
     const char *p = s;
-    while (*p) {
-        char *end = NULL;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > (1 << 30)) {
-            snprintf(err, errlen, "--prompt-ids: expected comma-separated token ids, found '%s'",
-                     s);
+    for (;;) {
+        const char *start = p;
+        while (*p == ' ' || *p == '\t') p++;
+        char *end = (char *)p;
+        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+        const char *q = end;
+        while (*q == ' ' || *q == '\t') q++;
+        if (end == p || v < 0 || v > (1 << 30) || (*q != ',' && *q)) {
+            size_t len = strcspn(start, ",");
+            snprintf(err, errlen,
+                     "--prompt-ids: token %d: expected an id in 0..%d (ids separated by "
+                     "commas), found '%.*s'",
+                     k, 1 << 30, (int)(len > 60 ? 60 : len), start);
             free(ids);
             return -1;
         }
@@ -103,15 +112,8 @@ static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
             CHECK_ALLOC(ids);
         }
         ids[k++] = (int)v;
-        p = end;
-        if (*p == ',')
-            p++;
-        else if (*p) {
-            snprintf(err, errlen, "--prompt-ids: expected comma-separated token ids, found '%s'",
-                     s);
-            free(ids);
-            return -1;
-        }
+        if (!*q) break;
+        p = q + 1;
     }
     *out = ids;
     *n = k;

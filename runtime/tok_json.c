@@ -607,20 +607,41 @@ static int parse_model_opts(struct jctx *c, struct tokenizer *tok, const json_t 
 
 /* ------------------------------------------------------------------ tokenizer_config.json */
 
-static const char *token_content(const json_t *v)
+/* bos_token / eos_token: null (none), "text" or {"content": "text", ...} (an AddedToken), naming
+ * a token of tokenizer.json; -1 into *id for null. transformers refuses other types, and would
+ * add an unknown text as a new token past the model's vocabulary. */
+static int config_token(struct jctx *c, const struct tokenizer *tok, const json_t *cfg,
+                        const char *key, int32_t *id)
 {
-    if (json_is_string(v)) return json_string_value(v);
-    return json_string_value(json_object_get(v, "content"));
+    const json_t *v = json_object_get(cfg, key);
+    *id = -1;
+    if (!v || json_is_null(v)) return 0;
+    const json_t *s = json_is_object(v) ? json_object_get(v, "content") : v;
+    char p[64];
+    snprintf(p, sizeof(p), json_is_object(v) ? "%s.content" : "%s", key);
+    if (!json_is_string(s))
+        return jfail(c, p, json_is_object(v) ? "a string" : "a string, {\"content\": ...} or null",
+                     s);
+    *id = tok_id(tok, json_string_value(s));
+    if (*id < 0) return jfail(c, p, "a token of tokenizer.json", s);
+    return 0;
 }
 
 static int parse_config(struct jctx *c, struct tokenizer *tok, const json_t *cfg)
 {
     if (!json_is_object(cfg)) return jfail(c, "(top level)", "an object", cfg);
-    const char *bos = token_content(json_object_get(cfg, "bos_token"));
-    const char *eos = token_content(json_object_get(cfg, "eos_token"));
-    if (bos) tok->bos_id = tok_id(tok, bos) >= 0 ? tok_id(tok, bos) : tok->bos_id;
-    if (eos) tok->eos_id = tok_id(tok, eos) >= 0 ? tok_id(tok, eos) : tok->eos_id;
+    int32_t bos, eos;
+    if (config_token(c, tok, cfg, "bos_token", &bos) ||
+        config_token(c, tok, cfg, "eos_token", &eos))
+        return -1;
+    if (bos >= 0) tok->bos_id = bos;
+    if (eos >= 0) tok->eos_id = eos;
     const json_t *ab = json_object_get(cfg, "add_bos_token");
+    const json_t *ae = json_object_get(cfg, "add_eos_token");
+    if (ab && !json_is_null(ab) && !json_is_boolean(ab))
+        return jfail(c, "add_bos_token", "true, false or null", ab);
+    if (ae && !json_is_null(ae) && !json_is_boolean(ae))
+        return jfail(c, "add_eos_token", "true, false or null", ae);
     if (json_is_boolean(ab)) {
         /* transformers rebuilds the post-processor from this flag */
         if (json_is_true(ab) && tok->bos_id >= 0) {
@@ -636,7 +657,6 @@ static int parse_config(struct jctx *c, struct tokenizer *tok, const json_t *cfg
             tok->n_prefix--;
         }
     }
-    const json_t *ae = json_object_get(cfg, "add_eos_token");
     if (json_is_boolean(ae)) {
         int has = tok->n_suffix > 0 && tok->suffix[tok->n_suffix - 1] == tok->eos_id;
         if (json_is_true(ae) && tok->eos_id >= 0 && !has) {
@@ -651,12 +671,17 @@ static int parse_config(struct jctx *c, struct tokenizer *tok, const json_t *cfg
     if (json_is_string(ct)) {
         tmpl = json_string_value(ct);
     } else if (json_is_array(ct)) {
-        /* [{"name": "default", "template": ...}, ...] */
+        /* [{"name": "default", "template": ...}, ...]: without tools, transformers renders the
+         * one named "default" and raises when there is none, so no other is taken */
         for (size_t i = 0; i < json_array_size(ct); i++) {
             const json_t *e = json_array_get(ct, i);
-            const char *name = json_string_value(json_object_get(e, "name"));
-            const char *t = json_string_value(json_object_get(e, "template"));
-            if (t && (!tmpl || (name && strcmp(name, "default") == 0))) tmpl = t;
+            char p[64];
+            snprintf(p, sizeof(p), "chat_template[%zu]", i);
+            if (!json_is_object(e)) return jfail(c, p, "an object {name, template}", e);
+            const char *name = jstr(c, e, "name", p, NULL);
+            const char *t = name ? jstr(c, e, "template", p, NULL) : NULL;
+            if (!t) return -1;
+            if (strcmp(name, "default") == 0) tmpl = t;
         }
     } else if (ct && !json_is_null(ct)) {
         return jfail(c, "chat_template", "a string or a list of {name, template}", ct);
@@ -763,7 +788,8 @@ static struct tokenizer *load_root(struct jctx *c, const json_t *root, const jso
         if (added_ids[i] > max_id) max_id = added_ids[i];
     }
     if (max_id < 0) {
-        jfail(c, "model.vocab", "at least one token", vocab);
+        ls_errf(c->err, c->errlen, "%s: model.vocab: expected at least one token, found none",
+                c->name);
         goto fail_ids;
     }
     char msg[256];

@@ -50,6 +50,21 @@ check "prompt id outside the vocabulary: named" err_has "id 600 is outside the v
 run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids "$(seq -s, 1 40)" --max-context 16
 check "prompt longer than the context: non-zero on every rank" test "$rc" -ne 0 -a "$rc" -ne 124
 check "prompt longer than the context: both counts named" err_has "the prompt has 40 tokens but the context holds 16"
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids "$(seq -s, 1 16)" --max-context 16
+check "prompt as long as the context: non-zero on every rank" test "$rc" -ne 0 -a "$rc" -ne 124
+check "prompt as long as the context: says a generated token needs room too" \
+    err_has "the context holds 16 (--max-context): the prompt and at least one generated token together"
+# --prompt-ids: the bad token named by position with the range; blanks around ids are fine, an
+# empty entry (trailing comma) is not
+for ids in "1,2,-3" "1,2,x" "1,2,99999999999" "1,2,3 4" "1,2," "1,2,+3"; do
+    run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids "$ids" -n 1
+    bad=${ids#1,2,}
+    check "--prompt-ids '$ids': non-zero on every rank, token 2 named with the range" eval \
+        '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "--prompt-ids: token 2: expected an id in 0..1073741824 (ids separated by commas), found '"'$bad'"'"'
+done
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids " 1 , 2 ,3 " -n 1 --json --quiet
+check "--prompt-ids with blanks around the ids: read as 1,2,3" \
+    eval '[ "$rc" -eq 0 ] && [ "$(jq -c .prompt_ids "$tmp/out")" = "[1,2,3]" ]'
 run_mpi 3 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 4 --temperature -1
 check "bad sampling value: the flag is named" err_has "temperature: expected 0..100"
 run "$LOCKSTEP" generate -p hi

@@ -752,6 +752,7 @@ static void test_bad_fields_are_named(void)
         {"{\"model\": {\"type\": \"Unigram\", \"vocab\": {}}}",
          "model.type: expected \"BPE\", found \"Unigram\""},
         {"{\"model\": {\"vocab\": []}}", "model.vocab: expected an object"},
+        {"{\"model\": {\"vocab\": {}}}", "model.vocab: expected at least one token, found none"},
         {"{\"model\": {\"vocab\": {\"a\": -1}}}", "model.vocab[\"a\"]: expected an id"},
         {"{\"model\": {\"vocab\": {\"a\": 99999999999}}}", "expected an id in 0.."},
         {"{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a c\"]}}",
@@ -792,6 +793,92 @@ static void test_bad_fields_are_named(void)
             printf("# case %zu: got \"%s\", want \"%s\"\n", i, err, cases[i].want);
             CU_FAIL("error message does not name the field");
         }
+    }
+}
+
+/* tokenizer_config.json beside a small tokenizer.json: bos/eos of a type transformers refuses,
+ * or naming no token (transformers would add one past the model's vocabulary), and
+ * add_bos_token / add_eos_token that are not booleans are errors naming the field, not
+ * ignored; a chat_template list entry that is not {name, template} too */
+static const char small_json[] =
+    "{\"model\": {\"vocab\": {\"a\": 0, \"<s>\": 1, \"</s>\": 2}}, \"added_tokens\": ["
+    "{\"id\": 1, \"content\": \"<s>\", \"special\": true},"
+    "{\"id\": 2, \"content\": \"</s>\", \"special\": true}]}";
+
+static void test_bad_config_fields_are_named(void)
+{
+    struct {
+        const char *cfg, *want;
+    } cases[] = {
+        {"{\"bos_token\": 1}", "bos_token: expected a string, {\"content\": ...} or "
+                               "null, found 1"},
+        {"{\"eos_token\": [\"</s>\"]}", "eos_token: expected a string, {\"content\": "
+                                        "...} or null, found an array"},
+        {"{\"eos_token\": {\"lstrip\": false}}",
+         "eos_token.content: expected a string, found nothing"},
+        {"{\"eos_token\": \"<|eot|>\"}",
+         "eos_token: expected a token of tokenizer.json, found \"<|eot|>\""},
+        {"{\"add_bos_token\": \"yes\"}",
+         "add_bos_token: expected true, false or null, found \"yes\""},
+        {"{\"add_eos_token\": 1}", "add_eos_token: expected true, false or null, found 1"},
+        {"{\"chat_template\": [\"x\"]}",
+         "chat_template[0]: expected an object {name, template}, found \"x\""},
+        {"{\"chat_template\": [{\"name\": \"default\"}]}",
+         "chat_template[0].template: expected a string, found nothing"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char err[512] = "";
+        struct tokenizer *t =
+            tok_load_json_buf(small_json, strlen(small_json), "t.json", cases[i].cfg,
+                              strlen(cases[i].cfg), err, sizeof(err));
+        CU_ASSERT_PTR_NULL(t);
+        tok_free(t);
+        if (!strstr(err, cases[i].want) || strncmp(err, "tokenizer_config.json: ", 23) != 0) {
+            printf("# case %zu: got \"%s\", want \"%s\"\n", i, err, cases[i].want);
+            CU_FAIL("error message does not name the field");
+        }
+    }
+}
+
+/* bos/eos as a string, an AddedToken object or null load; a chat_template list is read as
+ * transformers reads it without tools: the template named "default", and none when no entry
+ * has that name (transformers raises rather than take another) */
+static void test_config_tokens_and_named_templates(void)
+{
+    struct {
+        const char *cfg;
+        int bos, eos;
+        const char *tmpl;
+    } cases[] = {
+        {"{\"bos_token\": \"<s>\", \"eos_token\": {\"content\": \"</s>\", \"lstrip\": false}}", 1,
+         2, NULL},
+        {"{\"bos_token\": null, \"eos_token\": null}", -1, -1, NULL},
+        {"{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, {\"name\": "
+         "\"default\", \"template\": \"D\"}]}",
+         -1, -1, "D"},
+        {"{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"T\"}, {\"name\": "
+         "\"rag\", \"template\": \"R\"}]}",
+         -1, -1, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char err[512] = "";
+        struct tokenizer *t =
+            tok_load_json_buf(small_json, strlen(small_json), "t.json", cases[i].cfg,
+                              strlen(cases[i].cfg), err, sizeof(err));
+        CU_ASSERT_PTR_NOT_NULL(t);
+        if (!t) {
+            printf("# case %zu: %s\n", i, err);
+            continue;
+        }
+        CU_ASSERT_EQUAL(tok_bos(t), cases[i].bos);
+        CU_ASSERT_EQUAL(tok_eos(t), cases[i].eos);
+        if (cases[i].tmpl) {
+            CU_ASSERT_PTR_NOT_NULL(tok_chat_template(t));
+            if (tok_chat_template(t)) CU_ASSERT_STRING_EQUAL(tok_chat_template(t), cases[i].tmpl);
+        } else {
+            CU_ASSERT_PTR_NULL(tok_chat_template(t));
+        }
+        tok_free(t);
     }
 }
 
@@ -950,6 +1037,10 @@ int main(void)
     CU_add_test(e, "missing file is an error naming it", test_missing_file_is_an_error);
     CU_add_test(e, "a FIFO is an error, not a wait", test_fifo_is_an_error);
     CU_add_test(e, "bad fields are named with expected and found", test_bad_fields_are_named);
+    CU_add_test(e, "bad tokenizer_config.json fields are named with expected and found",
+                test_bad_config_fields_are_named);
+    CU_add_test(e, "config bos/eos forms and named chat templates read as transformers does",
+                test_config_tokens_and_named_templates);
     CU_add_test(e, "bad GGUF-style spec is an error", test_bad_spec_is_an_error);
     CU_add_test(e, "invalid UTF-8 input names the byte offset",
                 test_encode_invalid_utf8_names_byte_offset);
