@@ -14,7 +14,7 @@ build=${BUILD_DIR:-$top/build}
 jobs=$(nproc)
 
 packages=(build-essential autoconf automake pkg-config openmpi-bin libopenmpi-dev hwloc
-    libhwloc-dev libcunit1-dev libjansson-dev libpcre2-dev jq python3 python3-pip)
+    libhwloc-dev libcunit1-dev libjansson-dev libpcre2-dev libutf8proc-dev jq python3 python3-pip)
 [ "$mode" = test ] && packages+=(clang libclang-rt-14-dev valgrind)
 
 install_packages() {

@@ -47,7 +47,15 @@ struct tok_pre {
     int prepend_scheme, split; /* METASPACE */
 };
 
-enum tok_norm_type { TOK_NORM_PREPEND, TOK_NORM_REPLACE };
+/* NFC..NFKD: the Unicode normal forms, by utf8proc (tokenizer.c); they have no fields */
+enum tok_norm_type {
+    TOK_NORM_PREPEND,
+    TOK_NORM_REPLACE,
+    TOK_NORM_NFC,
+    TOK_NORM_NFD,
+    TOK_NORM_NFKC,
+    TOK_NORM_NFKD,
+};
 
 struct tok_norm {
     enum tok_norm_type type;

@@ -3,11 +3,11 @@
  *
  * Supported, because the models we serve use them: model BPE (vocab, merges as "a b" strings or
  * [a, b] pairs, byte_fallback, fuse_unk, unk_token, ignore_merges); added_tokens with their
- * flags; normalizers Sequence, Prepend, Replace and NFC (accepted and not applied: the text is
- * taken as already composed); pre-tokenizers Sequence, ByteLevel, Split (String or Regex, all
- * five behaviours, invert), Digits, Metaspace; post-processors TemplateProcessing, ByteLevel,
- * RobertaProcessing, BertProcessing, Sequence; decoders ByteLevel, Metaspace, Sequence of
- * Replace, ByteFallback, Fuse, Strip. Anything else is refused with its JSON path, rather than
+ * flags; normalizers Sequence, Prepend, Replace, NFC, NFD, NFKC and NFKD (the normal forms are
+ * utf8proc's, see unicode_form in tokenizer.c); pre-tokenizers Sequence, ByteLevel, Split (String
+ * or Regex, all five behaviours, invert), Digits, Metaspace; post-processors TemplateProcessing,
+ * ByteLevel, RobertaProcessing, BertProcessing, Sequence; decoders ByteLevel, Metaspace, Sequence
+ * of Replace, ByteFallback, Fuse, Strip. Anything else is refused with its JSON path, rather than
  * giving ids that silently differ from the reference.
  *
  * The file is untrusted: every field is type-checked before use and every id range-checked, and
@@ -145,10 +145,18 @@ static int parse_normalizer(struct jctx *c, struct tokenizer *tok, const json_t 
         }
         return 0;
     }
-    if (strcmp(type, "NFC") == 0) return 0; /* see the top of this file */
-    if (strcmp(type, "Prepend") != 0 && strcmp(type, "Replace") != 0) {
+    static const struct {
+        const char *name;
+        enum tok_norm_type type;
+    } types[] = {{"Prepend", TOK_NORM_PREPEND}, {"Replace", TOK_NORM_REPLACE},
+                 {"NFC", TOK_NORM_NFC},         {"NFD", TOK_NORM_NFD},
+                 {"NFKC", TOK_NORM_NFKC},       {"NFKD", TOK_NORM_NFKD}};
+    size_t k = 0;
+    while (k < sizeof(types) / sizeof(types[0]) && strcmp(type, types[k].name) != 0) k++;
+    if (k == sizeof(types) / sizeof(types[0])) {
         snprintf(p, sizeof(p), "%s.type", path);
-        return jfail(c, p, "Sequence, Prepend, Replace or NFC", json_object_get(n, "type"));
+        return jfail(c, p, "Sequence, Prepend, Replace, NFC, NFD, NFKC or NFKD",
+                     json_object_get(n, "type"));
     }
     if (tok->n_norm == TOK_MAX_STEPS) {
         ls_errf(c->err, c->errlen, "%s: %s: more than %d normalizer steps", c->name, path,
@@ -157,16 +165,16 @@ static int parse_normalizer(struct jctx *c, struct tokenizer *tok, const json_t 
     }
     struct tok_norm *nm = &tok->norm[tok->n_norm++];
     memset(nm, 0, sizeof(*nm));
+    nm->type = types[k].type;
+    if (nm->type != TOK_NORM_PREPEND && nm->type != TOK_NORM_REPLACE) return 0; /* no fields */
     size_t len;
-    if (strcmp(type, "Prepend") == 0) {
-        nm->type = TOK_NORM_PREPEND;
+    if (nm->type == TOK_NORM_PREPEND) {
         const char *s = jstr(c, n, "prepend", path, &len);
         if (!s) return -1;
         if (!(nm->a = dup_n(s, len))) return oom(c);
         nm->alen = len;
         return 0;
     }
-    nm->type = TOK_NORM_REPLACE;
     snprintf(p, sizeof(p), "%s.pattern", path);
     if (parse_pattern(c, json_object_get(n, "pattern"), p, &nm->re, &nm->a, &nm->alen)) return -1;
     const char *s = jstr(c, n, "content", path, &len);

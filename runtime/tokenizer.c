@@ -4,8 +4,9 @@
  * Encoding follows Hugging Face tokenizers step by step, because its ids are the reference:
  *   1. added tokens are cut out of the raw text, leftmost then longest (a special token skipped
  *      because parse_special is off still consumes its span, as HF's matcher does);
- *   2. each remaining segment goes through the normalizers (Prepend, Replace), then added tokens
- *      marked "normalized" are cut out of the normalized text;
+ *   2. each remaining segment goes through the normalizers in their order (Prepend, Replace, and
+ *      the Unicode normal forms NFC, NFD, NFKC, NFKD by utf8proc), then added tokens marked
+ *      "normalized" are cut out of the normalized text;
  *   3. pre-tokenizers split it into words (regex Split, Digits, ByteLevel, Metaspace);
  *   4. each word is merged by BPE: symbols in a linked list, candidate pairs in a binary heap
  *      ordered by (rank, position), stale heap entries dropped when popped, so a word of n
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 /* ------------------------------------------------------------------ UTF-8 and byte alphabet */
 
@@ -1074,7 +1076,67 @@ static int plain_normalized(struct enc *e, const char *s, size_t a, size_t b, in
     return encode_words(e, (size_t)off, b - a, orig0);
 }
 
-/* apply the normalizers to s[0..len) into e->nbuf; returns the new length or -1 */
+/* The NFC, NFD, NFKC or NFKD form of s[0..len) into *out (grown to fit); returns its length, or
+ * -1 with the error set. The options are those utf8proc's own utf8proc_NFC .. utf8proc_NFKD
+ * pass (STABLE, COMPOSE or DECOMPOSE, COMPAT for the K forms), so the forms are the documented
+ * ones, less NULLTERM: the length is given, and a NUL is a character like any other.
+ *
+ * The text is valid UTF-8: tok_encode refuses anything else and jansson checks the added tokens'
+ * strings. Only a Replace regex that cuts a character (\C) could hand utf8proc broken UTF-8; that
+ * is an error naming the normal form, as HF (whose strings are always valid) has no such case.
+ *
+ * utf8proc before its fix of November 2025 (JuliaStrings/utf8proc#317; Debian 12 has 2.8)
+ * composes an LV Hangul syllable with a following U+11A7, which is not a trailing consonant, and
+ * so drops the U+11A7; HF keeps it. U+11A7 is a starter that composes with nothing, so the normal
+ * form of the text is that of the runs between U+11A7s, each normalized apart, with the U+11A7s
+ * kept as they are. */
+static long unicode_form(struct enc *e, enum tok_norm_type form, const char *s, size_t len,
+                         char **out, size_t *cap)
+{
+    static const char u11a7[] = "\xE1\x86\xA7";
+    int compose = form == TOK_NORM_NFC || form == TOK_NORM_NFKC;
+    int compat = form == TOK_NORM_NFKC || form == TOK_NORM_NFKD;
+    utf8proc_option_t opt = UTF8PROC_STABLE | (compose ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE) |
+                            (compat ? UTF8PROC_COMPAT : 0);
+    size_t w = 0;
+    for (size_t a = 0;;) {
+        size_t b = len; /* the run is s[a..b): up to the next U+11A7 when composing */
+        if (compose)
+            for (size_t i = a; i + 3 <= len; i++)
+                if (memcmp(s + i, u11a7, 3) == 0) {
+                    b = i;
+                    break;
+                }
+        utf8proc_uint8_t *dst = NULL;
+        utf8proc_ssize_t n = 0;
+        if (b > a)
+            n = utf8proc_map((const utf8proc_uint8_t *)s + a, (utf8proc_ssize_t)(b - a), &dst, opt);
+        if (n == UTF8PROC_ERROR_NOMEM) return enc_oom(e);
+        if (n < 0) {
+            static const char *const names[] = {[TOK_NORM_NFC] = "NFC",
+                                                [TOK_NORM_NFD] = "NFD",
+                                                [TOK_NORM_NFKC] = "NFKC",
+                                                [TOK_NORM_NFKD] = "NFKD"};
+            ls_errf(e->err, e->errlen, "encode: %s normalizer: %s", names[form],
+                    utf8proc_errmsg(n));
+            e->failed = 1;
+            return -1;
+        }
+        size_t keep = b < len ? 3 : 0; /* the U+11A7 */
+        if (grow((void **)out, cap, w + (size_t)n + keep + 1, 1)) {
+            free(dst);
+            return enc_oom(e);
+        }
+        if (n > 0) memcpy(*out + w, dst, (size_t)n);
+        memcpy(*out + w + (size_t)n, s + b, keep);
+        w += (size_t)n + keep;
+        free(dst); /* utf8proc_map allocates with malloc */
+        if (b == len) return (long)w;
+        a = b + 3;
+    }
+}
+
+/* apply the normalizers to s[0..len) into e->nbuf, in their order; returns the new length or -1 */
 static long normalize(struct enc *e, const char *s, size_t len)
 {
     const struct tokenizer *tok = e->tok;
@@ -1091,7 +1153,7 @@ static long normalize(struct enc *e, const char *s, size_t len)
             memcpy(next, nm->a, nm->alen);
             memcpy(next + nm->alen, cur, cur_len);
             w = cur_len + nm->alen;
-        } else {
+        } else if (nm->type == TOK_NORM_REPLACE) {
             if (find_spans(e, nm->re, nm->a, nm->alen, cur, cur_len)) goto fail;
             size_t need = 1;
             for (size_t k = 0; k < e->n_spans; k++)
@@ -1107,6 +1169,10 @@ static long normalize(struct enc *e, const char *s, size_t len)
                     w += sp->b - sp->a;
                 }
             }
+        } else {
+            long n = unicode_form(e, nm->type, cur, cur_len, &next, &next_cap);
+            if (n < 0) goto fail;
+            w = (size_t)n;
         }
         char *t = cur;
         size_t tc = cur_cap;
@@ -1156,7 +1222,14 @@ static int normalize_added(struct tokenizer *tok, char *err, size_t errlen)
         struct tok_added *a = &tok->added[i];
         if (!a->normalized) continue;
         long n = normalize(&e, a->text, a->len);
-        char *t = n >= 0 ? malloc((size_t)n + 1) : NULL;
+        if (n < 0) { /* err says why: name the token too */
+            char why[256];
+            snprintf(why, sizeof(why), "%s", err && errlen ? err : "");
+            ls_errf(err, errlen, "added token %d: %s", a->id, why);
+            rc = -1;
+            break;
+        }
+        char *t = malloc((size_t)n + 1);
         if (!t) {
             rc = -1;
             break;
@@ -1170,7 +1243,7 @@ static int normalize_added(struct tokenizer *tok, char *err, size_t errlen)
     pcre2_match_data_free(e.md);
     free(e.nbuf);
     free(e.spans);
-    if (rc) ls_errf(err, errlen, "out of memory normalizing added tokens");
+    if (rc && !e.failed) ls_errf(err, errlen, "out of memory normalizing added tokens");
     return rc;
 }
 

@@ -10,7 +10,7 @@ TESTS += tests/unit/test_tokenizer tests/unit/test_chat
 
 tests_unit_test_tokenizer_SOURCES = tests/unit/test_tokenizer.c tests/unit/cunit_tap.c \
 	tests/unit/cunit_tap.h $(TOKENIZER_SRC) runtime/log.c
-tests_unit_test_tokenizer_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS)
+tests_unit_test_tokenizer_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS)
 tests_unit_test_tokenizer_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 
 tests_unit_test_chat_SOURCES = tests/unit/test_chat.c tests/unit/cunit_tap.c \
@@ -29,5 +29,5 @@ check_PROGRAMS += tests/fuzz/fuzz_tokenizer_json
 tests_fuzz_fuzz_tokenizer_json_SOURCES = tests/fuzz/fuzz_tokenizer_json.c $(TOKENIZER_SRC) runtime/log.c
 tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(FUZZ_COMPILE_FLAGS)
 tests_fuzz_fuzz_tokenizer_json_LDFLAGS = $(FUZZ_LINK_FLAGS)
-tests_fuzz_fuzz_tokenizer_json_LDADD = $(JANSSON_LIBS) $(PCRE2_LIBS)
+tests_fuzz_fuzz_tokenizer_json_LDADD = $(JANSSON_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS)
 endif

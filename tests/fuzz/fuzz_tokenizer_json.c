@@ -73,6 +73,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         "<|im_start|>user\nhi<|im_end|>",
         "caf\xC3\xA9 \xE4\xBD\xA0\xE5\xA5\xBD \xF0\x9F\x98\x80",
         "<s>[INST] a [/INST]</s>",
+        /* for the normal forms: a decomposed accent, a ligature, marks out of canonical order;
+         * Hangul jamo, and U+11A7 after an LV syllable */
+        "cafe\xCC\x81 \xEF\xAC\x81 a\xCC\x87\xCC\xA3",
+        "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB \xEA\xB0\x80\xE1\x86\xA7",
     };
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++)
         exercise(tok, texts[i], strlen(texts[i]));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build on the GPU machine, then run what needs GPUs, logging under $OUT.
 #   device run: bash tests/gpu/run.sh   (carry .debs: the -dev packages the machine lacks,
-#   fetched here with ../shared/device/fetch-debs.sh .debs)
+#   fetched here with ../shared/device/fetch-debs.sh .debs, which predates utf8proc, then
+#   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
 # smollm2 (after carry1), peer, bench, pflong, longctx, attforms, shapes, ab, bench70, scaling (#6),
 # allreduce, hang, lab, ncu. Each stage's log is
@@ -14,8 +15,8 @@ cd "$top" || exit 1
 stages=${STAGES:-build info launcher kernels e2e allreduce hang bench peer}
 declare -A result
 
-# The machine has Open MPI's runtime but no headers, and no hwloc/CUnit/jansson/PCRE2 headers:
-# unpack the carried Debian packages and point configure at them (MPI without mpicc).
+# The machine has Open MPI's runtime but no headers, and no hwloc/CUnit/jansson/PCRE2/utf8proc
+# headers: unpack the carried Debian packages and point configure at them (MPI without mpicc).
 setup_deps() {
     mkdir -p /opt/dep
     for f in .debs/*.deb; do dpkg -x "$f" /opt/dep; done
