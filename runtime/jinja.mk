@@ -1,0 +1,25 @@
+# runtime/jinja.mk: the Jinja interpreter that renders a model's own chat template
+# (runtime/jinja.h), its unit test against jinja2 / transformers fixtures, and its fuzz target.
+JINJA_SRC = runtime/jinja.h runtime/jinja_internal.h runtime/jinja_parse.c \
+	runtime/jinja_value.c runtime/jinja_builtins.c runtime/jinja_eval.c
+liblockstep_a_SOURCES += $(JINJA_SRC)
+
+check_PROGRAMS += tests/unit/test_jinja
+TESTS += tests/unit/test_jinja
+tests_unit_test_jinja_SOURCES = tests/unit/test_jinja.c tests/unit/cunit_tap.c \
+	tests/unit/cunit_tap.h $(JINJA_SRC) runtime/strbuf.c runtime/strbuf.h
+tests_unit_test_jinja_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) -lm
+tests_unit_test_jinja_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+
+# fixtures: regenerate with tests/fixtures/make_jinja_fixtures.py (needs transformers, jinja2)
+EXTRA_DIST += tests/fixtures/make_jinja_fixtures.py tests/fuzz/corpus/jinja tests/fuzz/jinja.dict
+
+if ENABLE_FUZZ
+# libFuzzer target on ls_jinja_render (configure --enable-fuzz CC=clang); built by make check,
+# run by hand: tests/fuzz/fuzz_jinja -max_total_time=60 tests/fuzz/corpus/jinja
+check_PROGRAMS += tests/fuzz/fuzz_jinja
+tests_fuzz_fuzz_jinja_SOURCES = tests/fuzz/fuzz_jinja.c $(JINJA_SRC) runtime/strbuf.c
+tests_fuzz_fuzz_jinja_CFLAGS = $(FUZZ_COMPILE_FLAGS)
+tests_fuzz_fuzz_jinja_LDFLAGS = $(FUZZ_LINK_FLAGS)
+tests_fuzz_fuzz_jinja_LDADD = $(JANSSON_LIBS) -lm
+endif
