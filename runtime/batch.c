@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { OPT_INPUT = 1400, OPT_OUTPUT, OPT_CHAT };
+enum { OPT_INPUT = 1400, OPT_OUTPUT, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_CHAT_KWARGS };
 
 static const char batch_help[] =
     "usage: lockstep batch -m MODEL --input prompts.jsonl --output out.jsonl [defaults]\n"
@@ -37,8 +37,11 @@ static const char batch_help[] =
     "  --input FILE         JSONL prompts ('-' for stdin)\n"
     "  --output FILE        JSONL results, written as they finish ('-' for stdout)\n"
     "  -n, --max-tokens N   default budget per prompt (256)\n"
-    "  --chat               apply the chat template to \"prompt\" lines too\n" RC_SAMPLING_HELP
-        LS_COMMON_HELP;
+    "  --chat               apply the chat template to \"prompt\" lines too\n"
+    "  --chat-template FILE a Jinja chat template to use instead of the model's\n"
+    "  --chat-template-kwargs JSON  extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+    "Messages go to the template as given: keys beside role and content (tool_calls,\n"
+    "reasoning_content, name...) reach it too.\n" RC_SAMPLING_HELP LS_COMMON_HELP;
 
 /* what a message says was found in place of a list of the right length: "a list of 3", or the
  * value's type */
@@ -52,8 +55,8 @@ static const char *list_or_type(json_t *v, char *buf, size_t len)
 }
 
 /* ids of the request's prompt; -1 with err naming the field */
-static int request_ids(const struct ls_model *m, json_t *req, int chat_default, int **out, int *n,
-                       char *err, size_t errlen)
+static int request_ids(const struct ls_model *m, const struct chat_env *env, json_t *req,
+                       int chat_default, int **out, int *n, char *err, size_t errlen)
 {
     json_t *prompt = json_object_get(req, "prompt"), *messages = json_object_get(req, "messages");
     if (!m->tok) {
@@ -75,14 +78,12 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
         return -1;
     }
     if (chat) {
-        struct chat_msg msgs[64];
-        int k = 0;
         if (messages) {
             if (!json_is_array(messages) || json_array_size(messages) == 0 ||
-                json_array_size(messages) > 64) {
+                json_array_size(messages) > 4096) {
                 char found[48];
                 snprintf(err, errlen,
-                         "field \"messages\": expected a list of 1 to 64 {\"role\", \"content\"} "
+                         "field \"messages\": expected a list of 1 to 4096 {\"role\", \"content\"} "
                          "objects, found %s",
                          list_or_type(messages, found, sizeof found));
                 return -1;
@@ -91,9 +92,10 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
             json_t *msg;
             json_array_foreach(messages, i, msg)
             {
+                /* content may be null (an assistant turn of tool calls only) */
                 json_t *role = json_object_get(msg, "role"),
                        *content = json_object_get(msg, "content");
-                if (!json_is_string(role) || !json_is_string(content)) {
+                if (!json_is_string(role) || !(json_is_string(content) || json_is_null(content))) {
                     char found[64];
                     if (!json_is_object(msg))
                         snprintf(found, sizeof found, "%s", ls_json_type_name(msg));
@@ -103,18 +105,16 @@ static int request_ids(const struct ls_model *m, json_t *req, int chat_default, 
                                  ls_json_type_name(json_is_string(role) ? content : role));
                     snprintf(err, errlen,
                              "field \"messages\"[%zu]: expected {\"role\": string, \"content\": "
-                             "string}, found %s",
+                             "string or null}, found %s",
                              i, found);
                     return -1;
                 }
-                msgs[k++] = (struct chat_msg){.role = json_string_value(role),
-                                              .content = json_string_value(content)};
             }
+            if (chat_render_json(env, messages, 1, &text, err, errlen) < 0) return -1;
         } else {
-            msgs[k++] = (struct chat_msg){.role = "user", .content = json_string_value(prompt)};
+            struct chat_msg msg = {.role = "user", .content = json_string_value(prompt)};
+            if (chat_render(env, &msg, 1, 1, &text, err, errlen) < 0) return -1;
         }
-        if (chat_render(chat_detect(tok_chat_template(m->tok)), msgs, k, 1, &text, err, errlen) < 0)
-            return -1;
     }
     const char *src = text ? text : json_string_value(prompt);
     size_t len = text ? strlen(text) : json_string_length(prompt);
@@ -316,20 +316,24 @@ static int close_files(FILE *in, FILE *out, const char *out_path, int failed)
 
 int cmd_batch(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
-                                             {"input", required_argument, NULL, OPT_INPUT},
-                                             {"output", required_argument, NULL, OPT_OUTPUT},
-                                             {"max-tokens", required_argument, NULL, 'n'},
-                                             {"chat", no_argument, NULL, OPT_CHAT},
-                                             {"help", no_argument, NULL, 'h'},
-                                             RC_SAMPLING_LONGOPTS,
-                                             LS_COMMON_LONGOPTS,
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"input", required_argument, NULL, OPT_INPUT},
+        {"output", required_argument, NULL, OPT_OUTPUT},
+        {"max-tokens", required_argument, NULL, 'n'},
+        {"chat", no_argument, NULL, OPT_CHAT},
+        {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
+        {"chat-template-kwargs", required_argument, NULL, OPT_CHAT_KWARGS},
+        {"help", no_argument, NULL, 'h'},
+        RC_SAMPLING_LONGOPTS,
+        LS_COMMON_LONGOPTS,
+        {NULL, 0, NULL, 0}};
     struct ls_common_opts common;
     ls_common_defaults(&common);
     struct ls_gen_params dflt;
     ls_gen_defaults(&dflt);
     const char *model = NULL, *in_path = NULL, *out_path = NULL;
+    const char *template_path = NULL, *kwargs_text = NULL;
     int chat = 0, max_ctx = 0, reset = 1, opt, rc;
     long v;
     char err[1024];
@@ -346,6 +350,12 @@ int cmd_batch(int argc, char **argv)
             break;
         case OPT_CHAT:
             chat = 1;
+            break;
+        case OPT_CHAT_TEMPLATE:
+            template_path = optarg;
+            break;
+        case OPT_CHAT_KWARGS:
+            kwargs_text = optarg;
             break;
         case 'n':
             if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err))
@@ -370,6 +380,12 @@ int cmd_batch(int argc, char **argv)
     if (!model) return ls_usage_error("batch", "missing --model (-m)");
     if (!in_path) return ls_usage_error("batch", "missing --input");
     if (!out_path) return ls_usage_error("batch", "missing --output");
+    /* the chat template: the model's, unless a file replaces it; read before the model loads */
+    struct chat_env env = {0};
+    char *template_buf = NULL;
+    json_t *kwargs = NULL;
+    if (chat_env_load(&env, template_path, kwargs_text, &template_buf, &kwargs, err, sizeof err))
+        return ls_usage_error("batch", err);
 
     /* the files first, so that a wrong path does not wait for the model to load */
     struct rc_job j;
@@ -378,6 +394,12 @@ int cmd_batch(int argc, char **argv)
     if (!ls_agree(j.ctx.rank != 0 || open_files(in_path, out_path, &in, &out) == 0))
         ls_abort_quiet(&j.ctx);
     rc_job_load(&j, model, max_ctx, RC_PREFILL_CHUNK);
+    {
+        struct chat_env of = chat_env_of(j.model->tok);
+        if (!template_buf) env.template_text = of.template_text;
+        env.bos_token = of.bos_token;
+        env.eos_token = of.eos_token;
+    }
 
     char *line = NULL;
     size_t cap = 0;
@@ -432,7 +454,7 @@ int cmd_batch(int argc, char **argv)
         } else {
             char e2[900];
             if (request_params(req, &dflt, &p, e2, sizeof e2) != 0 ||
-                request_ids(j.model, req, chat, &ids, &n_ids, e2, sizeof e2) != 0) {
+                request_ids(j.model, &env, req, chat, &ids, &n_ids, e2, sizeof e2) != 0) {
                 snprintf(err, sizeof err, "line %ld: %s", lineno, e2);
                 good = 0;
             }
@@ -479,6 +501,8 @@ int cmd_batch(int argc, char **argv)
     /* a failed final flush is known to rank 0 only */
     int ok = ls_agree(!failed);
     free(line);
+    free(template_buf);
+    json_decref(kwargs);
     rc_job_end(&j);
     return ok ? 0 : 1;
 }

@@ -1,247 +1,224 @@
-/* Chat templates as code. Each renderer mirrors one Jinja template line by line (the template
- * texts are kept in tests/fixtures/tokenizer/chat_expected.json with transformers' output for a
- * set of conversations), including its quirks: Llama-2 strips message content with Python's
- * str.strip(), Llama-3 with Jinja's trim (the same set of whitespace), ChatML and Mistral keep it
- * as given; Llama-2 and Mistral raise when roles do not alternate user/assistant. */
+/* Chat templates, rendered from the model's own Jinja text (runtime/jinja.c) with the variables
+ * transformers passes (utils/chat_template_utils.py, render_jinja_template): messages, tools and
+ * documents as none, add_generation_prompt, the tokenizer's special tokens, then the caller's
+ * extra variables, which override the others as transformers' kwargs do. Checked against
+ * transformers on real templates (Llama 2/3/3.1/3.2, Mistral, Qwen2.5/3, SmolLM2, DeepSeek-R1
+ * distills) in tests/unit/test_chat.c. */
 #include "chat.h"
-#include "strbuf.h"
+#include "jinja.h"
+#include "json_util.h"
 #include "log.h"
+#include "tokenizer.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-static const char SMOLLM2_SYSTEM[] = "You are a helpful AI assistant named SmolLM, trained by "
-                                     "Hugging Face";
+#define CHAT_TEMPLATE_MAX (16u << 20) /* the largest templates on the Hub are ~100 KB */
 
-enum chat_format chat_detect(const char *t)
+struct chat_env chat_env_of(const struct tokenizer *tok)
 {
-    if (!t || !*t) return CHAT_UNKNOWN;
-    if (strstr(t, "<|im_start|>"))
-        return strstr(t, SMOLLM2_SYSTEM) ? CHAT_CHATML_SMOLLM2 : CHAT_CHATML;
-    if (strstr(t, "<|start_header_id|>")) return CHAT_LLAMA3;
-    if (strstr(t, "[INST]")) return strstr(t, "<<SYS>>") ? CHAT_LLAMA2 : CHAT_MISTRAL;
-    return CHAT_UNKNOWN;
+    struct chat_env env = {0};
+    if (!tok) return env;
+    env.template_text = tok_chat_template(tok);
+    int32_t bos = tok_bos(tok), eos = tok_eos(tok);
+    if (bos >= 0) env.bos_token = tok_text(tok, bos);
+    if (eos >= 0) env.eos_token = tok_text(tok, eos);
+    return env;
 }
 
-static const char *const names[] = {"unknown", "chatml", "smollm2", "llama3", "llama2", "mistral"};
-
-const char *chat_format_name(enum chat_format f)
+/* The messages as transformers' apply_chat_template hands them to the template: keys whose value
+ * is null dropped (_normalize_chat_messages: OpenAI-style content=None or tool_calls=None would
+ * otherwise print "None" or crash many templates), and a message's reasoning, under whichever of
+ * reasoning_content, thinking and reasoning it came, copied to thinking (first) and
+ * reasoning_content (_alias_reasoning_fields). NULL with err set when a message is not an
+ * object. */
+static json_t *template_messages(const json_t *messages, char *err, size_t errlen)
 {
-    return (unsigned)f < sizeof(names) / sizeof(names[0]) ? names[f] : "unknown";
-}
-
-enum chat_format chat_format_from_name(const char *name)
-{
-    for (unsigned i = 1; name && i < sizeof(names) / sizeof(names[0]); i++)
-        if (strcmp(names[i], name) == 0) return (enum chat_format)i;
-    return CHAT_UNKNOWN;
-}
-
-static void puts_(struct ls_strbuf *b, const char *s)
-{
-    ls_strbuf_put(b, s, strlen(s));
-}
-
-/* Python's str.isspace() for one code point */
-static int py_space(uint32_t c)
-{
-    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/* code point at s (UTF-8, trusted to be well formed enough) and its length */
-static uint32_t cp_at(const unsigned char *s, size_t n, int *len)
-{
-    unsigned char c = s[0];
-    int l = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    if ((size_t)l > n) l = 1;
-    *len = l;
-    if (l == 1) return c;
-    uint32_t cp = c & (0x7F >> l);
-    for (int i = 1; i < l; i++) cp = (cp << 6) | (s[i] & 0x3F);
-    return cp;
-}
-
-/* str.strip(): appends s without leading and trailing whitespace */
-static void put_stripped(struct ls_strbuf *b, const char *s)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t n = strlen(s), a = 0, z = n;
-    while (a < n) {
-        int l;
-        if (!py_space(cp_at(u + a, n - a, &l))) break;
-        a += (size_t)l;
-    }
-    /* scan forward remembering the end of the last non-space character */
-    size_t last = a;
-    for (size_t i = a; i < n;) {
-        int l;
-        uint32_t c = cp_at(u + i, n - i, &l);
-        i += (size_t)l;
-        if (!py_space(c)) last = i;
-    }
-    z = last;
-    ls_strbuf_put(b, s + a, z - a);
-}
-
-static const char *str_or_empty(const char *s)
-{
-    return s ? s : "";
-}
-
-static int is_role(const struct chat_msg *m, const char *role)
-{
-    return m->role && strcmp(m->role, role) == 0;
-}
-
-static void render_chatml(struct ls_strbuf *b, const struct chat_msg *m, int n, int gen,
-                          const char *default_system)
-{
-    for (int i = 0; i < n; i++) {
-        if (i == 0 && default_system && !is_role(&m[0], "system")) {
-            puts_(b, "<|im_start|>system\n");
-            puts_(b, default_system);
-            puts_(b, "<|im_end|>\n");
+    static const char *const reasoning_keys[] = {"reasoning_content", "thinking", "reasoning"};
+    json_t *list = json_array();
+    size_t i;
+    json_t *msg;
+    json_array_foreach((json_t *)messages, i, msg)
+    {
+        if (!json_is_object(msg)) {
+            ls_errf(err, errlen, "chat message %zu: expected an object, found %s", i,
+                    ls_json_type_name(msg));
+            json_decref(list);
+            return NULL;
         }
-        puts_(b, "<|im_start|>");
-        puts_(b, str_or_empty(m[i].role));
-        puts_(b, "\n");
-        puts_(b, str_or_empty(m[i].content));
-        puts_(b, "<|im_end|>\n");
+        const json_t *reasoning = NULL;
+        for (size_t r = 0; r < 3 && !reasoning; r++) {
+            const json_t *v = json_object_get(msg, reasoning_keys[r]);
+            if (v && !json_is_null(v)) reasoning = v;
+        }
+        json_t *m = json_object();
+        if (reasoning) json_object_set(m, "thinking", (json_t *)reasoning);
+        const char *key;
+        json_t *v;
+        json_object_foreach(msg, key, v)
+        {
+            if (!json_is_null(v)) json_object_set(m, key, v);
+        }
+        if (reasoning) json_object_set(m, "reasoning_content", (json_t *)reasoning);
+        json_array_append_new(list, m);
     }
-    if (gen) puts_(b, "<|im_start|>assistant\n");
+    return list;
 }
 
-static void render_llama3(struct ls_strbuf *b, const struct chat_msg *m, int n, int gen)
+int chat_render_json(const struct chat_env *env, const json_t *messages, int add_generation_prompt,
+                     char **out, char *err, size_t errlen)
 {
-    for (int i = 0; i < n; i++) {
-        if (i == 0) puts_(b, "<|begin_of_text|>");
-        puts_(b, "<|start_header_id|>");
-        puts_(b, str_or_empty(m[i].role));
-        puts_(b, "<|end_header_id|>\n\n");
-        put_stripped(b, str_or_empty(m[i].content));
-        puts_(b, "<|eot_id|>");
-    }
-    if (gen) puts_(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-}
-
-static const char ALTERNATE[] =
-    "Conversation roles must alternate user/assistant/user/assistant/...";
-
-static int render_llama2(struct ls_strbuf *b, const struct chat_msg *m, int n, char *err,
-                         size_t errlen)
-{
-    const char *system = NULL;
-    if (n > 0 && is_role(&m[0], "system")) {
-        system = str_or_empty(m[0].content);
-        m++;
-        n--;
-    }
-    for (int i = 0; i < n; i++) {
-        if (is_role(&m[i], "user") != (i % 2 == 0)) {
-            ls_errf(err, errlen, "llama2 chat template: %s (message %d has role \"%s\")",
-                      ALTERNATE, i + (system != NULL), str_or_empty(m[i].role));
-            return -1;
-        }
-        struct ls_strbuf content = {0};
-        if (i == 0 && system) {
-            puts_(&content, "<<SYS>>\n");
-            puts_(&content, system);
-            puts_(&content, "\n<</SYS>>\n\n");
-        }
-        puts_(&content, str_or_empty(m[i].content));
-        if (content.oom) {
-            free(content.p);
-            b->oom = 1;
-            return 0;
-        }
-        if (is_role(&m[i], "user")) {
-            puts_(b, "<s>[INST] ");
-            put_stripped(b, content.p);
-            puts_(b, " [/INST]");
-        } else if (is_role(&m[i], "assistant")) {
-            puts_(b, " ");
-            put_stripped(b, content.p);
-            puts_(b, " </s>");
-        }
-        free(content.p);
-    }
-    return 0;
-}
-
-static int render_mistral(struct ls_strbuf *b, const struct chat_msg *m, int n, char *err,
-                          size_t errlen)
-{
-    puts_(b, "<s>");
-    for (int i = 0; i < n; i++) {
-        if (is_role(&m[i], "user") != (i % 2 == 0)) {
-            ls_errf(err, errlen, "mistral chat template: %s (message %d has role \"%s\")",
-                      ALTERNATE, i, str_or_empty(m[i].role));
-            return -1;
-        }
-        if (is_role(&m[i], "user")) {
-            puts_(b, "[INST] ");
-            puts_(b, str_or_empty(m[i].content));
-            puts_(b, " [/INST]");
-        } else if (is_role(&m[i], "assistant")) {
-            puts_(b, str_or_empty(m[i].content));
-            puts_(b, "</s> ");
-        } else {
-            ls_errf(err, errlen,
-                      "mistral chat template: Only user and assistant roles are supported! "
-                      "(message %d has role \"%s\")",
-                      i, str_or_empty(m[i].role));
-            return -1;
-        }
-    }
-    return 0;
-}
-
-int chat_render(enum chat_format f, const struct chat_msg *msgs, int n, int add_generation_prompt,
-                char **out, char *err, size_t errlen)
-{
-    if (!out || n < 0 || (n > 0 && !msgs)) {
+    if (out) *out = NULL;
+    if (!env || !out || !json_is_array(messages) || (env->kwargs && !json_is_object(env->kwargs))) {
         ls_errf(err, errlen, "chat_render: invalid arguments");
         return -1;
     }
-    *out = NULL;
-    struct ls_strbuf b = {0};
-    int rc = 0;
-    puts_(&b, "");
-    switch (f) {
-    case CHAT_CHATML:
-        render_chatml(&b, msgs, n, add_generation_prompt, NULL);
-        break;
-    case CHAT_CHATML_SMOLLM2:
-        render_chatml(&b, msgs, n, add_generation_prompt, SMOLLM2_SYSTEM);
-        break;
-    case CHAT_LLAMA3:
-        render_llama3(&b, msgs, n, add_generation_prompt);
-        break;
-    case CHAT_LLAMA2:
-        rc = render_llama2(&b, msgs, n, err, errlen);
-        break;
-    case CHAT_MISTRAL:
-        rc = render_mistral(&b, msgs, n, err, errlen);
-        break;
-    default:
+    if (!env->template_text || !*env->template_text) {
         ls_errf(err, errlen,
-                "no chat template to render: the model's (chat_template in tokenizer_config.json, "
-                "tokenizer.chat_template in a GGUF) is missing or of no known family (chatml, "
-                "smollm2, llama3, llama2, mistral); give the prompt templated, as plain text");
-        rc = -1;
-    }
-    if (rc == 0 && b.oom) {
-        ls_errf(err, errlen, "chat_render: out of memory");
-        rc = -1;
-    }
-    if (rc != 0 || b.n > (size_t)INT32_MAX) {
-        free(b.p);
+                "no chat template to render: the model has none (chat_template in "
+                "tokenizer_config.json, tokenizer.chat_template in a GGUF); give one with "
+                "--chat-template FILE, or the prompt templated, as plain text");
         return -1;
     }
-    *out = b.p;
-    return (int)b.n;
+    json_t *msgs = template_messages(messages, err, errlen);
+    if (!msgs) return -1;
+    json_t *vars = json_object();
+    if (!vars) {
+        json_decref(msgs);
+        goto oom;
+    }
+    /* transformers: render(messages=, tools=, documents=, add_generation_prompt=, **kwargs)
+     * with kwargs = the special tokens map, updated by the caller's own */
+    if (json_object_set_new(vars, "messages", msgs) ||
+        json_object_set_new(vars, "tools", json_null()) ||
+        json_object_set_new(vars, "documents", json_null()) ||
+        json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt)))
+        goto oom;
+    if (env->bos_token && json_object_set_new(vars, "bos_token", json_string(env->bos_token)))
+        goto oom;
+    if (env->eos_token && json_object_set_new(vars, "eos_token", json_string(env->eos_token)))
+        goto oom;
+    if (env->kwargs && json_object_update(vars, (json_t *)env->kwargs)) goto oom;
+    struct ls_jinja_opts opts = {.now = env->now};
+    char *text = NULL;
+    size_t len = 0;
+    char jerr[768];
+    int rc = ls_jinja_render(env->template_text, strlen(env->template_text), vars, &opts, &text,
+                             &len, jerr, sizeof jerr);
+    json_decref(vars);
+    if (rc != 0) {
+        ls_errf(err, errlen, "chat template: %s", jerr);
+        return -1;
+    }
+    if (len > (size_t)INT32_MAX) {
+        free(text);
+        ls_errf(err, errlen, "chat template: the rendered prompt is over 2 GiB");
+        return -1;
+    }
+    *out = text;
+    return (int)len;
+oom:
+    json_decref(vars);
+    ls_errf(err, errlen, "chat_render: out of memory");
+    return -1;
+}
+
+int chat_render(const struct chat_env *env, const struct chat_msg *msgs, int n,
+                int add_generation_prompt, char **out, char *err, size_t errlen)
+{
+    if (out) *out = NULL;
+    if (n < 0 || (n > 0 && !msgs)) {
+        ls_errf(err, errlen, "chat_render: invalid arguments");
+        return -1;
+    }
+    json_t *list = json_array();
+    if (!list) goto oom;
+    for (int i = 0; i < n; i++) {
+        /* a NULL role or content is passed as none; text that is not UTF-8 cannot be a string */
+        json_t *role = msgs[i].role ? json_string(msgs[i].role) : json_null();
+        json_t *content = msgs[i].content ? json_string(msgs[i].content) : json_null();
+        json_t *m = json_object();
+        if (!role || !content || !m) {
+            json_decref(role);
+            json_decref(content);
+            json_decref(m);
+            json_decref(list);
+            if (!role || !content) {
+                ls_errf(err, errlen, "chat message %d: its %s is not valid UTF-8", i,
+                        role ? "content" : "role");
+                return -1;
+            }
+            goto oom;
+        }
+        if (json_object_set_new(m, "role", role) || json_object_set_new(m, "content", content)) {
+            json_decref(m);
+            json_decref(list);
+            goto oom;
+        }
+        if (json_array_append_new(list, m)) { /* m is released by the call */
+            json_decref(list);
+            goto oom;
+        }
+    }
+    int rc = chat_render_json(env, list, add_generation_prompt, out, err, errlen);
+    json_decref(list);
+    return rc;
+oom:
+    ls_errf(err, errlen, "chat_render: out of memory");
+    return -1;
+}
+
+int chat_env_load(struct chat_env *env, const char *template_path, const char *kwargs_text,
+                  char **template_buf, json_t **kwargs, char *err, size_t errlen)
+{
+    *template_buf = NULL;
+    *kwargs = NULL;
+    if (kwargs_text) {
+        json_error_t je;
+        json_t *kw = json_loads(kwargs_text, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+        if (!kw)
+            return ls_errf(err, errlen, "--chat-template-kwargs: not JSON (%s, at %d:%d)", je.text,
+                           je.line, je.column);
+        if (!json_is_object(kw)) {
+            ls_errf(err, errlen, "--chat-template-kwargs: expected a JSON object, found %s",
+                    ls_json_type_name(kw));
+            json_decref(kw);
+            return -1;
+        }
+        *kwargs = kw;
+        env->kwargs = kw;
+    }
+    if (template_path) {
+        uint64_t size = 0;
+        int fd = ls_open_input(template_path, &size, err, errlen);
+        if (fd < 0) goto fail;
+        char *buf = size <= CHAT_TEMPLATE_MAX ? malloc(size + 1) : NULL;
+        size_t got = 0;
+        while (buf && got < size) {
+            ssize_t r = read(fd, buf + got, size - got);
+            if (r <= 0) break;
+            got += (size_t)r;
+        }
+        close(fd);
+        if (!buf || got != size || memchr(buf, 0, size)) {
+            ls_errf(err, errlen, "--chat-template %s: %s", template_path,
+                    size > CHAT_TEMPLATE_MAX ? "over 16 MiB, not a chat template"
+                    : !buf                   ? "out of memory"
+                    : got != size            ? "short read"
+                                             : "holds a NUL byte, not a template text");
+            free(buf);
+            goto fail;
+        }
+        buf[size] = 0;
+        *template_buf = buf;
+        env->template_text = buf;
+    }
+    return 0;
+fail:
+    json_decref(*kwargs);
+    *kwargs = NULL;
+    env->kwargs = NULL;
+    return -1;
 }

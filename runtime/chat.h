@@ -1,38 +1,54 @@
-/* Chat prompts: the few chat-template families our models use, rendered in C to exactly the text
- * transformers' apply_chat_template gives for them (no Jinja interpreter here). The family is
- * recognised from markers in the model's template text (tokenizer.chat_template).
+/* Chat prompts: the model's own chat template (chat_template in tokenizer_config.json,
+ * tokenizer.chat_template in a GGUF, or a file given with --chat-template), rendered by
+ * runtime/jinja.c with the variables transformers' apply_chat_template gives it: messages,
+ * add_generation_prompt, tools and documents (none), the tokenizer's special tokens, and any
+ * extra variables (--chat-template-kwargs, e.g. {"enable_thinking": false}).
  *
  * The rendered text carries its own BOS where the template writes one ("<|begin_of_text|>",
  * "<s>"): encode it with add_special = 0 and parse_special = 1, as transformers does. */
 #ifndef LOCKSTEP_CHAT_H
 #define LOCKSTEP_CHAT_H
 
+#include <jansson.h>
 #include <stddef.h>
+#include <time.h>
 
-enum chat_format {
-    CHAT_UNKNOWN = 0,
-    CHAT_CHATML,         /* <|im_start|>role\ncontent<|im_end|>\n ... */
-    CHAT_CHATML_SMOLLM2, /* ChatML, with SmolLM2's default system prompt when none is given */
-    CHAT_LLAMA3,         /* <|begin_of_text|><|start_header_id|>role<|end_header_id|>\n\n... */
-    CHAT_LLAMA2,         /* <s>[INST] <<SYS>>\nsys\n<</SYS>>\n\nuser [/INST] answer </s> */
-    CHAT_MISTRAL,        /* <s>[INST] user [/INST]answer</s> ... (no system role) */
-};
+struct tokenizer;
 
 struct chat_msg {
-    const char *role; /* "system", "user", "assistant", or any other for ChatML / Llama-3 */
+    const char *role; /* "system", "user", "assistant", or any other the template knows */
     const char *content;
 };
 
-/* the family of a template text; CHAT_UNKNOWN for NULL or unrecognised text */
-enum chat_format chat_detect(const char *template_text);
-const char *chat_format_name(enum chat_format f);
-/* "chatml", "smollm2", "llama3", "llama2", "mistral" -> format; CHAT_UNKNOWN otherwise */
-enum chat_format chat_format_from_name(const char *name);
+struct chat_env {
+    const char *template_text; /* NULL or "": the model has none, rendering is an error */
+    const char *bos_token;     /* the tokenizer's special tokens as text; NULL: not passed, */
+    const char *eos_token;     /* so the template sees them undefined (Qwen has no BOS) */
+    const json_t *kwargs;      /* extra template variables (an object), or NULL */
+    time_t now;                /* strftime_now's clock (Llama 3.2's date); 0 = the current time */
+};
 
-/* Renders n messages into *out (malloc'd, NUL-terminated; the caller frees) and returns its
- * length; -1 with err set when the template itself would raise (roles not alternating for
- * Llama-2 / Mistral, a role Mistral does not know) or on bad arguments. */
-int chat_render(enum chat_format f, const struct chat_msg *msgs, int n, int add_generation_prompt,
-                char **out, char *err, size_t errlen);
+/* the template and special tokens of a tokenizer (pointers into it); kwargs NULL, now 0 */
+struct chat_env chat_env_of(const struct tokenizer *tok);
+
+/* Applies --chat-template FILE (the template text replaces the tokenizer's) and
+ * --chat-template-kwargs JSON (an object of extra variables) to env; either may be NULL. What env
+ * now points to is owned by *template_buf and *kwargs: free() and json_decref() them after the
+ * last render. -1 with err naming the flag and the problem (an unreadable file, not a JSON
+ * object). */
+int chat_env_load(struct chat_env *env, const char *template_path, const char *kwargs_text,
+                  char **template_buf, json_t **kwargs, char *err, size_t errlen);
+
+/* Renders a JSON list of message objects (passed to the template as they are: role, content,
+ * and whatever else the caller gives, e.g. tool_calls or reasoning_content) into *out
+ * (malloc'd, NUL-terminated) and returns its length; -1 with err set, *out NULL, when there is
+ * no template, the template is not valid Jinja, or it raises (e.g. roles that do not alternate
+ * for Llama 2 and Mistral: the template's own message is quoted). */
+int chat_render_json(const struct chat_env *env, const json_t *messages, int add_generation_prompt,
+                     char **out, char *err, size_t errlen);
+
+/* the same for n messages of role and content */
+int chat_render(const struct chat_env *env, const struct chat_msg *msgs, int n,
+                int add_generation_prompt, char **out, char *err, size_t errlen);
 
 #endif

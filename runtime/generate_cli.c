@@ -24,7 +24,9 @@ enum {
     OPT_JSON,
     OPT_TOP_LOGITS,
     OPT_TOP_STEPS,
-    OPT_QUIET
+    OPT_QUIET,
+    OPT_CHAT_TEMPLATE,
+    OPT_CHAT_KWARGS
 };
 
 static const char generate_help[] =
@@ -40,6 +42,8 @@ static const char generate_help[] =
     "  -n, --max-tokens N   tokens to generate at most (default 256)\n"
     "  --chat               wrap the prompt in the model's chat template (as the user turn)\n"
     "  --system S           system message for --chat\n"
+    "  --chat-template FILE a Jinja chat template to use instead of the model's\n"
+    "  --chat-template-kwargs JSON  extra template variables, e.g. '{\"enable_thinking\": false}'\n"
     "  --json               print one JSON object (ids, text, timing) instead of streaming\n"
     "  --top-logits K       with --json: the top K logits of each of the first steps\n"
     "  --top-logit-steps S  ... of the first S steps (default 4)\n"
@@ -122,7 +126,8 @@ static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
 
 /* The prompt as ids: chat-templated and/or encoded with the model's tokenizer. */
 static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, const char *system,
-                      int **out, int *n, char *err, size_t errlen)
+                      const char *template_path, const char *kwargs_text, int **out, int *n,
+                      char *err, size_t errlen)
 {
     if (!m->tok) {
         snprintf(err, errlen, "%.900s has no tokenizer: give the prompt as --prompt-ids", m->path);
@@ -130,13 +135,20 @@ static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, co
     }
     char *text = NULL;
     if (chat) {
-        const char *tmpl = tok_chat_template(m->tok);
-        enum chat_format fmt = chat_detect(tmpl);
+        struct chat_env env = chat_env_of(m->tok);
+        char *tmpl = NULL;
+        json_t *kw = NULL;
         struct chat_msg msgs[2];
         int k = 0;
         if (system) msgs[k++] = (struct chat_msg){.role = "system", .content = system};
         msgs[k++] = (struct chat_msg){.role = "user", .content = prompt};
-        if (chat_render(fmt, msgs, k, 1, &text, err, errlen) < 0) return -1;
+        int rc = chat_env_load(&env, template_path, kwargs_text, &tmpl, &kw, err, errlen) == 0 &&
+                         chat_render(&env, msgs, k, 1, &text, err, errlen) >= 0
+                     ? 0
+                     : -1;
+        free(tmpl);
+        json_decref(kw);
+        if (rc) return -1;
     }
     const char *src = text ? text : prompt;
     size_t len = strlen(src);
@@ -202,6 +214,8 @@ int cmd_generate(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"chat", no_argument, NULL, OPT_CHAT},
         {"system", required_argument, NULL, OPT_SYSTEM},
+        {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
+        {"chat-template-kwargs", required_argument, NULL, OPT_CHAT_KWARGS},
         {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
         {"json", no_argument, NULL, OPT_JSON},
         {"top-logits", required_argument, NULL, OPT_TOP_LOGITS},
@@ -216,6 +230,7 @@ int cmd_generate(int argc, char **argv)
     ls_gen_defaults(&gp);
     gp.top_logit_steps = 4;
     const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *system = NULL;
+    const char *template_path = NULL, *kwargs_text = NULL;
     int chat = 0, json = 0, quiet = 0, max_ctx = 0, reset = 1, opt, rc;
     long v;
     char err[1024], dummy[4200];
@@ -244,6 +259,12 @@ int cmd_generate(int argc, char **argv)
             break;
         case OPT_SYSTEM:
             system = optarg;
+            break;
+        case OPT_CHAT_TEMPLATE:
+            template_path = optarg;
+            break;
+        case OPT_CHAT_KWARGS:
+            kwargs_text = optarg;
             break;
         case OPT_PROMPT_IDS:
             ids_arg = optarg;
@@ -283,6 +304,18 @@ int cmd_generate(int argc, char **argv)
     if (ids_arg && chat)
         return ls_usage_error("generate", "--chat needs a text prompt, not --prompt-ids");
     if (system && !chat) return ls_usage_error("generate", "--system needs --chat");
+    if ((template_path || kwargs_text) && !chat)
+        return ls_usage_error("generate", template_path ? "--chat-template needs --chat"
+                                                        : "--chat-template-kwargs needs --chat");
+    if (chat) { /* a bad template file or kwargs is said before the model loads */
+        struct chat_env probe = {0};
+        char *tmpl = NULL;
+        json_t *kw = NULL;
+        int bad = chat_env_load(&probe, template_path, kwargs_text, &tmpl, &kw, err, sizeof err);
+        free(tmpl);
+        json_decref(kw);
+        if (bad) return ls_usage_error("generate", err);
+    }
     if (gp.top_logits && !json)
         return ls_usage_error("generate",
                               "--top-logits needs --json (the logits are written there)");
@@ -297,9 +330,9 @@ int cmd_generate(int argc, char **argv)
         prompt = text;
     }
     int *ids = NULL, n_ids = 0;
-    int ok =
-        (ids_arg ? parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
-                 : prompt_ids(j.model, prompt, chat, system, &ids, &n_ids, err, sizeof err)) == 0;
+    int ok = (ids_arg ? parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
+                      : prompt_ids(j.model, prompt, chat, system, template_path, kwargs_text, &ids,
+                                   &n_ids, err, sizeof err)) == 0;
     if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);
     if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
     gp.stream = j.ctx.rank == 0 && !json ? stdout : NULL;

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# --chat end to end on CPU ranks with SmolLM2: the model's own template and one given with
+# --chat-template give the same ids, extra variables reach the template, batch messages reach it
+# as given (tool calls, null content), and bad templates or flags end every rank with a message
+# that names them. (The template language itself is checked against transformers in test_chat
+# and test_jinja.)
+. "$(dirname "$0")/lib.sh"
+model=${LOCKSTEP_MODEL:-$SRCDIR/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+templates=$SRCDIR/tests/fixtures/chat/templates
+
+# ---- flags checked before any model loads
+run "$LOCKSTEP" generate -m x -p hi --chat-template "$templates/chatml.jinja"
+check "--chat-template without --chat: a usage error" \
+    eval '[ "$rc" -eq 2 ] && err_has "chat-template needs --chat"'
+run "$LOCKSTEP" generate -m x -p hi --chat --chat-template-kwargs '{"a": 1'
+check "--chat-template-kwargs that is not JSON: a usage error naming the flag" \
+    eval '[ "$rc" -eq 2 ] && err_has "chat-template-kwargs: not JSON"'
+run "$LOCKSTEP" generate -m x -p hi --chat --chat-template-kwargs '[1]'
+check "--chat-template-kwargs that is not an object: expected and found named" \
+    eval '[ "$rc" -eq 2 ] && err_has "chat-template-kwargs: expected a JSON object, found an array"'
+run "$LOCKSTEP" generate -m x -p hi --chat --chat-template "$tmp/none.jinja"
+check "--chat-template of a missing file: the file is named" \
+    eval '[ "$rc" -eq 2 ] && err_has "$tmp/none.jinja: cannot open"'
+run "$LOCKSTEP" generate -m x -p hi --chat --chat-template "$tmp"
+check "--chat-template of a directory: said so" \
+    eval '[ "$rc" -eq 2 ] && err_has "expected a regular file, found a directory"'
+run "$LOCKSTEP" batch -m x --input x --output y --chat-template-kwargs 3
+check "batch --chat-template-kwargs that is not an object: a usage error" \
+    eval '[ "$rc" -eq 2 ] && err_has "expected a JSON object, found an integer"'
+
+if [ ! -f "$model" ]; then
+    skip "chat on SmolLM2: model absent (launcher/fetch-model.sh fetches it)"
+    done_testing
+    exit
+fi
+
+ids() { jq -c .prompt_ids "$tmp/out"; }
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "What is 2+2?" --chat --system "Be brief." -n 1 --json --quiet
+check "--chat with the model's template: runs" test "$rc" -eq 0
+own=$(ids)
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "What is 2+2?" --chat --system "Be brief." -n 1 --json --quiet \
+    --chat-template "$templates/smollm2.jinja"
+check "--chat-template with the same text as the model's: the same prompt ids" test "$(ids)" = "$own"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "What is 2+2?" --chat --system "Be brief." -n 1 --json --quiet \
+    --chat-template "$templates/llama3.1.jinja"
+check "--chat-template with another template: other prompt ids" \
+    eval '[ "$rc" -eq 0 ] && [ "$(ids)" != "$own" ]'
+
+# a template of our own: the kwargs' text and the message content, nothing else
+printf '%s' '{{ greeting }}, {{ messages[-1].content }}{% if add_generation_prompt %}!{% endif %}' >"$tmp/t.jinja"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "world" --chat --chat-template "$tmp/t.jinja" \
+    --chat-template-kwargs '{"greeting": "Hello"}' -n 1 --json --quiet
+kw=$(ids)
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Hello, world!" -n 1 --json --quiet
+check "--chat-template-kwargs reach the template: ids of 'Hello, world!'" \
+    eval '[ -n "$kw" ] && [ "$kw" = "$(ids)" ]'
+
+printf '%s' '{{ raise_exception("this template takes no system message") }}' >"$tmp/raise.jinja"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "hi" --chat --chat-template "$tmp/raise.jinja" -n 1
+check "a template that raises: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "a template that raises: its message is quoted" err_has "this template takes no system message"
+printf '%s' '{% for m in messages %}{{ m.content }' >"$tmp/syntax.jinja"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "hi" --chat --chat-template "$tmp/syntax.jinja" -n 1
+check "a template that is not valid Jinja: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
+check "a template that is not valid Jinja: said with the chat template named" err_has "chat template"
+
+# ---- batch: messages reach the template as given
+cat >"$tmp/tools.jinja" <<'EOF'
+{%- for m in messages -%}
+{{ m.role }}:{% if m.tool_calls %}{{ m.tool_calls[0].function.name }}({{ m.tool_calls[0].function.arguments | tojson }}){% else %}{{ m.content }}{% endif %};
+{%- endfor -%}
+EOF
+cat >"$tmp/in.jsonl" <<'JSONL'
+{"id": "t", "messages": [{"role": "user", "content": "weather?"}, {"role": "assistant", "content": null, "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}], "max_tokens": 1}
+{"id": "p", "prompt": "user:weather?;assistant:get_weather({\"city\": \"Paris\"});", "max_tokens": 1}
+{"id": "r", "messages": [{"role": "user"}], "max_tokens": 1}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in.jsonl" --output "$tmp/res.jsonl" \
+    --chat-template "$tmp/tools.jinja"
+check "batch with --chat-template: the job succeeds" test "$rc" -eq 0
+sel() { jq -c "select(.id == \"$1\")" "$tmp/res.jsonl"; }
+check "batch: tool calls and null content reach the template (same token count as its text)" \
+    eval '[ -n "$(sel t | jq -r ".prompt_tokens // empty")" ] && [ "$(sel t | jq .prompt_tokens)" = "$(sel p | jq .prompt_tokens)" ]'
+check "batch: a message without content is named" \
+    test "$(sel r | jq -r '.error // empty')" = 'line 3: field "messages"[0]: expected {"role": string, "content": string or null}, found "content": nothing'
+
+done_testing
