@@ -348,7 +348,10 @@ pcre2_code *tok_compile_regex(const char *pat, size_t len, char *err, size_t err
 {
     int code;
     PCRE2_SIZE off;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP, &code, &off, NULL);
+    /* \C (one code unit) could end a match inside a character, and the searches after it would
+     * start there, which PCRE2 leaves undefined for UTF patterns; HF's regex engines have no \C */
+    pcre2_code *re = pcre2_compile(
+        (PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &code, &off, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof(msg));

@@ -769,6 +769,10 @@ static void test_bad_fields_are_named(void)
         {"{\"model\": {\"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"Split\", "
          "\"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}}",
          "pre_tokenizer.pattern.Regex: regex"},
+        /* \C could end a match inside a character: refused, as HF's engines have no \C */
+        {"{\"model\": {\"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"Split\", "
+         "\"pattern\": {\"Regex\": \"a\\\\C\"}, \"behavior\": \"Isolated\"}}",
+         "pre_tokenizer.pattern.Regex: regex /a\\C/: using \\C is disabled"},
         {"{\"model\": {\"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"Sequence\", "
          "\"pretokenizers\": [{\"type\": \"ByteLevel\"}, {\"type\": \"Digits\"}]}}",
          "pre_tokenizer.pretokenizers[1]: expected ByteLevel to be the last"},
