@@ -41,7 +41,10 @@ static const char batch_help[] =
     "  --chat-template FILE a Jinja chat template to use instead of the model's\n"
     "  --chat-template-kwargs JSON  extra template variables, e.g. '{\"enable_thinking\": false}'\n"
     "Messages go to the template as given: keys beside role and content (tool_calls,\n"
-    "reasoning_content, name...) reach it too.\n" RC_SAMPLING_HELP LS_COMMON_HELP;
+    "reasoning_content, name...) reach it too. Chat lines may also carry \"tools\" (a list of\n"
+    "tool schemas), \"chat_template_kwargs\" (an object), \"add_generation_prompt\" (default\n"
+    "true) and \"continue_final_message\" (end inside the last message, for the model to go "
+    "on).\n" RC_SAMPLING_HELP LS_COMMON_HELP;
 
 /* what a message says was found in place of a list of the right length: "a list of 3", or the
  * value's type */
@@ -52,6 +55,52 @@ static const char *list_or_type(json_t *v, char *buf, size_t len)
     else
         snprintf(buf, len, "%s", ls_json_type_name(v));
     return buf;
+}
+
+/* The chat fields of a request, as OpenAI-style servers (vLLM) take them: "tools" (a list of
+ * objects), "chat_template_kwargs" (an object), "add_generation_prompt" and
+ * "continue_final_message" (booleans; the first defaults to true unless the second is set).
+ * Only for chat lines; -1 with err naming the field. */
+static int chat_turn_fields(json_t *req, int chat, struct chat_turn *t, char *err, size_t errlen)
+{
+    static const char *const names[] = {"tools", "chat_template_kwargs", "add_generation_prompt",
+                                        "continue_final_message"};
+    json_t *v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = json_object_get(req, names[i]);
+        if (v[i] && !chat) {
+            snprintf(err, errlen, "field \"%s\": only for chat lines (\"messages\", or --chat)",
+                     names[i]);
+            return -1;
+        }
+    }
+    int bad = -1;
+    if (v[0] && !json_is_array(v[0]))
+        bad = 0;
+    else if (v[1] && !json_is_object(v[1]))
+        bad = 1;
+    else if (v[2] && !json_is_boolean(v[2]))
+        bad = 2;
+    else if (v[3] && !json_is_boolean(v[3]))
+        bad = 3;
+    for (size_t i = 0; bad < 0 && v[0] && i < json_array_size(v[0]); i++)
+        if (!json_is_object(json_array_get(v[0], i))) {
+            snprintf(err, errlen, "field \"tools\"[%zu]: expected an object, found %s", i,
+                     ls_json_type_name(json_array_get(v[0], i)));
+            return -1;
+        }
+    if (bad >= 0) {
+        static const char *const want[] = {"a list of tool objects", "an object", "a boolean",
+                                           "a boolean"};
+        snprintf(err, errlen, "field \"%s\": expected %s, found %s", names[bad], want[bad],
+                 ls_json_type_name(v[bad]));
+        return -1;
+    }
+    t->tools = v[0];
+    t->kwargs = v[1];
+    t->continue_final_message = json_is_true(v[3]);
+    t->add_generation_prompt = v[2] ? json_is_true(v[2]) : !t->continue_final_message;
+    return 0;
 }
 
 /* ids of the request's prompt; -1 with err naming the field */
@@ -72,6 +121,8 @@ static int request_ids(const struct ls_model *m, const struct chat_env *env, jso
     }
     char *text = NULL;
     int chat = messages != NULL || chat_default;
+    struct chat_turn turn;
+    if (chat_turn_fields(req, chat, &turn, err, errlen)) return -1;
     if (prompt && !json_is_string(prompt)) {
         snprintf(err, errlen, "field \"prompt\": expected a string, found %s",
                  ls_json_type_name(prompt));
@@ -110,10 +161,12 @@ static int request_ids(const struct ls_model *m, const struct chat_env *env, jso
                     return -1;
                 }
             }
-            if (chat_render_json(env, messages, 1, &text, err, errlen) < 0) return -1;
+            if (chat_render_json(env, messages, &turn, &text, err, errlen) < 0) return -1;
         } else {
-            struct chat_msg msg = {.role = "user", .content = json_string_value(prompt)};
-            if (chat_render(env, &msg, 1, 1, &text, err, errlen) < 0) return -1;
+            json_t *one = json_pack("[{s:s, s:O}]", "role", "user", "content", prompt);
+            int rc = one ? chat_render_json(env, one, &turn, &text, err, errlen) : -1;
+            json_decref(one);
+            if (rc < 0) return -1;
         }
     }
     const char *src = text ? text : json_string_value(prompt);

@@ -4,6 +4,7 @@
  * extra variables, which override the others as transformers' kwargs do. Checked against
  * transformers on real templates (Llama 2/3/3.1/3.2, Mistral, Qwen2.5/3, SmolLM2, DeepSeek-R1
  * distills) in tests/unit/test_chat.c. */
+#include "config.h"
 #include "chat.h"
 #include "jinja.h"
 #include "json_util.h"
@@ -67,11 +68,108 @@ static json_t *template_messages(const json_t *messages, char *err, size_t errle
     return list;
 }
 
-int chat_render_json(const struct chat_env *env, const json_t *messages, int add_generation_prompt,
-                     char **out, char *err, size_t errlen)
+/* Python's str.isspace() for one code point */
+static int py_space(uint32_t c)
 {
+    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* the code point starting at s[i] (valid UTF-8: JSON strings and the renderer's output are) */
+static uint32_t cp_at(const char *s, size_t n, size_t i, size_t *len)
+{
+    const unsigned char c = (unsigned char)s[i];
+    size_t l = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (i + l > n) l = 1;
+    *len = l;
+    if (l == 1) return c;
+    uint32_t cp = c & (0x7Fu >> l);
+    for (size_t k = 1; k < l; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3F);
+    return cp;
+}
+
+/* str.strip(): [*a, *b) of s[0..n) without the whitespace at either end */
+static void py_strip(const char *s, size_t n, size_t *a, size_t *b)
+{
+    size_t i = 0, l, end = 0;
+    while (i < n && py_space(cp_at(s, n, i, &l))) i += l;
+    *a = i;
+    for (end = i; i < n; i += l)
+        if (!py_space(cp_at(s, n, i, &l))) end = i + l;
+    *b = end;
+}
+
+static const char *find_last(const char *h, size_t hn, const char *needle, size_t nn)
+{
+    for (size_t i = hn >= nn ? hn - nn + 1 : 0; i-- > 0;)
+        if (memcmp(h + i, needle, nn) == 0) return h + i;
+    return NULL;
+}
+
+/* transformers' continue_final_message: the last message's content gets a tag, the rendered
+ * text is cut where the tag is (and right-stripped where the template trimmed the content), so
+ * it ends inside that message. */
+static const char CONTINUE_TAG[] = "CONTINUE_FINAL_MESSAGE_TAG ";
+
+static int tag_final_message(json_t *msgs, const char *template_text, json_t **final, char *err,
+                             size_t errlen)
+{
+    json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+    json_t *content = json_object_get(last, "content");
+    if (!last)
+        return ls_errf(err, errlen, "continue_final_message is set but the conversation is empty");
+    if (!json_is_string(content))
+        return ls_errf(err, errlen,
+                       "continue_final_message is set but the final message has no \"content\" "
+                       "string to continue (found %s)",
+                       ls_json_type_name(content));
+    if (!strstr(template_text, "content"))
+        return ls_errf(err, errlen,
+                       "continue_final_message is set to \"content\" but this is not an accepted "
+                       "field in the chat_template");
+    *final = json_incref(content);
+    size_t n = json_string_length(content);
+    char *tagged = malloc(n + sizeof CONTINUE_TAG);
+    if (!tagged) return ls_errf(err, errlen, "chat_render: out of memory");
+    memcpy(tagged, json_string_value(content), n);
+    memcpy(tagged + n, CONTINUE_TAG, sizeof CONTINUE_TAG);
+    int rc =
+        json_object_set_new(last, "content", json_stringn(tagged, n + sizeof CONTINUE_TAG - 1));
+    free(tagged);
+    return rc ? ls_errf(err, errlen, "chat_render: out of memory") : 0;
+}
+
+/* the rendered text cut at the tag; -1 when the template lost the final message or the tag */
+static long cut_at_tag(const char *text, size_t len, const json_t *final, char *err, size_t errlen)
+{
+    size_t a, b, tn = sizeof CONTINUE_TAG - 2; /* the tag without its space */
+    py_strip(json_string_value(final), json_string_length(final), &a, &b);
+    const char *at = find_last(text, len, CONTINUE_TAG, tn);
+    if (!at || (b > a && !memmem(text, len, json_string_value(final) + a, b - a)))
+        return ls_errf(err, errlen,
+                       "continue_final_message is set but the final message does not appear in "
+                       "the chat after applying the chat template! This can happen if the chat "
+                       "template deletes portions of the final message. Please verify the chat "
+                       "template and final message in your chat to ensure they are compatible.");
+    size_t cut = (size_t)(at - text);
+    if (!(len - cut >= tn + 1 && text[cut + tn] == ' ')) { /* the template trimmed: rstrip */
+        size_t s0, s1;
+        py_strip(text, cut, &s0, &s1);
+        cut = s0 == cut ? 0 : s1; /* all blanks strip to nothing */
+    }
+    return (long)cut;
+}
+
+int chat_render_json(const struct chat_env *env, const json_t *messages,
+                     const struct chat_turn *turn, char **out, char *err, size_t errlen)
+{
+    static const struct chat_turn plain = {0};
+    if (!turn) turn = &plain;
     if (out) *out = NULL;
-    if (!env || !out || !json_is_array(messages) || (env->kwargs && !json_is_object(env->kwargs))) {
+    if (!env || !out || !json_is_array(messages) || (env->kwargs && !json_is_object(env->kwargs)) ||
+        (turn->kwargs && !json_is_object(turn->kwargs)) ||
+        (turn->tools && !json_is_array(turn->tools))) {
         ls_errf(err, errlen, "chat_render: invalid arguments");
         return -1;
     }
@@ -82,25 +180,40 @@ int chat_render_json(const struct chat_env *env, const json_t *messages, int add
                 "--chat-template FILE, or the prompt templated, as plain text");
         return -1;
     }
-    json_t *msgs = template_messages(messages, err, errlen);
+    if (turn->continue_final_message && turn->add_generation_prompt) {
+        ls_errf(err, errlen,
+                "continue_final_message and add_generation_prompt are not compatible: the first "
+                "ends the text inside the last message, the second after it");
+        return -1;
+    }
+    json_t *msgs = template_messages(messages, err, errlen), *final = NULL;
     if (!msgs) return -1;
+    if (turn->continue_final_message &&
+        tag_final_message(msgs, env->template_text, &final, err, errlen)) {
+        json_decref(msgs);
+        return -1;
+    }
     json_t *vars = json_object();
     if (!vars) {
         json_decref(msgs);
+        json_decref(final);
         goto oom;
     }
     /* transformers: render(messages=, tools=, documents=, add_generation_prompt=, **kwargs)
      * with kwargs = the special tokens map, updated by the caller's own */
     if (json_object_set_new(vars, "messages", msgs) ||
-        json_object_set_new(vars, "tools", json_null()) ||
+        json_object_set_new(vars, "tools",
+                            turn->tools ? json_incref((json_t *)turn->tools) : json_null()) ||
         json_object_set_new(vars, "documents", json_null()) ||
-        json_object_set_new(vars, "add_generation_prompt", json_boolean(add_generation_prompt)))
+        json_object_set_new(vars, "add_generation_prompt",
+                            json_boolean(turn->add_generation_prompt)))
         goto oom;
     if (env->bos_token && json_object_set_new(vars, "bos_token", json_string(env->bos_token)))
         goto oom;
     if (env->eos_token && json_object_set_new(vars, "eos_token", json_string(env->eos_token)))
         goto oom;
     if (env->kwargs && json_object_update(vars, (json_t *)env->kwargs)) goto oom;
+    if (turn->kwargs && json_object_update(vars, (json_t *)turn->kwargs)) goto oom;
     struct ls_jinja_opts opts = {.now = env->now};
     char *text = NULL;
     size_t len = 0;
@@ -109,8 +222,19 @@ int chat_render_json(const struct chat_env *env, const json_t *messages, int add
                              &len, jerr, sizeof jerr);
     json_decref(vars);
     if (rc != 0) {
+        json_decref(final);
         ls_errf(err, errlen, "chat template: %s", jerr);
         return -1;
+    }
+    if (final) {
+        long cut = cut_at_tag(text, len, final, err, errlen);
+        json_decref(final);
+        if (cut < 0) {
+            free(text);
+            return -1;
+        }
+        len = (size_t)cut;
+        text[len] = 0;
     }
     if (len > (size_t)INT32_MAX) {
         free(text);
@@ -121,6 +245,7 @@ int chat_render_json(const struct chat_env *env, const json_t *messages, int add
     return (int)len;
 oom:
     json_decref(vars);
+    json_decref(final);
     ls_errf(err, errlen, "chat_render: out of memory");
     return -1;
 }
@@ -162,7 +287,8 @@ int chat_render(const struct chat_env *env, const struct chat_msg *msgs, int n,
             goto oom;
         }
     }
-    int rc = chat_render_json(env, list, add_generation_prompt, out, err, errlen);
+    struct chat_turn turn = {.add_generation_prompt = add_generation_prompt};
+    int rc = chat_render_json(env, list, &turn, out, err, errlen);
     json_decref(list);
     return rc;
 oom:

@@ -39,13 +39,23 @@ struct chat_env chat_env_of(const struct tokenizer *tok);
 int chat_env_load(struct chat_env *env, const char *template_path, const char *kwargs_text,
                   char **template_buf, json_t **kwargs, char *err, size_t errlen);
 
-/* Renders a JSON list of message objects (passed to the template as they are: role, content,
- * and whatever else the caller gives, e.g. tool_calls or reasoning_content) into *out
- * (malloc'd, NUL-terminated) and returns its length; -1 with err set, *out NULL, when there is
- * no template, the template is not valid Jinja, or it raises (e.g. roles that do not alternate
- * for Llama 2 and Mistral: the template's own message is quoted). */
-int chat_render_json(const struct chat_env *env, const json_t *messages, int add_generation_prompt,
-                     char **out, char *err, size_t errlen);
+/* What one request adds to the environment (transformers' apply_chat_template arguments). */
+struct chat_turn {
+    int add_generation_prompt;  /* end with the header of an assistant turn */
+    int continue_final_message; /* end inside the last message's content instead, for the model
+                                   to go on with it (excludes add_generation_prompt) */
+    const json_t *tools;        /* a list of tool schemas for the template, or NULL (none) */
+    const json_t *kwargs; /* this request's extra variables (an object, over env's), or NULL */
+};
+
+/* Renders a JSON list of message objects (passed to the template as transformers passes them:
+ * role, content, and whatever else the caller gives, e.g. tool_calls or reasoning_content) into
+ * *out (malloc'd, NUL-terminated) and returns its length; -1 with err set, *out NULL, when there
+ * is no template, the template is not valid Jinja, or it raises (e.g. roles that do not
+ * alternate for Llama 2 and Mistral: the template's own message is quoted), or the turn's
+ * options conflict. */
+int chat_render_json(const struct chat_env *env, const json_t *messages,
+                     const struct chat_turn *turn, char **out, char *err, size_t errlen);
 
 /* the same for n messages of role and content */
 int chat_render(const struct chat_env *env, const struct chat_msg *msgs, int n,

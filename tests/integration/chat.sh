@@ -84,4 +84,39 @@ check "batch: tool calls and null content reach the template (same token count a
 check "batch: a message without content is named" \
     test "$(sel r | jq -r '.error // empty')" = 'line 3: field "messages"[0]: expected {"role": string, "content": string or null}, found "content": nothing'
 
+# ---- batch: tools, continue_final_message and per-line kwargs, as OpenAI-style requests carry them
+cat >"$tmp/turn.jinja" <<'EOF'
+{%- if tools %}{{ tools | map(attribute='function') | map(attribute='name') | join(',') }} | {% endif -%}
+{%- for m in messages %}{{ m.role }}: {{ m.content }}{% if not loop.last %}; {% endif %}{% endfor -%}
+{%- if add_generation_prompt %}; assistant:{% endif %}{{ suffix }}
+EOF
+cat >"$tmp/in2.jsonl" <<'JSONL'
+{"id": "tools", "messages": [{"role": "user", "content": "weather?"}], "tools": [{"type": "function", "function": {"name": "get_weather"}}, {"type": "function", "function": {"name": "add"}}], "max_tokens": 1}
+{"id": "tools-text", "prompt": "get_weather,add | user: weather?; assistant:", "max_tokens": 1}
+{"id": "cont", "messages": [{"role": "user", "content": "a story"}, {"role": "assistant", "content": "Once upon a  "}], "continue_final_message": true, "max_tokens": 1}
+{"id": "cont-text", "prompt": "user: a story; assistant: Once upon a  ", "max_tokens": 1}
+{"id": "kw", "messages": [{"role": "user", "content": "x"}], "add_generation_prompt": false, "chat_template_kwargs": {"suffix": " (end)"}, "max_tokens": 1}
+{"id": "kw-text", "prompt": "user: x (end)", "max_tokens": 1}
+{"id": "both", "messages": [{"role": "user", "content": "x"}], "continue_final_message": true, "add_generation_prompt": true}
+{"id": "badtools", "messages": [{"role": "user", "content": "x"}], "tools": {"name": "f"}}
+{"id": "badtool", "messages": [{"role": "user", "content": "x"}], "tools": [3]}
+{"id": "plain", "prompt": "x", "tools": []}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in2.jsonl" --output "$tmp/res2.jsonl" \
+    --chat-template "$tmp/turn.jinja"
+check "batch with chat fields: the job succeeds" test "$rc" -eq 0
+sel2() { jq -c "select(.id == \"$1\")" "$tmp/res2.jsonl"; }
+same_tokens() { [ -n "$(sel2 "$1" | jq -r '.prompt_tokens // empty')" ] && [ "$(sel2 "$1" | jq .prompt_tokens)" = "$(sel2 "$1-text" | jq .prompt_tokens)" ]; }
+check "batch: \"tools\" reach the template (the same tokens as its text)" same_tokens tools
+check "batch: \"continue_final_message\" ends inside the last message, its trailing blanks kept" same_tokens cont
+check "batch: \"chat_template_kwargs\" and \"add_generation_prompt\": false reach the template" same_tokens kw
+check "batch: continue_final_message with add_generation_prompt is an error for that line" \
+    eval 'sel2 both | jq -e ".error | test(\"not compatible\")" >/dev/null'
+check "batch: \"tools\" that is not a list is named" \
+    test "$(sel2 badtools | jq -r '.error // empty')" = 'line 8: field "tools": expected a list of tool objects, found an object'
+check "batch: a tool that is not an object is named" \
+    test "$(sel2 badtool | jq -r '.error // empty')" = 'line 9: field "tools"[0]: expected an object, found an integer'
+check "batch: chat fields on a plain prompt line are refused" \
+    test "$(sel2 plain | jq -r '.error // empty')" = 'line 10: field "tools": only for chat lines ("messages", or --chat)'
+
 done_testing

@@ -80,9 +80,14 @@ static void test_render_matches_transformers(void)
         json_object_update(kw, json_object_get(c, "kwargs"));
         struct chat_env env = {.template_text = text, .kwargs = kw, .now = now};
         int gen = json_is_true(json_object_get(c, "add_generation_prompt"));
+        const json_t *tools = json_object_get(c, "tools");
+        struct chat_turn turn = {.add_generation_prompt = gen,
+                                 .continue_final_message =
+                                     json_is_true(json_object_get(c, "continue_final_message")),
+                                 .tools = json_is_array(tools) ? tools : NULL};
         char *out = (char *)1, err[1024] = "";
         int len =
-            chat_render_json(&env, json_object_get(c, "messages"), gen, &out, err, sizeof(err));
+            chat_render_json(&env, json_object_get(c, "messages"), &turn, &out, err, sizeof(err));
         const json_t *want = json_object_get(c, "rendered");
         const char *herr = json_string_value(json_object_get(c, "error"));
         int ok;
@@ -156,7 +161,8 @@ static void test_kwargs_and_missing_tokens(void)
                         "{% endfor %}{{ add_generation_prompt }}{{ tools }}";
     env.kwargs = NULL;
     json_t *msgs = json_pack("[{s:s, s:s, s:s}]", "role", "user", "content", "c", "name", "n");
-    CU_ASSERT(chat_render_json(&env, msgs, 1, &out, err, sizeof(err)) > 0);
+    struct chat_turn gen = {.add_generation_prompt = 1};
+    CU_ASSERT(chat_render_json(&env, msgs, &gen, &out, err, sizeof(err)) > 0);
     CU_ASSERT_STRING_EQUAL(out ? out : "", "user:c/n;TrueNone");
     free(out);
     json_decref(msgs);
@@ -181,7 +187,7 @@ static void test_errors_are_reported(void)
     CU_ASSERT_EQUAL(chat_render(&env, NULL, 1, 0, &out, err, sizeof(err)), -1);
     CU_ASSERT_EQUAL(chat_render(&env, m, -1, 0, &out, err, sizeof(err)), -1);
     CU_ASSERT_EQUAL(chat_render(&env, m, 1, 0, NULL, err, sizeof(err)), -1);
-    CU_ASSERT_EQUAL(chat_render_json(&env, NULL, 0, &out, err, sizeof(err)), -1);
+    CU_ASSERT_EQUAL(chat_render_json(&env, NULL, NULL, &out, err, sizeof(err)), -1);
     json_t *notobj = json_integer(3);
     env.kwargs = notobj;
     CU_ASSERT_EQUAL(chat_render(&env, m, 1, 0, &out, err, sizeof(err)), -1);
@@ -204,9 +210,61 @@ static void test_errors_are_reported(void)
     free(out);
     /* a message that is not an object is named */
     json_t *msgs = json_pack("[{s:s}, i]", "role", "user", 4);
-    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, 0, &out, err, sizeof(err)), -1);
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, NULL, &out, err, sizeof(err)), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "chat message 1: expected an object, found an integer"));
     json_decref(msgs);
+}
+
+/* continue_final_message as transformers does it: the text ends inside the last message; the
+ * option's conflicts and the templates that lose the message are errors */
+static void test_continue_final_message(void)
+{
+    char *out = NULL, err[1024] = "";
+    struct chat_env env = {.template_text = "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                                            "</{{ m.role }}>{% endfor %}"};
+    json_t *msgs = json_pack("[{s:s, s:s}, {s:s, s:s}]", "role", "user", "content", "hi", "role",
+                             "assistant", "content", "Hello th");
+    struct chat_turn turn = {.continue_final_message = 1};
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), 34);
+    CU_ASSERT_STRING_EQUAL(out ? out : err, "<user>hi</user><assistant>Hello th");
+    free(out);
+    /* a template that trims the content: the cut is right-stripped */
+    env.template_text = "{% for m in messages %}[{{ m.content | trim }}]{% endfor %}";
+    json_object_set_new(json_array_get(msgs, 1), "content", json_string("Hello  "));
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), 10);
+    CU_ASSERT_STRING_EQUAL(out ? out : err, "[hi][Hello");
+    free(out);
+    turn.add_generation_prompt = 1;
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "not compatible"));
+    turn.add_generation_prompt = 0;
+    env.template_text = "{% for m in messages %}{{ m.role }}{% endfor %}";
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "not an accepted field"));
+    env.template_text = "{{ messages[0].content }}";
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "does not appear in the chat"));
+    CU_ASSERT_PTR_NULL(out);
+    json_object_set_new(json_array_get(msgs, 1), "content", json_null());
+    env.template_text = "{{ messages[-1].content }}";
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "no \"content\" string to continue"));
+    json_decref(msgs);
+    json_t *none = json_array();
+    CU_ASSERT_EQUAL(chat_render_json(&env, none, &turn, &out, err, sizeof(err)), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "empty"));
+    json_decref(none);
+    /* tools reach the template; tools that are not a list are refused */
+    env.template_text = "{{ tools | length }}";
+    json_t *tools = json_pack("[{s:s}, {s:s}]", "name", "a", "name", "b"), *one = json_array();
+    struct chat_turn t2 = {.tools = tools};
+    CU_ASSERT_EQUAL(chat_render_json(&env, one, &t2, &out, err, sizeof(err)), 1);
+    CU_ASSERT_STRING_EQUAL(out ? out : err, "2");
+    free(out);
+    t2.tools = json_array_get(tools, 0);
+    CU_ASSERT_EQUAL(chat_render_json(&env, one, &t2, &out, err, sizeof(err)), -1);
+    json_decref(tools);
+    json_decref(one);
 }
 
 int main(void)
@@ -224,6 +282,8 @@ int main(void)
     CU_add_test(s, "kwargs override, missing tokens are undefined, messages pass through",
                 test_kwargs_and_missing_tokens);
     CU_add_test(s, "no template, bad templates and bad input are errors", test_errors_are_reported);
+    CU_add_test(s, "continue_final_message ends inside the last message; tools reach the template",
+                test_continue_final_message);
     int rc = ls_cunit_run_tap();
     json_decref(fixture);
     json_decref(index_);
