@@ -81,7 +81,7 @@ if [ "${FUZZ_SECONDS:-20}" -gt 0 ]; then
     fuzz_failed=$(grep -c '^fuzz FAILED' <<<"$fuzz_out" || true)
     pass=$((${pass:-0} + fuzz_ok))
     failed=$((failed + fuzz_failed))
-    total=$((${total:-0} + 3))
+    total=$((${total:-0} + fuzz_ok + fuzz_failed))
     [ $fuzz_status -ne 0 ] && status=1
 fi
 echo "tests: ${pass:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped (of ${total:-0})"
