@@ -223,7 +223,8 @@ int chat_render_json(const struct chat_env *env, const json_t *messages,
     json_decref(vars);
     if (rc != 0) {
         json_decref(final);
-        ls_errf(err, errlen, "chat template: %s", jerr);
+        ls_errf(err, errlen, "chat template (%s): %s", env->origin ? env->origin : "the model's",
+                jerr);
         return -1;
     }
     if (final) {
@@ -340,6 +341,7 @@ int chat_env_load(struct chat_env *env, const char *template_path, const char *k
         buf[size] = 0;
         *template_buf = buf;
         env->template_text = buf;
+        env->origin = template_path;
     }
     return 0;
 fail:

@@ -22,6 +22,7 @@ struct chat_msg {
 
 struct chat_env {
     const char *template_text; /* NULL or "": the model has none, rendering is an error */
+    const char *origin;        /* where the text came from, for errors; NULL: the model */
     const char *bos_token;     /* the tokenizer's special tokens as text; NULL: not passed, */
     const char *eos_token;     /* so the template sees them undefined (Qwen has no BOS) */
     const json_t *kwargs;      /* extra template variables (an object), or NULL */

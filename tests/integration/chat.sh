@@ -62,7 +62,7 @@ check "a template that raises: its message is quoted" err_has "this template tak
 printf '%s' '{% for m in messages %}{{ m.content }' >"$tmp/syntax.jinja"
 run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "hi" --chat --chat-template "$tmp/syntax.jinja" -n 1
 check "a template that is not valid Jinja: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
-check "a template that is not valid Jinja: said with the chat template named" err_has "chat template"
+check "a template that is not valid Jinja: said with the template file named" err_has "chat template ($tmp/syntax.jinja): template 1:"
 
 # ---- batch: messages reach the template as given
 cat >"$tmp/tools.jinja" <<'EOF'
