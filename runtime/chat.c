@@ -23,6 +23,7 @@ struct chat_env chat_env_of(const struct tokenizer *tok)
     struct chat_env env = {0};
     if (!tok) return env;
     env.template_text = tok_chat_template(tok);
+    env.template_tool_use = tok_chat_template_tool_use(tok);
     int32_t bos = tok_bos(tok), eos = tok_eos(tok);
     if (bos >= 0) env.bos_token = tok_text(tok, bos);
     if (eos >= 0) env.eos_token = tok_text(tok, eos);
@@ -173,7 +174,11 @@ int chat_render_json(const struct chat_env *env, const json_t *messages,
         ls_errf(err, errlen, "chat_render: invalid arguments");
         return -1;
     }
-    if (!env->template_text || !*env->template_text) {
+    /* transformers: the "tool_use" template when the request has tools and the model has one */
+    const char *tmpl = turn->tools && env->template_tool_use && *env->template_tool_use
+                           ? env->template_tool_use
+                           : env->template_text;
+    if (!tmpl || !*tmpl) {
         ls_errf(err, errlen,
                 "no chat template to render: the model has none (chat_template in "
                 "tokenizer_config.json, tokenizer.chat_template in a GGUF); give one with "
@@ -188,8 +193,7 @@ int chat_render_json(const struct chat_env *env, const json_t *messages,
     }
     json_t *msgs = template_messages(messages, err, errlen), *final = NULL;
     if (!msgs) return -1;
-    if (turn->continue_final_message &&
-        tag_final_message(msgs, env->template_text, &final, err, errlen)) {
+    if (turn->continue_final_message && tag_final_message(msgs, tmpl, &final, err, errlen)) {
         json_decref(msgs);
         return -1;
     }
@@ -218,8 +222,7 @@ int chat_render_json(const struct chat_env *env, const json_t *messages,
     char *text = NULL;
     size_t len = 0;
     char jerr[768];
-    int rc = ls_jinja_render(env->template_text, strlen(env->template_text), vars, &opts, &text,
-                             &len, jerr, sizeof jerr);
+    int rc = ls_jinja_render(tmpl, strlen(tmpl), vars, &opts, &text, &len, jerr, sizeof jerr);
     json_decref(vars);
     if (rc != 0) {
         json_decref(final);
@@ -341,6 +344,7 @@ int chat_env_load(struct chat_env *env, const char *template_path, const char *k
         buf[size] = 0;
         *template_buf = buf;
         env->template_text = buf;
+        env->template_tool_use = NULL; /* a template given is the one rendered */
         env->origin = template_path;
     }
     return 0;

@@ -22,6 +22,8 @@ struct chat_msg {
 
 struct chat_env {
     const char *template_text; /* NULL or "": the model has none, rendering is an error */
+    const char *template_tool_use; /* the model's "tool_use" template, rendered instead for
+                                      requests with tools (as transformers does); or NULL */
     const char *origin;        /* where the text came from, for errors; NULL: the model */
     const char *bos_token;     /* the tokenizer's special tokens as text; NULL: not passed, */
     const char *eos_token;     /* so the template sees them undefined (Qwen has no BOS) */

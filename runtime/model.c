@@ -658,10 +658,11 @@ static int tokenizer_from_gguf(struct gguf_file *g, const char *path, struct ls_
                  path);
         return -1;
     }
-    const char *model = "gpt2", *pre = NULL, *tmpl = NULL;
+    const char *model = "gpt2", *pre = NULL, *tmpl = NULL, *tmpl_tools = NULL;
     gguf_get_str(g, "tokenizer.ggml.model", &model);
     gguf_get_str(g, "tokenizer.ggml.pre", &pre);
     gguf_get_str(g, "tokenizer.chat_template", &tmpl);
+    gguf_get_str(g, "tokenizer.chat_template.tool_use", &tmpl_tools);
     struct tok_spec spec = {.pre = pre,
                             .n_tokens = (int)n,
                             .tokens = tokens,
@@ -672,7 +673,8 @@ static int tokenizer_from_gguf(struct gguf_file *g, const char *path, struct ls_
                             .add_bos = -1,
                             .add_eos = -1,
                             .add_space_prefix = -1,
-                            .chat_template = tmpl};
+                            .chat_template = tmpl,
+                            .chat_template_tool_use = tmpl_tools};
     if (!strcmp(model, "gpt2"))
         spec.kind = TOK_KIND_BPE;
     else if (!strcmp(model, "llama"))

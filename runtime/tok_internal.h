@@ -146,7 +146,8 @@ struct tokenizer {
     uint8_t *special;
     size_t max_dlen;
 
-    char *chat_template;
+    char *chat_template;          /* the default one */
+    char *chat_template_tool_use; /* the one named "tool_use", for requests with tools */
 };
 
 /* building (tokenizer.c) */

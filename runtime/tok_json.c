@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -675,12 +676,13 @@ static int parse_config(struct jctx *c, struct tokenizer *tok, const json_t *cfg
         }
     }
     const json_t *ct = json_object_get(cfg, "chat_template");
-    const char *tmpl = NULL;
+    const char *tmpl = NULL, *tmpl_tools = NULL;
     if (json_is_string(ct)) {
         tmpl = json_string_value(ct);
     } else if (json_is_array(ct)) {
-        /* [{"name": "default", "template": ...}, ...]: without tools, transformers renders the
-         * one named "default" and raises when there is none, so no other is taken */
+        /* [{"name": "default", "template": ...}, ...]: transformers renders the one named
+         * "tool_use" for requests with tools, "default" for the others, and raises when the one
+         * it wants is missing, so no other is taken */
         for (size_t i = 0; i < json_array_size(ct); i++) {
             const json_t *e = json_array_get(ct, i);
             char p[64];
@@ -690,6 +692,7 @@ static int parse_config(struct jctx *c, struct tokenizer *tok, const json_t *cfg
             const char *t = name ? jstr(c, e, "template", p, NULL) : NULL;
             if (!t) return -1;
             if (strcmp(name, "default") == 0) tmpl = t;
+            if (strcmp(name, "tool_use") == 0) tmpl_tools = t;
         }
     } else if (ct && !json_is_null(ct)) {
         return jfail(c, "chat_template", "a string or a list of {name, template}", ct);
@@ -697,6 +700,10 @@ static int parse_config(struct jctx *c, struct tokenizer *tok, const json_t *cfg
     if (tmpl) {
         free(tok->chat_template);
         if (!(tok->chat_template = strdup(tmpl))) return oom(c);
+    }
+    if (tmpl_tools) {
+        free(tok->chat_template_tool_use);
+        if (!(tok->chat_template_tool_use = strdup(tmpl_tools))) return oom(c);
     }
     return 0;
 }
@@ -927,6 +934,63 @@ static char *read_file(const char *path, size_t *len, char *err, size_t errlen)
     return buf;
 }
 
+/* a template file's text (a NUL ends a C string early: refused), or NULL with err set */
+static char *read_template(const char *path, char *err, size_t errlen)
+{
+    size_t n = 0;
+    char *t = read_file(path, &n, err, errlen);
+    if (t && memchr(t, 0, n)) {
+        ls_errf(err, errlen, "%s: holds a NUL byte, not a template text", path);
+        free(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* transformers' chat template files beside tokenizer.json (what save_pretrained writes since
+ * transformers 4.47): chat_template.jinja is the default template and
+ * additional_chat_templates/NAME.jinja the named ones. When any exists they replace
+ * tokenizer_config.json's chat_template, as transformers' loader does; of the named ones, only
+ * "tool_use" is ever rendered (for requests with tools). 1: none there, 0: taken, -1: error. */
+static int template_files(struct tokenizer *tok, const char *path, size_t dir, char *err,
+                          size_t errlen)
+{
+    char *p = malloc(dir + sizeof("additional_chat_templates/") + 256);
+    if (!p) return ls_errf(err, errlen, "%s: out of memory", path);
+    char *def = NULL, *tools = NULL;
+    int found = 0, rc = 0;
+    struct stat sb;
+    memcpy(p, path, dir);
+    strcpy(p + dir, "chat_template.jinja");
+    if (lstat(p, &sb) == 0) {
+        found = 1;
+        if (!(def = read_template(p, err, errlen))) rc = -1;
+    }
+    strcpy(p + dir, "additional_chat_templates");
+    DIR *d = rc == 0 ? opendir(p) : NULL;
+    for (struct dirent *e; d && rc == 0 && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n <= 6 || n > 255 || strcmp(e->d_name + n - 6, ".jinja") != 0) continue;
+        found = 1;
+        if (strcmp(e->d_name, "tool_use.jinja") != 0) continue;
+        snprintf(p + dir, sizeof("additional_chat_templates/") + 256,
+                 "additional_chat_templates/%s", e->d_name);
+        if (!(tools = read_template(p, err, errlen))) rc = -1;
+    }
+    if (d) closedir(d);
+    free(p);
+    if (rc == 0 && found) {
+        free(tok->chat_template);
+        free(tok->chat_template_tool_use);
+        tok->chat_template = def;
+        tok->chat_template_tool_use = tools;
+        return 0;
+    }
+    free(def);
+    free(tools);
+    return rc ? -1 : 1;
+}
+
 struct tokenizer *tok_load_json(const char *path, char *err, size_t errlen)
 {
     if (!path) {
@@ -963,6 +1027,10 @@ struct tokenizer *tok_load_json(const char *path, char *err, size_t errlen)
     if (rc == 0) {
         struct jctx c = {path, err, errlen};
         tok = load_root(&c, root, cfg, cpath);
+    }
+    if (tok && template_files(tok, path, dir, err, errlen) < 0) {
+        tok_free(tok);
+        tok = NULL;
     }
     json_decref(root);
     json_decref(cfg);

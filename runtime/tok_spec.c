@@ -305,6 +305,9 @@ struct tokenizer *tok_build(const struct tok_spec *sp, char *err, size_t errlen)
     if (add_bos && sp->bos_id >= 0) tok->prefix[tok->n_prefix++] = sp->bos_id;
     if (sp->add_eos > 0 && sp->eos_id >= 0) tok->suffix[tok->n_suffix++] = sp->eos_id;
     if (sp->chat_template && !(tok->chat_template = strdup(sp->chat_template))) goto oom;
+    if (sp->chat_template_tool_use &&
+        !(tok->chat_template_tool_use = strdup(sp->chat_template_tool_use)))
+        goto oom;
     if (tok_finalize(tok, err, errlen)) goto fail;
     return tok;
 oom:

@@ -480,6 +480,7 @@ void tok_free(struct tokenizer *tok)
     free(tok->byte_val);
     free(tok->special);
     free(tok->chat_template);
+    free(tok->chat_template_tool_use);
     free(tok);
 }
 
@@ -1364,4 +1365,9 @@ enum tok_kind tok_get_kind(const struct tokenizer *tok)
 const char *tok_chat_template(const struct tokenizer *tok)
 {
     return tok ? tok->chat_template : NULL;
+}
+
+const char *tok_chat_template_tool_use(const struct tokenizer *tok)
+{
+    return tok ? tok->chat_template_tool_use : NULL;
 }

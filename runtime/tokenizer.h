@@ -51,13 +51,15 @@ struct tok_spec {
      * (Metaspace prepend_scheme "first", what transformers builds from a GGUF) */
     int prefix_first_only;
     const char *chat_template; /* tokenizer.chat_template, copied; may be NULL */
+    const char *chat_template_tool_use; /* tokenizer.chat_template.tool_use; may be NULL */
 };
 
 /* Every constructor returns NULL with a message in err (naming the file or field, what was
  * expected and what was found) on failure. */
 struct tokenizer *tok_build(const struct tok_spec *spec, char *err, size_t errlen);
 /* tokenizer.json; reads tokenizer_config.json from the same folder when present (bos, eos,
- * add_bos_token, add_eos_token, chat_template) */
+ * add_bos_token, add_eos_token, chat_template), and the template files transformers writes there
+ * (chat_template.jinja, additional_chat_templates/tool_use.jinja), which replace the config's */
 struct tokenizer *tok_load_json(const char *path, char *err, size_t errlen);
 /* tokenizer.json held in memory; name is used in messages only; config may be NULL */
 struct tokenizer *tok_load_json_buf(const char *buf, size_t len, const char *name,
@@ -102,5 +104,8 @@ int tok_add_bos(const struct tokenizer *tok); /* whether add_special puts BOS fi
 int tok_is_special(const struct tokenizer *tok, int32_t id);
 enum tok_kind tok_get_kind(const struct tokenizer *tok);
 const char *tok_chat_template(const struct tokenizer *tok); /* NULL when none */
+/* the template named "tool_use", which transformers renders for requests with tools; NULL when
+ * none */
+const char *tok_chat_template_tool_use(const struct tokenizer *tok);
 
 #endif

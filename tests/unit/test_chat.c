@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static json_t *fixture, *index_;
 static char srcdir[2048] = ".";
@@ -267,6 +268,76 @@ static void test_continue_final_message(void)
     json_decref(one);
 }
 
+/* tests/fixtures/chat/folders: which template a model folder gives, from tokenizer_config.json
+ * or chat_template.jinja files, for a request without tools and one with, as transformers'
+ * loader and get_chat_template pick (folders.json; the templates are plain words, so the
+ * rendered text is the template's name) */
+static void test_folder_templates(void)
+{
+    json_t *want = load("folders.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(want);
+    CU_ASSERT(json_object_size(want) >= 6);
+    json_t *tools = json_pack("[{s:s}]", "type", "function"),
+           *one = json_pack("[{s:s, s:s}]", "role", "user", "content", "x");
+    const char *name;
+    json_t *w;
+    json_object_foreach(want, name, w)
+    {
+        char path[4096], err[1024] = "";
+        snprintf(path, sizeof(path), "%s/tests/fixtures/chat/folders/%s/tokenizer.json", srcdir,
+                 name);
+        struct tokenizer *tok = tok_load_json(path, err, sizeof(err));
+        if (!tok) printf("# %s: %s\n", name, err);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(tok);
+        struct chat_env env = chat_env_of(tok);
+        for (int t = 0; t < 2; t++) {
+            struct chat_turn turn = {.tools = t ? tools : NULL};
+            const json_t *exp = json_object_get(w, t ? "tools" : "plain");
+            char *out = NULL;
+            int len = chat_render_json(&env, one, &turn, &out, err, sizeof(err));
+            int ok = json_is_null(exp) ? len == -1 && strstr(err, "no chat template")
+                                       : len >= 0 && strcmp(out, json_string_value(exp)) == 0;
+            if (!ok)
+                printf("# %s, %s: got \"%s\" (%s), want %s\n", name, t ? "tools" : "no tools",
+                       out ? out : "", err, json_is_null(exp) ? "none" : json_string_value(exp));
+            CU_ASSERT(ok);
+            free(out);
+        }
+        tok_free(tok);
+    }
+    /* a template file with a NUL byte is refused, naming the file */
+    char dir[] = "/tmp/ls-chat-XXXXXX", path[4200], err[1024] = "";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/tests/fixtures/chat/folders/config_string/tokenizer.json",
+             srcdir);
+    FILE *f = fopen(path, "rb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    f = fopen(path, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
+    f = fopen(path, "wb");
+    fwrite("a\0b", 1, 3, f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    struct tokenizer *tok = tok_load_json(path, err, sizeof(err));
+    CU_ASSERT_PTR_NULL(tok);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "chat_template.jinja: holds a NUL byte"));
+    tok_free(tok);
+    snprintf(path, sizeof(path), "%s/chat_template.jinja", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    unlink(path);
+    rmdir(dir);
+    json_decref(tools);
+    json_decref(one);
+    json_decref(want);
+}
+
 int main(void)
 {
     const char *src = getenv("SRCDIR");
@@ -284,6 +355,8 @@ int main(void)
     CU_add_test(s, "no template, bad templates and bad input are errors", test_errors_are_reported);
     CU_add_test(s, "continue_final_message ends inside the last message; tools reach the template",
                 test_continue_final_message);
+    CU_add_test(s, "a folder's template comes from its files or its config, as transformers picks",
+                test_folder_templates);
     int rc = ls_cunit_run_tap();
     json_decref(fixture);
     json_decref(index_);

@@ -221,6 +221,7 @@ static struct tokenizer *smollm2_spec_from_json(char *err, size_t errlen)
         .add_eos = -1,
         .add_space_prefix = -1,
         .chat_template = "{% for message in messages %}<|im_start|>",
+        .chat_template_tool_use = "{{ tools | length }} tools",
     };
     struct tokenizer *tok = tok_build(&sp, err, errlen);
     free(tokens);
@@ -400,6 +401,12 @@ static void test_smollm2_gguf_spec_decode_matches_hf(void)
     CU_ASSERT_EQUAL(tok_bos(smollm2.spec_tok), 1);
     CU_ASSERT_EQUAL(tok_eos(smollm2.spec_tok), 2);
     CU_ASSERT_TRUE(tok_is_special(smollm2.spec_tok, 0));
+    /* the GGUF's tokenizer.chat_template and tokenizer.chat_template.tool_use, both kept */
+    CU_ASSERT_STRING_EQUAL(tok_chat_template(smollm2.spec_tok),
+                           "{% for message in messages %}<|im_start|>");
+    CU_ASSERT_STRING_EQUAL(tok_chat_template_tool_use(smollm2.spec_tok),
+                           "{{ tools | length }} tools");
+    CU_ASSERT_PTR_NULL(tok_chat_template_tool_use(smollm2.json_tok));
 }
 
 static void test_llama2_json_encode_matches_hf(void)
