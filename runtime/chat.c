@@ -69,35 +69,18 @@ static json_t *template_messages(const json_t *messages, char *err, size_t errle
     return list;
 }
 
-/* Python's str.isspace() for one code point */
-static int py_space(uint32_t c)
-{
-    return (c >= 9 && c <= 13) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-           c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-/* the code point starting at s[i] (valid UTF-8: JSON strings and the renderer's output are) */
-static uint32_t cp_at(const char *s, size_t n, size_t i, size_t *len)
-{
-    const unsigned char c = (unsigned char)s[i];
-    size_t l = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    if (i + l > n) l = 1;
-    *len = l;
-    if (l == 1) return c;
-    uint32_t cp = c & (0x7Fu >> l);
-    for (size_t k = 1; k < l; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3F);
-    return cp;
-}
-
 /* str.strip(): [*a, *b) of s[0..n) without the whitespace at either end */
 static void py_strip(const char *s, size_t n, size_t *a, size_t *b)
 {
-    size_t i = 0, l, end = 0;
-    while (i < n && py_space(cp_at(s, n, i, &l))) i += l;
-    *a = i;
-    for (end = i; i < n; i += l)
-        if (!py_space(cp_at(s, n, i, &l))) end = i + l;
+    size_t i = 0, end;
+    while (i < n) {
+        size_t next = i;
+        if (!ls_jinja_isspace(ls_jinja_utf8_next(s, n, &next))) break;
+        i = next;
+    }
+    *a = end = i;
+    while (i < n)
+        if (!ls_jinja_isspace(ls_jinja_utf8_next(s, n, &i))) end = i;
     *b = end;
 }
 

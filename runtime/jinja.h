@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 struct ls_jinja_opts {
@@ -44,6 +45,11 @@ int ls_jinja_render_parsed(const struct ls_jinja *t, const json_t *vars,
                            size_t errlen);
 
 void ls_jinja_free(struct ls_jinja *t);
+
+/* What a caller needs to treat text as the template's Python does: str.isspace() for one code
+ * point, and the code point of UTF-8 text s[0..len) at *i, advancing *i past it. */
+int ls_jinja_isspace(uint32_t cp);
+uint32_t ls_jinja_utf8_next(const char *s, size_t len, size_t *i);
 
 /* parse + render + free in one call */
 int ls_jinja_render(const char *tmpl, size_t tlen, const json_t *vars,

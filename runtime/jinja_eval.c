@@ -1110,3 +1110,13 @@ int ls_jinja_render(const char *tmpl, size_t tlen, const json_t *vars,
     ls_jinja_free(t);
     return rc;
 }
+
+int ls_jinja_isspace(uint32_t cp)
+{
+    return jx_isspace(cp);
+}
+
+uint32_t ls_jinja_utf8_next(const char *s, size_t len, size_t *i)
+{
+    return jx_u8_next(s, len, i);
+}
