@@ -143,10 +143,13 @@ static int request_ids(const struct ls_model *m, const struct chat_env *env, jso
             json_t *msg;
             json_array_foreach(messages, i, msg)
             {
-                /* content may be null (an assistant turn of tool calls only) */
+                /* content may be null (an assistant turn of tool calls only) or a list of parts
+                 * ({"type": "text", "text": ...}), passed as transformers passes it: templates
+                 * that iterate over parts render them, the others raise */
                 json_t *role = json_object_get(msg, "role"),
                        *content = json_object_get(msg, "content");
-                if (!json_is_string(role) || !(json_is_string(content) || json_is_null(content))) {
+                if (!json_is_string(role) ||
+                    !(json_is_string(content) || json_is_null(content) || json_is_array(content))) {
                     char found[64];
                     if (!json_is_object(msg))
                         snprintf(found, sizeof found, "%s", ls_json_type_name(msg));
@@ -156,7 +159,7 @@ static int request_ids(const struct ls_model *m, const struct chat_env *env, jso
                                  ls_json_type_name(json_is_string(role) ? content : role));
                     snprintf(err, errlen,
                              "field \"messages\"[%zu]: expected {\"role\": string, \"content\": "
-                             "string or null}, found %s",
+                             "string, list or null}, found %s",
                              i, found);
                     return -1;
                 }

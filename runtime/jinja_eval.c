@@ -85,8 +85,12 @@ static int type_error(struct jcx *cx, const char *op, struct jv a, struct jv b)
 {
     if (a.t == JV_UNDEF) return fail_undef(cx, a);
     if (b.t == JV_UNDEF) return fail_undef(cx, b);
-    return jx_fail(cx, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_type_name(a),
-                   jv_type_name(b));
+    const char *ta = jv_type_name(a), *tb = jv_type_name(b);
+    /* Python's own words when a sequence's + refuses the other operand */
+    if (strcmp(op, "+") == 0 &&
+        (strcmp(ta, "str") == 0 || strcmp(ta, "list") == 0 || strcmp(ta, "tuple") == 0))
+        return jx_fail(cx, "can only concatenate %s (not \"%s\") to %s", ta, tb, ta);
+    return jx_fail(cx, "unsupported operand type(s) for %s: '%s' and '%s'", op, ta, tb);
 }
 
 static double as_f(struct jv v)

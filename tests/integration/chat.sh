@@ -82,7 +82,22 @@ sel() { jq -c "select(.id == \"$1\")" "$tmp/res.jsonl"; }
 check "batch: tool calls and null content reach the template (same token count as its text)" \
     eval '[ -n "$(sel t | jq -r ".prompt_tokens // empty")" ] && [ "$(sel t | jq .prompt_tokens)" = "$(sel p | jq .prompt_tokens)" ]'
 check "batch: a message without content is named" \
-    test "$(sel r | jq -r '.error // empty')" = 'line 3: field "messages"[0]: expected {"role": string, "content": string or null}, found "content": nothing'
+    test "$(sel r | jq -r '.error // empty')" = 'line 3: field "messages"[0]: expected {"role": string, "content": string, list or null}, found "content": nothing'
+
+# ---- batch: content as a list of parts reaches the template as it is (Gemma 3's iterates over
+# parts; SmolLM2's concatenates strings and so raises, as it does in transformers)
+cat >"$tmp/in3.jsonl" <<'JSONL'
+{"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}], "max_tokens": 1}
+{"id": "string", "messages": [{"role": "user", "content": "Hellothere"}], "max_tokens": 1}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in3.jsonl" --output "$tmp/res3.jsonl" \
+    --chat-template "$templates/gemma3.jinja"
+sel3() { jq -c "select(.id == \"$1\")" "$tmp/res3.jsonl"; }
+check "batch: content parts through Gemma 3's template: the tokens of the joined, trimmed text" \
+    eval '[ -n "$(sel3 parts | jq -r ".prompt_tokens // empty")" ] && [ "$(sel3 parts | jq .prompt_tokens)" = "$(sel3 string | jq .prompt_tokens)" ]'
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in3.jsonl" --output "$tmp/res3.jsonl"
+check "batch: content parts through a template that concatenates strings: Python's error for that line" \
+    eval 'sel3 parts | jq -e ".error | test(\"can only concatenate str \\\\(not \\\"list\\\"\\\\) to str\")" >/dev/null'
 
 # ---- batch: tools, continue_final_message and per-line kwargs, as OpenAI-style requests carry them
 cat >"$tmp/turn.jinja" <<'EOF'

@@ -332,7 +332,7 @@ check "batch: messages line uses the chat template" test "$(sel b | jq -r .text 
 check "batch: token counts and finish reason" test "$(sel a | jq -c '[.prompt_tokens, .completion_tokens, .finish_reason]')" = '[5,8,"length"]'
 check "batch: a line that is not JSON gets an error object naming the line" jq_file "$tmp/res.jsonl" '.error != null and (.error | test("line 3: not JSON"))' 
 check "batch: a prompt that is not a string is named" test "$(sel d | jq -r '.error // empty')" = 'line 4: field "prompt": expected a string, found an integer'
-check "batch: a message content that is not a string is named" test "$(sel k | jq -r '.error // empty')" = 'line 11: field "messages"[0]: expected {"role": string, "content": string or null}, found "content": an integer'
+check "batch: a message content that is not a string is named" test "$(sel k | jq -r '.error // empty')" = 'line 11: field "messages"[0]: expected {"role": string, "content": string, list or null}, found "content": an integer'
 check "batch: a bad temperature is named" test -n "$(sel e | jq -r '.error // empty' | grep temperature)"
 check "batch: a bad top_p is named" test -n "$(sel h | jq -r '.error // empty' | grep top_p)"
 check "batch: a bad stop list is named" test -n "$(sel i | jq -r '.error // empty' | grep stop)"
