@@ -1,9 +1,9 @@
-/* Chat templates, rendered from the model's own Jinja text (runtime/jinja.c) with the variables
- * transformers passes (utils/chat_template_utils.py, render_jinja_template): messages, tools and
- * documents as none, add_generation_prompt, the tokenizer's special tokens, then the caller's
- * extra variables, which override the others as transformers' kwargs do. Checked against
- * transformers on real templates (Llama 2/3/3.1/3.2, Mistral, Qwen2.5/3, SmolLM2, DeepSeek-R1
- * distills) in tests/unit/test_chat.c. */
+/* Chat templates, rendered from the model's own Jinja text (runtime/jinja.c) as transformers'
+ * apply_chat_template renders them (utils/chat_template_utils.py): the messages normalized as it
+ * does, tools (or none), documents (none), add_generation_prompt, the tokenizer's special tokens,
+ * then the caller's extra variables, which override the others as transformers' kwargs do;
+ * continue_final_message cut as it cuts. Checked against transformers on twelve real templates
+ * (tests/fixtures/chat, tests/unit/test_chat.c). */
 #include "config.h"
 #include "chat.h"
 #include "jinja.h"
