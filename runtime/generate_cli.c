@@ -30,7 +30,8 @@ enum {
 };
 
 static const char generate_help[] =
-    "usage: lockstep generate -m MODEL -p PROMPT [-n N] [sampling flags] [--chat] [--system S]\n"
+    "usage: lockstep generate -m MODEL -p PROMPT [-n N] [sampling flags] [--chat [--system S]\n"
+    "       [--chat-template FILE] [--chat-template-kwargs JSON]]\n"
     "Run under mpirun (one rank per GPU, or CPU ranks): rank 0 streams the text to stdout and\n"
     "the timing to stderr.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
