@@ -450,12 +450,7 @@ int cmd_batch(int argc, char **argv)
     if (!ls_agree(j.ctx.rank != 0 || open_files(in_path, out_path, &in, &out) == 0))
         ls_abort_quiet(&j.ctx);
     rc_job_load(&j, model, max_ctx, RC_PREFILL_CHUNK);
-    {
-        struct chat_env of = chat_env_of(j.model->tok);
-        if (!template_buf) env.template_text = of.template_text;
-        env.bos_token = of.bos_token;
-        env.eos_token = of.eos_token;
-    }
+    chat_env_add_tokenizer(&env, j.model->tok);
 
     char *line = NULL;
     size_t cap = 0;

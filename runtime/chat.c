@@ -18,15 +18,22 @@
 
 #define CHAT_TEMPLATE_MAX (16u << 20) /* the largest templates on the Hub are ~100 KB */
 
+void chat_env_add_tokenizer(struct chat_env *env, const struct tokenizer *tok)
+{
+    if (!tok) return;
+    if (!env->origin) { /* no --chat-template file */
+        env->template_text = tok_chat_template(tok);
+        env->template_tool_use = tok_chat_template_tool_use(tok);
+    }
+    int32_t bos = tok_bos(tok), eos = tok_eos(tok);
+    env->bos_token = bos >= 0 ? tok_text(tok, bos) : NULL;
+    env->eos_token = eos >= 0 ? tok_text(tok, eos) : NULL;
+}
+
 struct chat_env chat_env_of(const struct tokenizer *tok)
 {
     struct chat_env env = {0};
-    if (!tok) return env;
-    env.template_text = tok_chat_template(tok);
-    env.template_tool_use = tok_chat_template_tool_use(tok);
-    int32_t bos = tok_bos(tok), eos = tok_eos(tok);
-    if (bos >= 0) env.bos_token = tok_text(tok, bos);
-    if (eos >= 0) env.eos_token = tok_text(tok, eos);
+    chat_env_add_tokenizer(&env, tok);
     return env;
 }
 

@@ -34,6 +34,10 @@ struct chat_env {
 /* the template and special tokens of a tokenizer (pointers into it); kwargs NULL, now 0 */
 struct chat_env chat_env_of(const struct tokenizer *tok);
 
+/* Completes an env that chat_env_load set up before the model loaded: the tokenizer's special
+ * tokens, and its templates unless a --chat-template file gave one. */
+void chat_env_add_tokenizer(struct chat_env *env, const struct tokenizer *tok);
+
 /* Applies --chat-template FILE (the template text replaces the tokenizer's) and
  * --chat-template-kwargs JSON (an object of extra variables) to env; either may be NULL. What env
  * now points to is owned by *template_buf and *kwargs: free() and json_decref() them after the

@@ -127,8 +127,7 @@ static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
 
 /* The prompt as ids: chat-templated and/or encoded with the model's tokenizer. */
 static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, const char *system,
-                      const char *template_path, const char *kwargs_text, int **out, int *n,
-                      char *err, size_t errlen)
+                      const struct chat_env *env, int **out, int *n, char *err, size_t errlen)
 {
     if (!m->tok) {
         snprintf(err, errlen, "%.900s has no tokenizer: give the prompt as --prompt-ids", m->path);
@@ -136,20 +135,11 @@ static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, co
     }
     char *text = NULL;
     if (chat) {
-        struct chat_env env = chat_env_of(m->tok);
-        char *tmpl = NULL;
-        json_t *kw = NULL;
         struct chat_msg msgs[2];
         int k = 0;
         if (system) msgs[k++] = (struct chat_msg){.role = "system", .content = system};
         msgs[k++] = (struct chat_msg){.role = "user", .content = prompt};
-        int rc = chat_env_load(&env, template_path, kwargs_text, &tmpl, &kw, err, errlen) == 0 &&
-                         chat_render(&env, msgs, k, 1, &text, err, errlen) >= 0
-                     ? 0
-                     : -1;
-        free(tmpl);
-        json_decref(kw);
-        if (rc) return -1;
+        if (chat_render(env, msgs, k, 1, &text, err, errlen) < 0) return -1;
     }
     const char *src = text ? text : prompt;
     size_t len = strlen(src);
@@ -308,18 +298,15 @@ int cmd_generate(int argc, char **argv)
     if ((template_path || kwargs_text) && !chat)
         return ls_usage_error("generate", template_path ? "--chat-template needs --chat"
                                                         : "--chat-template-kwargs needs --chat");
-    if (chat) { /* a bad template file or kwargs is said before the model loads */
-        struct chat_env probe = {0};
-        char *tmpl = NULL;
-        json_t *kw = NULL;
-        int bad = chat_env_load(&probe, template_path, kwargs_text, &tmpl, &kw, err, sizeof err);
-        free(tmpl);
-        json_decref(kw);
-        if (bad) return ls_usage_error("generate", err);
-    }
     if (gp.top_logits && !json)
         return ls_usage_error("generate",
                               "--top-logits needs --json (the logits are written there)");
+    /* the template file and kwargs, read once; a bad one is said before the model loads */
+    struct chat_env env = {0};
+    char *template_buf = NULL;
+    json_t *kwargs = NULL;
+    if (chat_env_load(&env, template_path, kwargs_text, &template_buf, &kwargs, err, sizeof err))
+        return ls_usage_error("generate", err);
 
     struct rc_job j;
     rc_job_start(&j, &argc, &argv, &common, model, max_ctx, RC_PREFILL_CHUNK);
@@ -330,10 +317,11 @@ int cmd_generate(int argc, char **argv)
         text = bcast_string(text, n);
         prompt = text;
     }
+    chat_env_add_tokenizer(&env, j.model->tok);
     int *ids = NULL, n_ids = 0;
     int ok = (ids_arg ? parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
-                      : prompt_ids(j.model, prompt, chat, system, template_path, kwargs_text, &ids,
-                                   &n_ids, err, sizeof err)) == 0;
+                      : prompt_ids(j.model, prompt, chat, system, &env, &ids, &n_ids, err,
+                                   sizeof err)) == 0;
     if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);
     if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
     gp.stream = j.ctx.rank == 0 && !json ? stdout : NULL;
@@ -360,6 +348,8 @@ int cmd_generate(int argc, char **argv)
     ls_gen_result_free(&r);
     free(ids);
     free(text);
+    free(template_buf);
+    json_decref(kwargs);
     rc_job_end(&j);
     return 0;
 }

@@ -135,6 +135,12 @@ static void test_env_of_tokenizer(void)
     CU_ASSERT_EQUAL(len, (int)strlen(want));
     CU_ASSERT_STRING_EQUAL(out ? out : "", want);
     free(out);
+    /* after a --chat-template file, the tokenizer adds its tokens but not its templates */
+    struct chat_env file = {.template_text = "FILE", .origin = "t.jinja"};
+    chat_env_add_tokenizer(&file, tok);
+    CU_ASSERT_STRING_EQUAL(file.template_text, "FILE");
+    CU_ASSERT_PTR_NULL(file.template_tool_use);
+    CU_ASSERT_STRING_EQUAL(file.bos_token ? file.bos_token : "", "<|im_start|>");
     tok_free(tok);
     struct chat_env none = chat_env_of(NULL);
     CU_ASSERT_PTR_NULL(none.template_text);
