@@ -338,7 +338,7 @@ stage_ab() {
                 mpi "${x[@]}" -np $tp $bin bench --gpu --allreduce custom --dummy "${AB_MODEL:-llama-3.1-8b}" \
                     --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" ${AB_ARGS:-} \
                     --json "$OUT/ab-$tag${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
-                    grep -E "^ *(prefill|decode  |achieved|decode without)" | tr -s ' ' | tr '\n' ' '
+                    grep -E "^ *(prefill|decode  |achieved|decode without|L2 persist)" | tr -s ' ' | tr '\n' ' '
             )
             echo
         done
