@@ -220,8 +220,11 @@ static void *cu_matrix_row(void *m, size_t row, size_t cols)
     return (uint16_t *)m + row * cols;
 }
 
+static float l2_persist_ratio(void);
+
 static void *cu_alloc_cache(int hkv, int max_ctx, int hd)
 {
+    l2_persist_ratio(); /* its set-up (cudaDeviceSetLimit) may not run inside a graph capture */
     return cu_alloc((size_t)hkv * max_ctx * hd * sizeof(uint16_t));
 }
 

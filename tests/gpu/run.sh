@@ -307,7 +307,7 @@ stage_longctx() {
 # difference; lines and JSON names then carry the round. AB_ARGS: more bench arguments for every
 # setting (e.g. "--temperature 0.8 --top-k 50 --top-p 0.95": the sampled step)
 stage_ab() {
-    local v tp n x kv a r rounds=${AB_ROUNDS:-1} tag bin
+    local v tp n x kv a r rounds=${AB_ROUNDS:-1} tag bin name
     n=$(ngpus)
     # an @ref setting needs REF_SRC's build; a call that carries REF_SRC replaces the machine's
     # copy, and its build-ref with it, so build it here when it is missing
@@ -333,13 +333,14 @@ stage_ab() {
                 IFS=, read -ra kv <<<"${v#@ref,}"
                 for a in "${kv[@]}"; do x+=(-x "${a%%=*}"); done
             fi
+            name="ab-$tag${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}"
             (
                 for a in "${kv[@]}"; do export "${a?}"; done
                 mpi "${x[@]}" -np $tp $bin bench --gpu --allreduce custom --dummy "${AB_MODEL:-llama-3.1-8b}" \
                     --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" ${AB_ARGS:-} \
-                    --json "$OUT/ab-$tag${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}.json" 2>&1 |
-                    grep -E "^ *(prefill|decode  |achieved|decode without|L2 persist)" | tr -s ' ' | tr '\n' ' '
-            )
+                    --json "$OUT/$name.json" >"$OUT/$name.log" 2>&1
+            ) || { echo "failed:"; tail -5 "$OUT/$name.log"; continue; }
+            grep -E "^ *(prefill|decode  |achieved|decode without|L2 persist)" "$OUT/$name.log" | tr -s ' ' | tr '\n' ' '
             echo
         done
     done
