@@ -960,16 +960,6 @@ extern "C" void ls_kernels_set_pdl(int on)
 }
 
 int ls_carveout = -1;
-cudaAccessPolicyWindow ls_l2_window;
-
-extern "C" void ls_kernels_set_l2_window(const void *base, size_t bytes, float hit_ratio)
-{
-    ls_l2_window.base_ptr = const_cast<void *>(base);
-    ls_l2_window.num_bytes = base ? bytes : 0;
-    ls_l2_window.hitRatio = hit_ratio;
-    ls_l2_window.hitProp = cudaAccessPropertyPersisting;
-    ls_l2_window.missProp = cudaAccessPropertyStreaming;
-}
 
 void ls_func_attr(const void *fn, cudaFuncAttribute attr, int value)
 {

@@ -20,7 +20,6 @@
 #define LOCKSTEP_KERNELS_GEMV_H
 
 #include <stdint.h>
-#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -91,12 +90,6 @@ void ls_kernels_set_pdl(int on);
  * two kernels at once only when their carveouts agree, so one common carveout lets PDL overlap
  * any kernel with the next. Process-wide. */
 void ls_kernels_set_carveout(int pct);
-
-/* Every kernel of this project launched from now on gets [base, base + bytes) as its L2
- * access-policy window: hit_ratio of those bytes persisting in the L2's set-aside part, the rest
- * streaming (cudaLaunchAttributeAccessPolicyWindow); base NULL: none (the default). The caller
- * sizes the set-aside (cudaLimitPersistingL2CacheSize). Process-wide. */
-void ls_kernels_set_l2_window(const void *base, size_t bytes, float hit_ratio);
 
 #ifdef __cplusplus
 }

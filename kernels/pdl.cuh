@@ -18,9 +18,6 @@ extern int ls_pdl_on;
 // Kernels whose carveouts differ cannot share an SM, so a common one lets PDL overlap any two
 // (ls_kernels_set_carveout).
 extern int ls_carveout;
-// an L2 access-policy window given to every kernel pdl_launch starts while its num_bytes is
-// not zero (ls_kernels_set_l2_window; experiment: the KV cache kept in the persisting L2)
-extern cudaAccessPolicyWindow ls_l2_window;
 
 // sets the carveout attribute of fn once per kernel and device (a fixed table; past it, each call)
 void ls_prefer_carveout(const void *fn);
@@ -53,7 +50,7 @@ static void pdl_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block,
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[3];
+    cudaLaunchAttribute attr[2];
     unsigned n = 0;
     if (ls_pdl_on) {
         attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -64,10 +61,6 @@ static void pdl_launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block,
         attr[n].val.clusterDim.x = cluster_x;
         attr[n].val.clusterDim.y = 1;
         attr[n++].val.clusterDim.z = 1;
-    }
-    if (ls_l2_window.num_bytes) {
-        attr[n].id = cudaLaunchAttributeAccessPolicyWindow;
-        attr[n++].val.accessPolicyWindow = ls_l2_window;
     }
     cfg.attrs = attr;
     cfg.numAttrs = n;

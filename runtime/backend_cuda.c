@@ -22,7 +22,6 @@
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,11 +219,8 @@ static void *cu_matrix_row(void *m, size_t row, size_t cols)
     return (uint16_t *)m + row * cols;
 }
 
-static float l2_persist_ratio(void);
-
 static void *cu_alloc_cache(int hkv, int max_ctx, int hd)
 {
-    l2_persist_ratio(); /* its set-up (cudaDeviceSetLimit) may not run inside a graph capture */
     return cu_alloc((size_t)hkv * max_ctx * hd * sizeof(uint16_t));
 }
 
@@ -348,56 +344,13 @@ static int cu_matmul_gu_swiglu(float *h, const float *x, const float *nw, float 
     return ls_gemv_gu_swiglu(h, W, x, nw, eps, f, k, stream_get());
 }
 
-/* LOCKSTEP_L2_PERSIST=R (0 < R <= 1; experiment, default off): the kernels that write and read
- * a layer's KV cache in the decode (the QKV GEMV's RoPE epilogue, the attention) get the
- * layer's K and V as an L2 access-policy window, R of its lines persisting in the L2's set-aside
- * part (its largest size), so that the weights streamed between two steps do not evict them. */
-static float l2_persist_ratio(void)
-{
-    static float r = -1;
-    if (r >= 0) return r;
-    const char *v = getenv("LOCKSTEP_L2_PERSIST");
-    r = v && *v ? (float)atof(v) : 0;
-    if (!(r > 0)) return r = 0;
-    if (r > 1) r = 1;
-    int dev, l2 = 0, pmax = 0, wmax = 0;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&pmax, cudaDevAttrMaxPersistingL2CacheSize, dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&wmax, cudaDevAttrMaxAccessPolicyWindowSize, dev));
-    if (pmax <= 0 || wmax <= 0) return r = 0;
-    CHECK_CUDA(cudaDeviceSetLimit(cudaLimitPersistingL2CacheSize, (size_t)pmax));
-    fprintf(stderr,
-            "L2 persist: L2 %.1f MB, set-aside %.1f MB, window max %.1f MB, hit ratio %.2f\n",
-            l2 / 1e6, pmax / 1e6, wmax / 1e6, r);
-    return r;
-}
-
-/* the window of a layer's KV cache (K, then V) for the launches that follow; kc NULL: none */
-static void l2_kv_window(const void *kc, int hkv, int max_ctx, int hd)
-{
-    float r = l2_persist_ratio();
-    if (!r) return;
-    static size_t wmax;
-    if (!wmax) {
-        int dev, w = 0;
-        CHECK_CUDA(cudaGetDevice(&dev));
-        CHECK_CUDA(cudaDeviceGetAttribute(&w, cudaDevAttrMaxAccessPolicyWindowSize, dev));
-        wmax = (size_t)w;
-    }
-    size_t bytes = (size_t)2 * hkv * max_ctx * hd * sizeof(uint16_t);
-    ls_kernels_set_l2_window(kc, bytes < wmax ? bytes : wmax, r);
-}
-
 static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps, const void *W,
                               const float *bias, int k, void *kc, void *vc, const int *pos,
                               const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
                               int interleaved)
 {
-    l2_kv_window(kc, hkv, max_ctx, hd);
     ls_gemv_rope_kv(qkv, W, x, bias, k, nw, eps, hq, hkv, hd, kc, vc, pos, inv_freq, max_ctx,
                     interleaved, stream_get());
-    l2_kv_window(NULL, 0, 0, 0);
 }
 
 /* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
@@ -457,12 +410,10 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
     }
     /* decode, or a prefill of a head size the prefill kernel lacks: one position at a time,
      * each reading its own position from pos[t] */
-    l2_kv_window(kc, hkv, max_ctx, hd);
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
                             hq, hkv, hd, max_ctx, nsplit, t, !cu.att_form, cu.attn_ws,
                             stream_get());
-    l2_kv_window(NULL, 0, 0, 0);
 }
 
 static void cu_add(float *x, const float *y, size_t n)

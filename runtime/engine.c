@@ -87,13 +87,9 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
     CHECK_ALLOC(e->kc);
     CHECK_ALLOC(e->vc);
     for (int l = 0; l < c->n_layers && !failed; l++) {
-        /* a layer's K and V caches in one allocation, V after K: one address range to give
-         * the L2 a policy for */
-        e->kc[l] = be->alloc_cache(2 * s->kv_heads, max_ctx, hd);
-        if (!e->kc[l])
-            failed = 1;
-        else
-            e->vc[l] = be->matrix_row(e->kc[l], (size_t)s->kv_heads * max_ctx, hd);
+        e->kc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
+        e->vc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
+        if (!e->kc[l] || !e->vc[l]) failed = 1;
     }
     if (failed) {
         double need = ((double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes +
@@ -145,7 +141,8 @@ void ls_engine_free(struct ls_engine *e)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     for (int l = 0; e->kc && l < e->m->cfg.n_layers; l++) {
-        if (e->kc[l]) be->free(e->kc[l]); /* V's too */
+        if (e->kc[l]) be->free(e->kc[l]);
+        if (e->vc[l]) be->free(e->vc[l]);
     }
     free(e->kc);
     free(e->vc);

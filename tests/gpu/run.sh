@@ -340,7 +340,7 @@ stage_ab() {
                     --prompt-len "${AB_PROMPT:-128}" --gen "${AB_GEN:-256}" ${AB_ARGS:-} \
                     --json "$OUT/$name.json" >"$OUT/$name.log" 2>&1
             ) || { echo "failed:"; tail -5 "$OUT/$name.log"; continue; }
-            grep -E "^ *(prefill|decode  |achieved|decode without|L2 persist)" "$OUT/$name.log" | tr -s ' ' | tr '\n' ' '
+            grep -E "^ *(prefill|decode  |achieved|decode without)" "$OUT/$name.log" | tr -s ' ' | tr '\n' ' '
             echo
         done
     done
