@@ -1857,8 +1857,8 @@ static int check_names(struct parser *p, const struct jnode *n, int soft)
     case E_COND:
         ks[0] = ks[1] = ks[2] = 1;
         break;
-    case N_FOR:
-        ks[2] = ks[4] = 0;
+    case N_FOR: /* jinja2 compiles a loop's body, else and filter in a frame of their own */
+        ks[2] = ks[3] = ks[4] = 0;
         break;
     case N_MACRO:
     case N_SCOPE:
