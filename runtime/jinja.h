@@ -51,6 +51,14 @@ void ls_jinja_free(struct ls_jinja *t);
 int ls_jinja_isspace(uint32_t cp);
 uint32_t ls_jinja_utf8_next(const char *s, size_t len, size_t *i);
 
+/* Whether the template iterates over a message's content, decided from its syntax tree as vLLM
+ * decides its chat-template content format (vllm/renderers/hf.py, _detect_content_format): 1
+ * ("openai": content may be a list of parts, e.g. {% for part in message['content'] %}), 0
+ * ("string": content must be text; also where vLLM's detection fails and it takes "string").
+ * Follows messages through aliases ({% set loop_messages = messages[1:] %}, namespace
+ * attributes), filters, tests and slices, and content through macro parameters, as vLLM does. */
+int ls_jinja_loops_over_content(const struct ls_jinja *t);
+
 /* parse + render + free in one call */
 int ls_jinja_render(const char *tmpl, size_t tlen, const json_t *vars,
                     const struct ls_jinja_opts *opts, char **out, size_t *outlen, char *err,
