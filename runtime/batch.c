@@ -21,7 +21,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { OPT_INPUT = 1400, OPT_OUTPUT, OPT_CHAT, OPT_CHAT_TEMPLATE, OPT_CHAT_KWARGS };
+enum {
+    OPT_INPUT = 1400,
+    OPT_OUTPUT,
+    OPT_CHAT,
+    OPT_CHAT_TEMPLATE,
+    OPT_CHAT_KWARGS,
+    OPT_CONTENT_FMT
+};
 
 static const char batch_help[] =
     "usage: lockstep batch -m MODEL --input prompts.jsonl --output out.jsonl [defaults]\n"
@@ -40,6 +47,10 @@ static const char batch_help[] =
     "  --chat               apply the chat template to \"prompt\" lines too\n"
     "  --chat-template FILE a Jinja chat template to use instead of the model's\n"
     "  --chat-template-kwargs JSON  extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+    "  --chat-template-content-format auto|string|openai  content given as a list of parts:\n"
+    "                       string joins the text parts with newlines, openai passes the list\n"
+    "                       to the template; auto (default) picks openai for templates that\n"
+    "                       loop over a message's content, as vLLM does\n"
     "Messages go to the template as given: keys beside role and content (tool_calls,\n"
     "reasoning_content, name...) reach it too. Chat lines may also carry \"tools\" (a list of\n"
     "tool schemas), \"chat_template_kwargs\" (an object), \"add_generation_prompt\" (default\n"
@@ -144,8 +155,9 @@ static int request_ids(const struct ls_model *m, const struct chat_env *env, jso
             json_array_foreach(messages, i, msg)
             {
                 /* content may be null (an assistant turn of tool calls only) or a list of parts
-                 * ({"type": "text", "text": ...}), passed as transformers passes it: templates
-                 * that iterate over parts render them, the others raise */
+                 * ({"type": "text", "text": ...}): joined into a string for templates that do
+                 * not iterate over parts, passed as given to those that do
+                 * (--chat-template-content-format) */
                 json_t *role = json_object_get(msg, "role"),
                        *content = json_object_get(msg, "content");
                 if (!json_is_string(role) ||
@@ -380,6 +392,7 @@ int cmd_batch(int argc, char **argv)
         {"chat", no_argument, NULL, OPT_CHAT},
         {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
         {"chat-template-kwargs", required_argument, NULL, OPT_CHAT_KWARGS},
+        {"chat-template-content-format", required_argument, NULL, OPT_CONTENT_FMT},
         {"help", no_argument, NULL, 'h'},
         RC_SAMPLING_LONGOPTS,
         LS_COMMON_LONGOPTS,
@@ -390,7 +403,7 @@ int cmd_batch(int argc, char **argv)
     ls_gen_defaults(&dflt);
     const char *model = NULL, *in_path = NULL, *out_path = NULL;
     const char *template_path = NULL, *kwargs_text = NULL;
-    int chat = 0, max_ctx = 0, reset = 1, opt, rc;
+    int chat = 0, max_ctx = 0, reset = 1, opt, rc, content_format = CHAT_CONTENT_AUTO;
     long v;
     char err[1024];
     while ((opt = ls_getopt(argc, argv, "m:n:h", longopts, &reset, err, sizeof err)) != -1) {
@@ -412,6 +425,15 @@ int cmd_batch(int argc, char **argv)
             break;
         case OPT_CHAT_KWARGS:
             kwargs_text = optarg;
+            break;
+        case OPT_CONTENT_FMT:
+            if ((content_format = chat_content_format_parse(optarg)) < 0) {
+                snprintf(err, sizeof err,
+                         "--chat-template-content-format: expected auto, string or openai, "
+                         "found '%s'",
+                         optarg);
+                return ls_usage_error("batch", err);
+            }
             break;
         case 'n':
             if (ls_parse_long("--max-tokens", optarg, 0, 1 << 24, &v, err, sizeof err))
@@ -437,7 +459,7 @@ int cmd_batch(int argc, char **argv)
     if (!in_path) return ls_usage_error("batch", "missing --input");
     if (!out_path) return ls_usage_error("batch", "missing --output");
     /* the chat template: the model's, unless a file replaces it; read before the model loads */
-    struct chat_env env = {0};
+    struct chat_env env = {.content_format = content_format};
     char *template_buf = NULL;
     json_t *kwargs = NULL;
     if (chat_env_load(&env, template_path, kwargs_text, &template_buf, &kwargs, err, sizeof err))

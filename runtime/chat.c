@@ -9,6 +9,7 @@
 #include "jinja.h"
 #include "json_util.h"
 #include "log.h"
+#include "strbuf.h"
 #include "tokenizer.h"
 
 #include <stdint.h>
@@ -74,6 +75,110 @@ static json_t *template_messages(const json_t *messages, char *err, size_t errle
         json_array_append_new(list, m);
     }
     return list;
+}
+
+int chat_content_format_parse(const char *s)
+{
+    static const char *const names[] = {"auto", "string", "openai"};
+    for (int i = 0; s && i < 3; i++)
+        if (!strcmp(s, names[i])) return i;
+    return -1;
+}
+
+/* The text of one content part as vLLM's "string" format takes it, or NULL (skip the part) with
+ * *skip set, or NULL with err set. Text parts are {"type": "text", "text": ...} and their OpenAI
+ * Responses and reasoning kin; a plain string is a text part too. */
+static const json_t *part_text(const json_t *part, size_t mi, size_t pi, int *skip, char *err,
+                               size_t errlen)
+{
+    /* the part types taken as text, the key that holds it, and whether a part without it is
+     * skipped (vLLM skips text and refusal parts whose text is missing or null) */
+    static const struct {
+        const char *type, *key;
+        int skip_missing;
+    } kinds[] = {
+        {"text", "text", 1},       {"input_text", "text", 0},   {"output_text", "text", 0},
+        {"refusal", "refusal", 1}, {"thinking", "thinking", 0}, {"tool_reference", "name", 0},
+    };
+    *skip = 0;
+    if (json_is_string(part)) return part;
+    if (!json_is_object(part)) {
+        ls_errf(err, errlen,
+                "chat message %zu, content part %zu: expected a string or an object, "
+                "found %s",
+                mi, pi, ls_json_type_name(part));
+        return NULL;
+    }
+    const json_t *type = json_object_get(part, "type");
+    if (!json_is_string(type)) {
+        ls_errf(err, errlen,
+                "chat message %zu, content part %zu: \"type\" is %s, expected a "
+                "string such as \"text\"",
+                mi, pi, type ? ls_json_type_name(type) : "missing");
+        return NULL;
+    }
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        if (strcmp(json_string_value(type), kinds[k].type)) continue;
+        const json_t *v = json_object_get(part, kinds[k].key);
+        if (json_is_string(v)) return v;
+        if ((!v || json_is_null(v)) && kinds[k].skip_missing) {
+            *skip = 1;
+            return NULL;
+        }
+        ls_errf(err, errlen,
+                "chat message %zu, content part %zu (%s): \"%s\" is %s, expected a string", mi, pi,
+                kinds[k].type, kinds[k].key, v ? ls_json_type_name(v) : "missing");
+        return NULL;
+    }
+    ls_errf(err, errlen,
+            "chat message %zu, content part %zu is of type \"%s\": lockstep runs "
+            "text-only models, so only text parts (text, input_text, output_text, refusal, "
+            "thinking, tool_reference) can be rendered",
+            mi, pi, json_string_value(type));
+    return NULL;
+}
+
+/* vLLM's "string" content format: each message's content given as a list of parts becomes the
+ * text of its parts joined with newlines */
+static int join_content_parts(json_t *msgs, char *err, size_t errlen)
+{
+    size_t mi, pi;
+    json_t *m, *part;
+    json_array_foreach(msgs, mi, m)
+    {
+        json_t *content = json_object_get(m, "content");
+        if (!json_is_array(content)) continue;
+        struct ls_strbuf b = {0};
+        size_t taken = 0;
+        json_array_foreach(content, pi, part)
+        {
+            int skip;
+            const json_t *t = part_text(part, mi, pi, &skip, err, errlen);
+            if (!t && !skip) {
+                free(b.p);
+                return -1;
+            }
+            if (skip) continue;
+            if (taken++) ls_strbuf_put(&b, "\n", 1);
+            ls_strbuf_put(&b, json_string_value(t), json_string_length(t));
+        }
+        json_t *joined = b.oom ? NULL : json_stringn(b.p ? b.p : "", b.n);
+        free(b.p);
+        if (!joined || json_object_set_new(m, "content", joined))
+            return ls_errf(err, errlen, "chat_render: out of memory");
+    }
+    return 0;
+}
+
+static int has_content_parts(const json_t *msgs)
+{
+    size_t i;
+    json_t *m;
+    json_array_foreach((json_t *)msgs, i, m)
+    {
+        if (json_is_array(json_object_get(m, "content"))) return 1;
+    }
+    return 0;
 }
 
 /* str.strip(): [*a, *b) of s[0..n) without the whitespace at either end */
@@ -181,16 +286,30 @@ int chat_render_json(const struct chat_env *env, const json_t *messages,
                 "ends the text inside the last message, the second after it");
         return -1;
     }
+    char jerr[768];
+    struct ls_jinja *parsed = ls_jinja_parse(tmpl, strlen(tmpl), jerr, sizeof jerr);
+    if (!parsed) {
+        ls_errf(err, errlen, "chat template (%s): %s", env->origin ? env->origin : "the model's",
+                jerr);
+        return -1;
+    }
     json_t *msgs = template_messages(messages, err, errlen), *final = NULL;
-    if (!msgs) return -1;
-    if (turn->continue_final_message && tag_final_message(msgs, tmpl, &final, err, errlen)) {
+    if (!msgs) {
+        ls_jinja_free(parsed);
+        return -1;
+    }
+    int format = env->content_format;
+    if (format == CHAT_CONTENT_AUTO && has_content_parts(msgs))
+        format = ls_jinja_loops_over_content(parsed) ? CHAT_CONTENT_OPENAI : CHAT_CONTENT_STRING;
+    if ((format == CHAT_CONTENT_STRING && join_content_parts(msgs, err, errlen)) ||
+        (turn->continue_final_message && tag_final_message(msgs, tmpl, &final, err, errlen))) {
         json_decref(msgs);
+        ls_jinja_free(parsed);
         return -1;
     }
     json_t *vars = json_object();
     if (!vars) {
         json_decref(msgs);
-        json_decref(final);
         goto oom;
     }
     /* transformers: render(messages=, tools=, documents=, add_generation_prompt=, **kwargs)
@@ -211,8 +330,8 @@ int chat_render_json(const struct chat_env *env, const json_t *messages,
     struct ls_jinja_opts opts = {.now = env->now};
     char *text = NULL;
     size_t len = 0;
-    char jerr[768];
-    int rc = ls_jinja_render(tmpl, strlen(tmpl), vars, &opts, &text, &len, jerr, sizeof jerr);
+    int rc = ls_jinja_render_parsed(parsed, vars, &opts, &text, &len, jerr, sizeof jerr);
+    ls_jinja_free(parsed);
     json_decref(vars);
     if (rc != 0) {
         json_decref(final);
@@ -240,6 +359,7 @@ int chat_render_json(const struct chat_env *env, const json_t *messages,
 oom:
     json_decref(vars);
     json_decref(final);
+    ls_jinja_free(parsed);
     ls_errf(err, errlen, "chat_render: out of memory");
     return -1;
 }

@@ -20,15 +20,28 @@ struct chat_msg {
     const char *content;
 };
 
+/* How a message's content given as a list of parts reaches the template (vLLM's
+ * --chat-template-content-format): CHAT_CONTENT_AUTO decides per template, "openai" for a template
+ * that iterates over a message's content (ls_jinja_loops_over_content), "string" otherwise;
+ * CHAT_CONTENT_STRING joins the text of the parts with newlines into one string, as vLLM does,
+ * so templates that concatenate content (most of them) take it; CHAT_CONTENT_OPENAI passes the
+ * list as given, as transformers does. Content given as a string reaches the template as given
+ * in every format. */
+enum chat_content_format { CHAT_CONTENT_AUTO = 0, CHAT_CONTENT_STRING, CHAT_CONTENT_OPENAI };
+
+/* "auto", "string" or "openai" -> the format; -1 for anything else */
+int chat_content_format_parse(const char *s);
+
 struct chat_env {
-    const char *template_text; /* NULL or "": the model has none, rendering is an error */
+    const char *template_text;     /* NULL or "": the model has none, rendering is an error */
     const char *template_tool_use; /* the model's "tool_use" template, rendered instead for
                                       requests with tools (as transformers does); or NULL */
-    const char *origin;        /* where the text came from, for errors; NULL: the model */
-    const char *bos_token;     /* the tokenizer's special tokens as text; NULL: not passed, */
-    const char *eos_token;     /* so the template sees them undefined (Qwen has no BOS) */
-    const json_t *kwargs;      /* extra template variables (an object), or NULL */
-    time_t now;                /* strftime_now's clock (Llama 3.2's date); 0 = the current time */
+    const char *origin;            /* where the text came from, for errors; NULL: the model */
+    const char *bos_token;         /* the tokenizer's special tokens as text; NULL: not passed, */
+    const char *eos_token;         /* so the template sees them undefined (Qwen has no BOS) */
+    const json_t *kwargs;          /* extra template variables (an object), or NULL */
+    time_t now;         /* strftime_now's clock (Llama 3.2's date); 0 = the current time */
+    int content_format; /* enum chat_content_format; 0 = auto */
 };
 
 /* the template and special tokens of a tokenizer (pointers into it); kwargs NULL, now 0 */
@@ -56,11 +69,13 @@ struct chat_turn {
 };
 
 /* Renders a JSON list of message objects (passed to the template as transformers passes them:
- * role, content, and whatever else the caller gives, e.g. tool_calls or reasoning_content) into
+ * role, content, and whatever else the caller gives, e.g. tool_calls or reasoning_content;
+ * content given as a list of parts as env->content_format says) into
  * *out (malloc'd, NUL-terminated) and returns its length; -1 with err set, *out NULL, when there
  * is no template, the template is not valid Jinja, or it raises (e.g. roles that do not
- * alternate for Llama 2 and Mistral: the template's own message is quoted), or the turn's
- * options conflict. */
+ * alternate for Llama 2 and Mistral: the template's own message is quoted), the turn's
+ * options conflict, or content parts cannot be joined into a string (a part that is not text:
+ * lockstep runs text-only models). */
 int chat_render_json(const struct chat_env *env, const json_t *messages,
                      const struct chat_turn *turn, char **out, char *err, size_t errlen);
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --chat end to end on CPU ranks with SmolLM2: the model's own template and one given with
 # --chat-template give the same ids, extra variables reach the template, batch messages reach it
-# as given (tool calls, null content), and bad templates or flags end every rank with a message
+# as given (tool calls, null content; content parts as vLLM takes them), and bad templates or flags end every rank with a message
 # that names them. (The template language itself is checked against transformers in test_chat
 # and test_jinja.)
 . "$(dirname "$0")/lib.sh"
@@ -27,6 +27,9 @@ check "--chat-template of a directory: said so" \
 run "$LOCKSTEP" batch -m x --input x --output y --chat-template-kwargs 3
 check "batch --chat-template-kwargs that is not an object: a usage error" \
     eval '[ "$rc" -eq 2 ] && err_has "expected a JSON object, found an integer"'
+run "$LOCKSTEP" batch -m x --input x --output y --chat-template-content-format list
+check "batch --chat-template-content-format of an unknown name: a usage error naming the choices" \
+    eval '[ "$rc" -eq 2 ] && err_has "expected auto, string or openai, found '"'"'list'"'"'"'
 
 if [ ! -f "$model" ]; then
     skip "chat on SmolLM2: model absent (launcher/fetch-model.sh fetches it)"
@@ -84,20 +87,34 @@ check "batch: tool calls and null content reach the template (same token count a
 check "batch: a message without content is named" \
     test "$(sel r | jq -r '.error // empty')" = 'line 3: field "messages"[0]: expected {"role": string, "content": string, list or null}, found "content": nothing'
 
-# ---- batch: content as a list of parts reaches the template as it is (Gemma 3's iterates over
-# parts; SmolLM2's concatenates strings and so raises, as it does in transformers)
+# ---- batch: content as a list of parts, as vLLM takes it: passed as it is to templates that
+# iterate over parts (Gemma 3's), joined with newlines for those that concatenate strings
+# (SmolLM2's), unless --chat-template-content-format says which
 cat >"$tmp/in3.jsonl" <<'JSONL'
-{"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}], "max_tokens": 1}
-{"id": "string", "messages": [{"role": "user", "content": "Hellothere"}], "max_tokens": 1}
+{"id": "parts", "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]}], "max_tokens": 4, "temperature": 0}
+{"id": "string", "messages": [{"role": "user", "content": "Hellothere"}], "max_tokens": 4, "temperature": 0}
+{"id": "joined", "messages": [{"role": "user", "content": "Hello \nthere"}], "max_tokens": 4, "temperature": 0}
+{"id": "image", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x.png"}}]}]}
 JSONL
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in3.jsonl" --output "$tmp/res3.jsonl" \
     --chat-template "$templates/gemma3.jinja"
 sel3() { jq -c "select(.id == \"$1\")" "$tmp/res3.jsonl"; }
-check "batch: content parts through Gemma 3's template: the tokens of the joined, trimmed text" \
-    eval '[ -n "$(sel3 parts | jq -r ".prompt_tokens // empty")" ] && [ "$(sel3 parts | jq .prompt_tokens)" = "$(sel3 string | jq .prompt_tokens)" ]'
+same3() { [ -n "$(sel3 "$1" | jq -r '.prompt_tokens // empty')" ] && [ "$(sel3 "$1" | jq -c '[.prompt_tokens, .text]')" = "$(sel3 "$2" | jq -c '[.prompt_tokens, .text]')" ]; }
+check "batch: content parts through Gemma 3's template (it loops over them): the joined, trimmed text" \
+    same3 parts string
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in3.jsonl" --output "$tmp/res3.jsonl"
-check "batch: content parts through a template that concatenates strings: Python's error for that line" \
+check "batch: content parts through SmolLM2's template (it concatenates): joined with a newline" \
+    same3 parts joined
+check "batch: a part that is not text is named for its line" \
+    eval 'sel3 image | jq -e ".error | test(\"content part 0 is of type \\\"image_url\\\": lockstep runs text-only models\")" >/dev/null'
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in3.jsonl" --output "$tmp/res3.jsonl" \
+    --chat-template-content-format openai
+check "batch --chat-template-content-format openai: the list as given, Python's error from SmolLM2's template" \
     eval 'sel3 parts | jq -e ".error | test(\"can only concatenate str \\\\(not \\\"list\\\"\\\\) to str\")" >/dev/null'
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in3.jsonl" --output "$tmp/res3.jsonl" \
+    --chat-template-content-format string --chat-template "$templates/gemma3.jinja"
+check "batch --chat-template-content-format string: joined for Gemma 3's template too" \
+    eval '[ "$(sel3 parts | jq .prompt_tokens)" = "$(sel3 joined | jq .prompt_tokens)" ]'
 
 # ---- batch: tools, continue_final_message and per-line kwargs, as OpenAI-style requests carry them
 cat >"$tmp/turn.jinja" <<'EOF'

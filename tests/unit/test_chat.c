@@ -79,7 +79,12 @@ static void test_render_matches_transformers(void)
         /* the variables transformers had: the special tokens map, then the case's kwargs */
         json_t *kw = json_deep_copy(json_object_get(entry, "special_tokens"));
         json_object_update(kw, json_object_get(c, "kwargs"));
-        struct chat_env env = {.template_text = text, .kwargs = kw, .now = now};
+        struct chat_env env = {.template_text = text,
+                               .kwargs = kw,
+                               .now = now,
+                               .content_format = chat_content_format_parse(
+                                   json_string_value(json_object_get(c, "content_format")))};
+        CU_ASSERT(env.content_format > 0);
         int gen = json_is_true(json_object_get(c, "add_generation_prompt"));
         const json_t *tools = json_object_get(c, "tools");
         struct chat_turn turn = {.add_generation_prompt = gen,
@@ -112,6 +117,85 @@ static void test_render_matches_transformers(void)
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT(errors >= 10); /* Llama 2 and Mistral refuse roles that do not alternate */
     printf("# %zu cases, %d of them errors, %d mismatches\n", json_array_size(cases), errors, bad);
+}
+
+/* render messages (JSON text) with template t in content format fmt: the text, or NULL with err */
+static char *render_parts(const char *t, int fmt, const char *messages, char *err, size_t errlen)
+{
+    json_t *msgs = json_loads(messages, 0, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(msgs);
+    struct chat_env env = {.template_text = t, .content_format = fmt};
+    char *out = NULL;
+    int len = chat_render_json(&env, msgs, NULL, &out, err, errlen);
+    json_decref(msgs);
+    CU_ASSERT((len < 0) == (out == NULL));
+    return out;
+}
+
+/* content as a list of parts: joined with newlines for templates that concatenate content,
+ * passed as given to those that loop over it (auto), or as the format given says */
+static void test_content_parts(void)
+{
+    CU_ASSERT_EQUAL(chat_content_format_parse("auto"), CHAT_CONTENT_AUTO);
+    CU_ASSERT_EQUAL(chat_content_format_parse("string"), CHAT_CONTENT_STRING);
+    CU_ASSERT_EQUAL(chat_content_format_parse("openai"), CHAT_CONTENT_OPENAI);
+    CU_ASSERT_EQUAL(chat_content_format_parse("OpenAI"), -1);
+    CU_ASSERT_EQUAL(chat_content_format_parse(NULL), -1);
+    const char *concat =
+        "{% for m in messages %}[{{ m['role'] + ':' + m['content'] }}]{% endfor %}";
+    const char *loop = "{% for m in messages %}{% for p in m.content %}<{{ p['text'] }}>"
+                       "{% endfor %}{% endfor %}";
+    const char *parts =
+        "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, "
+        "\"b\", {\"type\": \"text\", \"text\": null}, {\"type\": "
+        "\"output_text\", \"text\": \"c\"}]}, {\"role\": \"assistant\", "
+        "\"content\": \"as given\"}]";
+    const char *two = "[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, "
+                      "{\"type\": \"text\", \"text\": \"b\"}]}]";
+    char err[512] = "", *out;
+    for (int fmt = CHAT_CONTENT_AUTO; fmt <= CHAT_CONTENT_STRING; fmt++) {
+        out = render_parts(concat, fmt, parts, err, sizeof err);
+        CU_ASSERT_STRING_EQUAL(out ? out : err, "[user:a\nb\nc][assistant:as given]");
+        free(out);
+    }
+    out = render_parts(concat, CHAT_CONTENT_OPENAI, parts, err, sizeof err);
+    CU_ASSERT_PTR_NULL(out);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "can only concatenate str (not \"list\") to str"));
+    free(out);
+    for (int fmt = CHAT_CONTENT_AUTO; fmt <= CHAT_CONTENT_OPENAI; fmt += 2) {
+        out = render_parts(loop, fmt, two, err, sizeof err);
+        CU_ASSERT_STRING_EQUAL(out ? out : err, "<a><b>");
+        free(out);
+    }
+    /* forced to a string, a looping template walks the characters of "a\nb" */
+    out = render_parts(loop, CHAT_CONTENT_STRING, two, err, sizeof err);
+    CU_ASSERT_STRING_EQUAL(out ? out : err, "<><><>");
+    free(out);
+    /* parts that are not text, or not parts, are named */
+    static const struct {
+        const char *messages, *want;
+    } bad[] = {
+        {"[{\"role\": \"user\", \"content\": [\"ok\", {\"type\": \"image_url\", \"image_url\": "
+         "{\"url\": \"x\"}}]}]",
+         "chat message 0, content part 1 is of type \"image_url\": lockstep runs text-only"},
+        {"[{\"role\": \"user\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": "
+         "[{\"text\": \"no type\"}]}]",
+         "chat message 1, content part 0: \"type\" is missing"},
+        {"[{\"role\": \"user\", \"content\": [7]}]",
+         "content part 0: expected a string or an object, found an integer"},
+        {"[{\"role\": \"user\", \"content\": [{\"type\": \"input_text\"}]}]",
+         "content part 0 (input_text): \"text\" is missing, expected a string"},
+        {"[{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": 3}]}]",
+         "content part 0 (text): \"text\" is an integer, expected a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = 0;
+        out = render_parts(concat, CHAT_CONTENT_AUTO, bad[i].messages, err, sizeof err);
+        CU_ASSERT_PTR_NULL(out);
+        if (!strstr(err, bad[i].want)) printf("# bad part %zu: %s\n", i, err);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, bad[i].want));
+        free(out);
+    }
 }
 
 /* chat_env_of takes the template and the special tokens' text from the tokenizer */
@@ -363,6 +447,8 @@ int main(void)
                 test_continue_final_message);
     CU_add_test(s, "a folder's template comes from its files or its config, as transformers picks",
                 test_folder_templates);
+    CU_add_test(s, "content parts are joined for templates that concatenate content",
+                test_content_parts);
     int rc = ls_cunit_run_tap();
     json_decref(fixture);
     json_decref(index_);
