@@ -54,8 +54,9 @@ static const char batch_help[] =
     "Messages go to the template as given: keys beside role and content (tool_calls,\n"
     "reasoning_content, name...) reach it too. Chat lines may also carry \"tools\" (a list of\n"
     "tool schemas), \"chat_template_kwargs\" (an object), \"add_generation_prompt\" (default\n"
-    "true) and \"continue_final_message\" (end inside the last message, for the model to go "
-    "on).\n" RC_SAMPLING_HELP LS_COMMON_HELP;
+    "true) and \"continue_final_message\" (end inside the last message, for the model to go\n"
+    "on). Other fields (model, n, stream...) are ignored, and said on stderr line by "
+    "line.\n" RC_SAMPLING_HELP LS_COMMON_HELP;
 
 /* what a message says was found in place of a list of the right length: "a list of 3", or the
  * value's type */
@@ -316,6 +317,46 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
     return ls_sampling_validate(s, err, errlen);
 }
 
+/* The keys of a request that lockstep does not read (an OpenAI-style "model", "n" or
+ * "stream", or a misspelt "max_token"), quoted and comma-separated into buf; 0 when there are
+ * none. Ignored, as vLLM ignores them, and said, as vLLM logs them. */
+static size_t ignored_fields(json_t *req, char *buf, size_t len)
+{
+    static const char *const known[] = {"id",
+                                        "prompt",
+                                        "messages",
+                                        "max_tokens",
+                                        "temperature",
+                                        "top_k",
+                                        "top_p",
+                                        "min_p",
+                                        "repetition_penalty",
+                                        "presence_penalty",
+                                        "frequency_penalty",
+                                        "seed",
+                                        "stop",
+                                        "tools",
+                                        "chat_template_kwargs",
+                                        "add_generation_prompt",
+                                        "continue_final_message"};
+    size_t n = 0, used = 0;
+    const char *key;
+    json_t *v;
+    buf[0] = 0;
+    json_object_foreach(req, key, v)
+    {
+        size_t k = 0;
+        while (k < sizeof known / sizeof *known && strcmp(key, known[k])) k++;
+        if (k < sizeof known / sizeof *known) continue;
+        if (used + 1 < len) { /* past the buffer, the list is cut */
+            int w = snprintf(buf + used, len - used, "%s\"%s\"", n ? ", " : "", key);
+            used = w < 0 || (size_t)w >= len - used ? len : used + (size_t)w;
+        }
+        n++;
+    }
+    return n;
+}
+
 /* one result line, flushed; -1 with errno on a failed write */
 static int write_line(FILE *out, json_t *o)
 {
@@ -526,6 +567,8 @@ int cmd_batch(int argc, char **argv)
             good = 0;
         } else {
             char e2[900];
+            if (j.ctx.rank == 0 && ignored_fields(req, e2, sizeof e2))
+                ls_warn("batch: line %ld: ignored fields (not read by lockstep): %s", lineno, e2);
             if (request_params(req, &dflt, &p, e2, sizeof e2) != 0 ||
                 request_ids(j.model, &env, req, chat, &ids, &n_ids, e2, sizeof e2) != 0) {
                 snprintf(err, sizeof err, "line %ld: %s", lineno, e2);

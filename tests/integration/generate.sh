@@ -107,7 +107,7 @@ cat >"$tmp/bf.jsonl" <<'JSONL'
 {"id": "s", "prompt": "x", "stop": ""}
 {"id": "m", "prompt": "x", "max_tokens": 16777217}
 {"id": "t", "prompt": "x", "temperature": 100.0000001}
-{"id": "p", "prompt": "x"}
+{"id": "p", "prompt": "x", "model": "any", "n": 2, "max_token": 3}
 JSONL
 cp "$tmp/bf.jsonl" "$tmp/bf.orig"
 run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/bf.jsonl" --output "$tmp/bf.out"
@@ -120,6 +120,8 @@ check "batch: an integer out of range is printed exactly" \
 check "batch: a number just past its bound is not printed as the bound" \
     test "$(bsel t)" = 'line 3: field "temperature": expected 0..100, found 100.0000001'
 check "batch: a good line still reaches the prompt" test "$(bsel p)" = 'line 4: the model has no tokenizer'
+check "batch: fields lockstep does not read are said on stderr, once, and the line still runs" \
+    eval 'err_has "line 4: ignored fields (not read by lockstep): \"model\", \"n\", \"max_token\"" && [ "$(count_in_err "ignored fields")" -eq 1 ]'
 # a wrong type is named as what was found; a line that is JSON but no object too
 cat >"$tmp/bt.jsonl" <<'JSONL'
 {"id": "f", "prompt": "x", "max_tokens": 2.0}
