@@ -86,24 +86,16 @@ static int chat_turn_fields(json_t *req, int chat, struct chat_turn *t, char *er
             return -1;
         }
     }
+    if (v[0] && chat_tools_check(v[0], "field \"tools\"", err, errlen)) return -1;
     int bad = -1;
-    if (v[0] && !json_is_array(v[0]))
-        bad = 0;
-    else if (v[1] && !json_is_object(v[1]))
+    if (v[1] && !json_is_object(v[1]))
         bad = 1;
     else if (v[2] && !json_is_boolean(v[2]))
         bad = 2;
     else if (v[3] && !json_is_boolean(v[3]))
         bad = 3;
-    for (size_t i = 0; bad < 0 && v[0] && i < json_array_size(v[0]); i++)
-        if (!json_is_object(json_array_get(v[0], i))) {
-            snprintf(err, errlen, "field \"tools\"[%zu]: expected an object, found %s", i,
-                     ls_json_type_name(json_array_get(v[0], i)));
-            return -1;
-        }
     if (bad >= 0) {
-        static const char *const want[] = {"a list of tool objects", "an object", "a boolean",
-                                           "a boolean"};
+        static const char *const want[] = {NULL, "an object", "a boolean", "a boolean"};
         snprintf(err, errlen, "field \"%s\": expected %s, found %s", names[bad], want[bad],
                  ls_json_type_name(v[bad]));
         return -1;

@@ -367,6 +367,13 @@ oom:
 int chat_render(const struct chat_env *env, const struct chat_msg *msgs, int n,
                 int add_generation_prompt, char **out, char *err, size_t errlen)
 {
+    struct chat_turn turn = {.add_generation_prompt = add_generation_prompt};
+    return chat_render_turn(env, msgs, n, &turn, out, err, errlen);
+}
+
+int chat_render_turn(const struct chat_env *env, const struct chat_msg *msgs, int n,
+                     const struct chat_turn *turn, char **out, char *err, size_t errlen)
+{
     if (out) *out = NULL;
     if (n < 0 || (n > 0 && !msgs)) {
         ls_errf(err, errlen, "chat_render: invalid arguments");
@@ -401,13 +408,48 @@ int chat_render(const struct chat_env *env, const struct chat_msg *msgs, int n,
             goto oom;
         }
     }
-    struct chat_turn turn = {.add_generation_prompt = add_generation_prompt};
-    int rc = chat_render_json(env, list, &turn, out, err, errlen);
+    int rc = chat_render_json(env, list, turn, out, err, errlen);
     json_decref(list);
     return rc;
 oom:
     ls_errf(err, errlen, "chat_render: out of memory");
     return -1;
+}
+
+int chat_tools_check(const json_t *tools, const char *what, char *err, size_t errlen)
+{
+    if (!json_is_array(tools))
+        return ls_errf(err, errlen, "%s: expected a list of tool objects, found %s", what,
+                       ls_json_type_name(tools));
+    for (size_t i = 0; i < json_array_size(tools); i++)
+        if (!json_is_object(json_array_get(tools, i)))
+            return ls_errf(err, errlen, "%s[%zu]: expected an object, found %s", what, i,
+                           ls_json_type_name(json_array_get(tools, i)));
+    return 0;
+}
+
+int chat_tools_load(const char *path, json_t **tools, char *err, size_t errlen)
+{
+    *tools = NULL;
+    uint64_t size = 0;
+    int fd = ls_open_input(path, &size, err, errlen);
+    if (fd < 0) return -1;
+    json_error_t je;
+    json_t *t = size <= CHAT_TEMPLATE_MAX ? json_loadfd(fd, JSON_REJECT_DUPLICATES, &je) : NULL;
+    close(fd);
+    if (!t)
+        return size > CHAT_TEMPLATE_MAX
+                   ? ls_errf(err, errlen, "--tools %s: over 16 MiB, not a list of tools", path)
+                   : ls_errf(err, errlen, "--tools %s: not JSON (%s, at %d:%d)", path, je.text,
+                             je.line, je.column);
+    char what[4200];
+    snprintf(what, sizeof what, "--tools %s", path);
+    if (chat_tools_check(t, what, err, errlen)) {
+        json_decref(t);
+        return -1;
+    }
+    *tools = t;
+    return 0;
 }
 
 int chat_env_load(struct chat_env *env, const char *template_path, const char *kwargs_text,

@@ -79,8 +79,20 @@ struct chat_turn {
 int chat_render_json(const struct chat_env *env, const json_t *messages,
                      const struct chat_turn *turn, char **out, char *err, size_t errlen);
 
-/* the same for n messages of role and content */
+/* the same for n messages of role and content, with a turn's options (NULL: none) */
+int chat_render_turn(const struct chat_env *env, const struct chat_msg *msgs, int n,
+                     const struct chat_turn *turn, char **out, char *err, size_t errlen);
+
+/* chat_render_turn with add_generation_prompt only */
 int chat_render(const struct chat_env *env, const struct chat_msg *msgs, int n,
                 int add_generation_prompt, char **out, char *err, size_t errlen);
+
+/* Whether tools is a list of objects (the tool schemas a template takes, OpenAI-style); -1 with
+ * err naming it as what ("field \"tools\"", "--tools FILE"), the expected and the found. */
+int chat_tools_check(const json_t *tools, const char *what, char *err, size_t errlen);
+
+/* Reads --tools FILE, a JSON list of tool schemas, into *tools (json_decref it); -1 with err
+ * naming the file and what is wrong with it. */
+int chat_tools_load(const char *path, json_t **tools, char *err, size_t errlen);
 
 #endif

@@ -26,12 +26,13 @@ enum {
     OPT_TOP_STEPS,
     OPT_QUIET,
     OPT_CHAT_TEMPLATE,
-    OPT_CHAT_KWARGS
+    OPT_CHAT_KWARGS,
+    OPT_TOOLS
 };
 
 static const char generate_help[] =
     "usage: lockstep generate -m MODEL -p PROMPT [-n N] [sampling flags] [--chat [--system S]\n"
-    "       [--chat-template FILE] [--chat-template-kwargs JSON]]\n"
+    "       [--chat-template FILE] [--chat-template-kwargs JSON] [--tools FILE]]\n"
     "Run under mpirun (one rank per GPU, or CPU ranks): rank 0 streams the text to stdout and\n"
     "the timing to stderr.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
@@ -45,6 +46,8 @@ static const char generate_help[] =
     "  --system S           system message for --chat\n"
     "  --chat-template FILE a Jinja chat template to use instead of the model's\n"
     "  --chat-template-kwargs JSON  extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+    "  --tools FILE         a JSON list of tool schemas (OpenAI-style) for the chat template;\n"
+    "                       the model's \"tool_use\" template renders it where it has one\n"
     "  --json               print one JSON object (ids, text, timing) instead of streaming\n"
     "  --top-logits K       with --json: the top K logits of each of the first steps\n"
     "  --top-logit-steps S  ... of the first S steps (default 4)\n"
@@ -127,7 +130,8 @@ static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
 
 /* The prompt as ids: chat-templated and/or encoded with the model's tokenizer. */
 static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, const char *system,
-                      const struct chat_env *env, int **out, int *n, char *err, size_t errlen)
+                      const struct chat_env *env, const json_t *tools, int **out, int *n, char *err,
+                      size_t errlen)
 {
     if (!m->tok) {
         snprintf(err, errlen, "%.900s has no tokenizer: give the prompt as --prompt-ids", m->path);
@@ -139,7 +143,8 @@ static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, co
         int k = 0;
         if (system) msgs[k++] = (struct chat_msg){.role = "system", .content = system};
         msgs[k++] = (struct chat_msg){.role = "user", .content = prompt};
-        if (chat_render(env, msgs, k, 1, &text, err, errlen) < 0) return -1;
+        struct chat_turn turn = {.add_generation_prompt = 1, .tools = tools};
+        if (chat_render_turn(env, msgs, k, &turn, &text, err, errlen) < 0) return -1;
     }
     const char *src = text ? text : prompt;
     size_t len = strlen(src);
@@ -207,6 +212,7 @@ int cmd_generate(int argc, char **argv)
         {"system", required_argument, NULL, OPT_SYSTEM},
         {"chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE},
         {"chat-template-kwargs", required_argument, NULL, OPT_CHAT_KWARGS},
+        {"tools", required_argument, NULL, OPT_TOOLS},
         {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
         {"json", no_argument, NULL, OPT_JSON},
         {"top-logits", required_argument, NULL, OPT_TOP_LOGITS},
@@ -221,7 +227,7 @@ int cmd_generate(int argc, char **argv)
     ls_gen_defaults(&gp);
     gp.top_logit_steps = 4;
     const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *system = NULL;
-    const char *template_path = NULL, *kwargs_text = NULL;
+    const char *template_path = NULL, *kwargs_text = NULL, *tools_path = NULL;
     int chat = 0, json = 0, quiet = 0, max_ctx = 0, reset = 1, opt, rc;
     long v;
     char err[1024], dummy[4200];
@@ -256,6 +262,9 @@ int cmd_generate(int argc, char **argv)
             break;
         case OPT_CHAT_KWARGS:
             kwargs_text = optarg;
+            break;
+        case OPT_TOOLS:
+            tools_path = optarg;
             break;
         case OPT_PROMPT_IDS:
             ids_arg = optarg;
@@ -295,9 +304,10 @@ int cmd_generate(int argc, char **argv)
     if (ids_arg && chat)
         return ls_usage_error("generate", "--chat needs a text prompt, not --prompt-ids");
     if (system && !chat) return ls_usage_error("generate", "--system needs --chat");
-    if ((template_path || kwargs_text) && !chat)
+    if ((template_path || kwargs_text || tools_path) && !chat)
         return ls_usage_error("generate", template_path ? "--chat-template needs --chat"
-                                                        : "--chat-template-kwargs needs --chat");
+                                          : kwargs_text ? "--chat-template-kwargs needs --chat"
+                                                        : "--tools needs --chat");
     if (gp.top_logits && !json)
         return ls_usage_error("generate",
                               "--top-logits needs --json (the logits are written there)");
@@ -305,8 +315,13 @@ int cmd_generate(int argc, char **argv)
     struct chat_env env = {0};
     char *template_buf = NULL;
     json_t *kwargs = NULL;
-    if (chat_env_load(&env, template_path, kwargs_text, &template_buf, &kwargs, err, sizeof err))
+    json_t *tools = NULL;
+    if (chat_env_load(&env, template_path, kwargs_text, &template_buf, &kwargs, err, sizeof err) ||
+        (tools_path && chat_tools_load(tools_path, &tools, err, sizeof err))) {
+        free(template_buf);
+        json_decref(kwargs);
         return ls_usage_error("generate", err);
+    }
 
     struct rc_job j;
     rc_job_start(&j, &argc, &argv, &common, model, max_ctx, RC_PREFILL_CHUNK);
@@ -320,7 +335,7 @@ int cmd_generate(int argc, char **argv)
     chat_env_add_tokenizer(&env, j.model->tok);
     int *ids = NULL, n_ids = 0;
     int ok = (ids_arg ? parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
-                      : prompt_ids(j.model, prompt, chat, system, &env, &ids, &n_ids, err,
+                      : prompt_ids(j.model, prompt, chat, system, &env, tools, &ids, &n_ids, err,
                                    sizeof err)) == 0;
     if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);
     if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
@@ -350,6 +365,7 @@ int cmd_generate(int argc, char **argv)
     free(text);
     free(template_buf);
     json_decref(kwargs);
+    json_decref(tools);
     rc_job_end(&j);
     return 0;
 }

@@ -24,6 +24,23 @@ check "--chat-template of a missing file: the file is named" \
 run "$LOCKSTEP" generate -m x -p hi --chat --chat-template "$tmp"
 check "--chat-template of a directory: said so" \
     eval '[ "$rc" -eq 2 ] && err_has "expected a regular file, found a directory"'
+run "$LOCKSTEP" generate -m x -p hi --tools "$tmp/tools.json"
+check "--tools without --chat: a usage error" eval '[ "$rc" -eq 2 ] && err_has "tools needs --chat"'
+run "$LOCKSTEP" generate -m x -p hi --chat --tools "$tmp/none.json"
+check "--tools of a missing file: the file is named" \
+    eval '[ "$rc" -eq 2 ] && err_has "$tmp/none.json: cannot open"'
+printf '%s' '{"type": "function"}' >"$tmp/tool1.json"
+run "$LOCKSTEP" generate -m x -p hi --chat --tools "$tmp/tool1.json"
+check "--tools holding one object, not a list: expected and found named" \
+    eval '[ "$rc" -eq 2 ] && err_has "tools $tmp/tool1.json: expected a list of tool objects, found an object"'
+printf '%s' '[{"type": "function"}, "add"]' >"$tmp/tool2.json"
+run "$LOCKSTEP" generate -m x -p hi --chat --tools "$tmp/tool2.json"
+check "--tools with an element that is not an object: its index named" \
+    eval '[ "$rc" -eq 2 ] && err_has "tool2.json\[1\]: expected an object, found a string"'
+printf '%s' '[{"type": ' >"$tmp/tool3.json"
+run "$LOCKSTEP" generate -m x -p hi --chat --tools "$tmp/tool3.json"
+check "--tools that is not JSON: the file and the place named" \
+    eval '[ "$rc" -eq 2 ] && err_has "tool3.json: not JSON"'
 run "$LOCKSTEP" batch -m x --input x --output y --chat-template-kwargs 3
 check "batch --chat-template-kwargs that is not an object: a usage error" \
     eval '[ "$rc" -eq 2 ] && err_has "expected a JSON object, found an integer"'
@@ -137,6 +154,13 @@ JSONL
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in2.jsonl" --output "$tmp/res2.jsonl" \
     --chat-template "$tmp/turn.jinja"
 check "batch with chat fields: the job succeeds" test "$rc" -eq 0
+printf '%s' '[{"type": "function", "function": {"name": "get_weather"}}, {"type": "function", "function": {"name": "add"}}]' >"$tmp/tools.json"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "weather?" --chat --chat-template "$tmp/turn.jinja" \
+    --tools "$tmp/tools.json" -n 1 --json --quiet
+tools_ids=$(ids)
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "get_weather,add | user: weather?; assistant:" -n 1 --json --quiet
+check "generate --tools: the tools reach the template (the ids of its text)" \
+    eval '[ -n "$tools_ids" ] && [ "$tools_ids" = "$(ids)" ]'
 sel2() { jq -c "select(.id == \"$1\")" "$tmp/res2.jsonl"; }
 same_tokens() { [ -n "$(sel2 "$1" | jq -r '.prompt_tokens // empty')" ] && [ "$(sel2 "$1" | jq .prompt_tokens)" = "$(sel2 "$1-text" | jq .prompt_tokens)" ]; }
 check "batch: \"tools\" reach the template (the same tokens as its text)" same_tokens tools
