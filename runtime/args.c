@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +80,8 @@ int ls_parse_long(const char *flag, const char *s, long lo, long hi, long *out, 
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || errno) {
+    /* strtol skips leading blanks and takes a sign: " 2" and "+2" are not what anyone typed */
+    if (!*s || *end || errno || !(isdigit((unsigned char)*s) || *s == '-')) {
         snprintf(err, errlen, "%s: expected an integer, found '%s'", flag, s);
         return -1;
     }

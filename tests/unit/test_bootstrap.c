@@ -163,6 +163,13 @@ static void test_parse_long_bounds_and_junk(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "expected an integer, found '8x'"));
     CU_ASSERT_EQUAL(ls_parse_long("--tp", "", 1, 64, &v, err, sizeof err), -1);
     CU_ASSERT_EQUAL(ls_parse_long("--tp", "99999999999999999999", 1, 64, &v, err, sizeof err), -1);
+    /* what strtol would forgive: leading blanks and a plus sign */
+    CU_ASSERT_EQUAL(ls_parse_long("--tp", " 2", 1, 64, &v, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "expected an integer, found ' 2'"));
+    CU_ASSERT_EQUAL(ls_parse_long("--tp", "+2", 1, 64, &v, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(ls_parse_long("--tp", "-", 1, 64, &v, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(ls_parse_long("--seed", "-1", -5, 5, &v, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(v, -1);
 }
 
 static void test_getopt_reports_unknown_and_missing(void)
