@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static json_t *fixture, *index_;
+static json_t *fixture, *index_, *formats;
 static char srcdir[2048] = ".";
 
 static json_t *load(const char *rel)
@@ -61,62 +61,100 @@ static time_t fixture_now(void)
     return mktime(&tm);
 }
 
+/* vLLM's content format for the real template called name (content_format.json), or NULL */
+static const char *vllm_format(const char *name)
+{
+    const json_t *cases = json_object_get(formats, "cases");
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        if (json_object_get(c, "file") &&
+            !strcmp(json_string_value(json_object_get(c, "name")), name))
+            return json_string_value(json_object_get(c, "format"));
+    }
+    return NULL;
+}
+
+static int has_parts(const json_t *messages)
+{
+    for (size_t i = 0; i < json_array_size(messages); i++)
+        if (json_is_array(json_object_get(json_array_get(messages, i), "content"))) return 1;
+    return 0;
+}
+
+/* Each case renders in its content format; a case with content parts whose format is the one
+ * vLLM detects for its template renders the same in auto too. */
 static void test_render_matches_transformers(void)
 {
     CU_ASSERT_PTR_NOT_NULL_FATAL(fixture);
     CU_ASSERT_PTR_NOT_NULL_FATAL(index_);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(formats);
     const json_t *cases = json_object_get(fixture, "cases");
     CU_ASSERT(json_array_size(cases) >= 300);
     time_t now = fixture_now();
     CU_ASSERT(now != 0);
-    int bad = 0, errors = 0;
-    for (size_t i = 0; i < json_array_size(cases); i++) {
-        const json_t *c = json_array_get(cases, i);
-        const char *name = json_string_value(json_object_get(c, "template"));
-        const json_t *entry = json_object_get(index_, name);
-        char *text = slurp(json_string_value(json_object_get(entry, "file")));
-        CU_ASSERT_PTR_NOT_NULL_FATAL(text);
-        /* the variables transformers had: the special tokens map, then the case's kwargs */
-        json_t *kw = json_deep_copy(json_object_get(entry, "special_tokens"));
-        json_object_update(kw, json_object_get(c, "kwargs"));
-        struct chat_env env = {.template_text = text,
-                               .kwargs = kw,
-                               .now = now,
-                               .content_format = chat_content_format_parse(
-                                   json_string_value(json_object_get(c, "content_format")))};
-        CU_ASSERT(env.content_format > 0);
-        int gen = json_is_true(json_object_get(c, "add_generation_prompt"));
-        const json_t *tools = json_object_get(c, "tools");
-        struct chat_turn turn = {.add_generation_prompt = gen,
-                                 .continue_final_message =
-                                     json_is_true(json_object_get(c, "continue_final_message")),
-                                 .tools = json_is_array(tools) ? tools : NULL};
-        char *out = (char *)1, err[1024] = "";
-        int len =
-            chat_render_json(&env, json_object_get(c, "messages"), &turn, &out, err, sizeof(err));
-        const json_t *want = json_object_get(c, "rendered");
-        const char *herr = json_string_value(json_object_get(c, "error"));
-        int ok;
-        if (json_is_null(want)) { /* the template raised: no text, and its message */
-            ok = len == -1 && out == NULL && herr && strstr(err, herr) != NULL;
-            errors++;
-        } else {
-            ok = len == (int)json_string_length(want) && out &&
-                 memcmp(out, json_string_value(want), (size_t)len) == 0;
+    int bad = 0, errors = 0, autos = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++)
+        for (int pass = 0; pass < 2; pass++) {
+            const json_t *c = json_array_get(cases, i);
+            const char *name = json_string_value(json_object_get(c, "template"));
+            const json_t *entry = json_object_get(index_, name);
+            char *text = slurp(json_string_value(json_object_get(entry, "file")));
+            CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+            /* the variables transformers had: the special tokens map, then the case's kwargs */
+            json_t *kw = json_deep_copy(json_object_get(entry, "special_tokens"));
+            json_object_update(kw, json_object_get(c, "kwargs"));
+            struct chat_env env = {.template_text = text,
+                                   .kwargs = kw,
+                                   .now = now,
+                                   .content_format = chat_content_format_parse(
+                                       json_string_value(json_object_get(c, "content_format")))};
+            CU_ASSERT(env.content_format > 0);
+            if (pass == 1) { /* auto, where vLLM's detection picks the case's format */
+                const char *vf = vllm_format(name);
+                CU_ASSERT_PTR_NOT_NULL(vf);
+                if (!vf || !has_parts(json_object_get(c, "messages")) ||
+                    chat_content_format_parse(vf) != env.content_format) {
+                    json_decref(kw);
+                    free(text);
+                    continue;
+                }
+                env.content_format = CHAT_CONTENT_AUTO;
+                autos++;
+            }
+            int gen = json_is_true(json_object_get(c, "add_generation_prompt"));
+            const json_t *tools = json_object_get(c, "tools");
+            struct chat_turn turn = {.add_generation_prompt = gen,
+                                     .continue_final_message =
+                                         json_is_true(json_object_get(c, "continue_final_message")),
+                                     .tools = json_is_array(tools) ? tools : NULL};
+            char *out = (char *)1, err[1024] = "";
+            int len = chat_render_json(&env, json_object_get(c, "messages"), &turn, &out, err,
+                                       sizeof(err));
+            const json_t *want = json_object_get(c, "rendered");
+            const char *herr = json_string_value(json_object_get(c, "error"));
+            int ok;
+            if (json_is_null(want)) { /* the template raised: no text, and its message */
+                ok = len == -1 && out == NULL && herr && strstr(err, herr) != NULL;
+                errors++;
+            } else {
+                ok = len == (int)json_string_length(want) && out &&
+                     memcmp(out, json_string_value(want), (size_t)len) == 0;
+            }
+            if (!ok) {
+                bad++;
+                printf("# case %zu (%s, gen %d%s): got %d \"%.300s\" (%s), want \"%.300s\" (%s)\n",
+                       i, name, gen, pass ? ", auto" : "", len, len >= 0 && out ? out : "", err,
+                       json_is_null(want) ? "(error)" : json_string_value(want), herr);
+            }
+            if (len >= 0) free(out);
+            json_decref(kw);
+            free(text);
         }
-        if (!ok) {
-            bad++;
-            printf("# case %zu (%s, gen %d): got %d \"%.300s\" (%s), want \"%.300s\" (%s)\n", i,
-                   name, gen, len, len >= 0 && out ? out : "", err,
-                   json_is_null(want) ? "(error)" : json_string_value(want), herr);
-        }
-        if (len >= 0) free(out);
-        json_decref(kw);
-        free(text);
-    }
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT(errors >= 10); /* Llama 2 and Mistral refuse roles that do not alternate */
-    printf("# %zu cases, %d of them errors, %d mismatches\n", json_array_size(cases), errors, bad);
+    CU_ASSERT(autos >= 40);  /* every template has content-part cases in its detected format */
+    printf("# %zu cases, %d of them errors, %d mismatches; %d rendered again in auto\n",
+           json_array_size(cases), errors, bad, autos);
 }
 
 /* render messages (JSON text) with template t in content format fmt: the text, or NULL with err */
@@ -434,6 +472,7 @@ int main(void)
     if (src) snprintf(srcdir, sizeof(srcdir), "%s", src);
     fixture = load("expected.json");
     index_ = load("templates/index.json");
+    formats = load("content_format.json");
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
     CU_pSuite s = CU_add_suite("chat", NULL, NULL);
     CU_add_test(s, "render matches transformers on real model templates",
@@ -452,5 +491,6 @@ int main(void)
     int rc = ls_cunit_run_tap();
     json_decref(fixture);
     json_decref(index_);
+    json_decref(formats);
     return rc;
 }
