@@ -1,7 +1,7 @@
 # runtime/jinja.mk: the Jinja interpreter that renders a model's own chat template
 # (runtime/jinja.h), its unit tests against jinja2 / transformers / vLLM fixtures, and its fuzz
 # target.
-JINJA_SRC = runtime/jinja.h runtime/jinja_internal.h runtime/jinja_parse.c \
+JINJA_SRC = runtime/jinja.h runtime/jinja_internal.h runtime/utf8.h runtime/jinja_parse.c \
 	runtime/jinja_value.c runtime/jinja_builtins.c runtime/jinja_eval.c runtime/jinja_inspect.c
 liblockstep_a_SOURCES += $(JINJA_SRC)
 

@@ -16,6 +16,7 @@
  * evaluator's recursion is bounded by JX_MAX_HEIGHT. */
 #include "config.h"
 #include "jinja_internal.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -560,35 +561,6 @@ static int lex_all(struct lexer *lx)
         }
     }
     return lex_push(lx, T_EOF, lx->pos, 0) ? 0 : -1;
-}
-
-static int valid_utf8(const char *s, size_t n, size_t *bad)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t l = c < 0x80                   ? 1
-                   : (c >= 0xC2 && c <= 0xDF) ? 2
-                   : (c >= 0xE0 && c <= 0xEF) ? 3
-                   : (c >= 0xF0 && c <= 0xF4) ? 4
-                                              : 0;
-        if (l == 0 || i + l > n) goto fail;
-        for (size_t k = 1; k < l; k++)
-            if ((p[i + k] & 0xC0) != 0x80) goto fail;
-        if (l == 3) {
-            uint32_t cp = ((c & 0x0F) << 12) | ((p[i + 1] & 0x3F) << 6);
-            if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)) goto fail;
-        } else if (l == 4) {
-            uint32_t cp = ((c & 0x07) << 18) | ((p[i + 1] & 0x3F) << 12);
-            if (cp < 0x10000 || cp > 0x10FFFF) goto fail;
-        }
-        i += l;
-        continue;
-    fail:
-        *bad = i;
-        return 0;
-    }
-    return 1;
 }
 
 /* ------------------------------------------------------------------ parser -- */
@@ -1892,7 +1864,7 @@ struct ls_jinja *ls_jinja_parse(const char *tmpl, size_t tlen, char *err, size_t
         return NULL;
     }
     size_t bad;
-    if (!valid_utf8(tmpl, tlen, &bad)) {
+    if (!ls_utf8_valid(tmpl, tlen, &bad)) {
         if (err && errlen) snprintf(err, errlen, "template: not valid UTF-8 at byte %zu", bad);
         return NULL;
     }

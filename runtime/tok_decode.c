@@ -38,14 +38,14 @@ static void decode_token_text(const struct tokenizer *tok, const char *text, siz
          * (an added token spelled in plain UTF-8) stays as it is, as HF does */
         mapped = 1;
         for (size_t i = 0; i < len && mapped;) {
-            int l = tok_utf8_len((const uint8_t *)text + i, len - i);
+            int l = ls_utf8_len((const uint8_t *)text + i, len - i);
             if (l <= 0 || tok_cp_to_byte(tok_utf8_decode((const uint8_t *)text + i, l)) < 0)
                 mapped = 0;
             i += l > 0 ? (size_t)l : 1;
         }
         if (mapped) {
             for (size_t i = 0; i < len;) {
-                int l = tok_utf8_len((const uint8_t *)text + i, len - i);
+                int l = ls_utf8_len((const uint8_t *)text + i, len - i);
                 char c = (char)tok_cp_to_byte(tok_utf8_decode((const uint8_t *)text + i, l));
                 ls_strbuf_put(&t, &c, 1);
                 i += (size_t)l;
@@ -142,7 +142,7 @@ static void put_lossy(struct ls_strbuf *b, const char *s, size_t len)
     const uint8_t *p = (const uint8_t *)s;
     size_t i = 0;
     while (i < len) {
-        int l = tok_utf8_len(p + i, len - i);
+        int l = ls_utf8_len(p + i, len - i);
         if (l > 0) {
             ls_strbuf_put(b, s + i, (size_t)l);
             i += (size_t)l;
@@ -174,7 +174,7 @@ static void flush_run(struct ls_strbuf *b, struct ls_strbuf *run)
     size_t i = 0;
     int valid = 1;
     while (i < run->n && valid) {
-        int l = tok_utf8_len((const uint8_t *)run->p + i, run->n - i);
+        int l = ls_utf8_len((const uint8_t *)run->p + i, run->n - i);
         if (l <= 0) valid = 0;
         i += l > 0 ? (size_t)l : 1;
     }

@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "tokenizer.h"
+#include "utf8.h"
 
 #define TOK_MAX_IDS      (1 << 24) /* ids beyond this are refused: a guard for hostile files */
 #define TOK_MAX_STEPS    16        /* normalizer / pre-tokenizer / decoder steps */
@@ -170,8 +171,6 @@ uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not in the alphabet */
 
 /* UTF-8 helpers (tokenizer.c) */
-/* length of the valid sequence at s, or 0 when invalid or cut short */
-int tok_utf8_len(const uint8_t *s, size_t n);
 uint32_t tok_utf8_decode(const uint8_t *s, int len);
 int tok_utf8_encode(uint32_t cp, char *out);
 

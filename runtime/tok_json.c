@@ -193,7 +193,7 @@ static int parse_replacement(struct jctx *c, const json_t *obj, const char *path
     size_t len;
     const char *s = jstr(c, obj, "replacement", path, &len);
     if (!s) return -1;
-    if (len == 0 || len > 4 || tok_utf8_len((const uint8_t *)s, len) != (int)len) {
+    if (len == 0 || len > 4 || ls_utf8_len((const uint8_t *)s, len) != (int)len) {
         char p[160];
         snprintf(p, sizeof(p), "%s.replacement", path);
         return jfail(c, p, "one character", json_object_get(obj, "replacement"));

@@ -17,7 +17,7 @@
 static int in_alphabet(const char *s, size_t len)
 {
     for (size_t i = 0; i < len;) {
-        int l = tok_utf8_len((const uint8_t *)s + i, len - i);
+        int l = ls_utf8_len((const uint8_t *)s + i, len - i);
         if (l <= 0 || tok_cp_to_byte(tok_utf8_decode((const uint8_t *)s + i, l)) < 0) return 0;
         i += (size_t)l;
     }

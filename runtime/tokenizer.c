@@ -21,33 +21,6 @@
 
 /* ------------------------------------------------------------------ UTF-8 and byte alphabet */
 
-int tok_utf8_len(const uint8_t *s, size_t n)
-{
-    if (n == 0) return 0;
-    uint8_t c = s[0];
-    if (c < 0x80) return 1;
-    int len;
-    uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if ((size_t)len > n) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (int i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
-    return len;
-}
-
 uint32_t tok_utf8_decode(const uint8_t *s, int len)
 {
     switch (len) {
@@ -356,7 +329,7 @@ pcre2_code *tok_compile_regex(const char *pat, size_t len, char *err, size_t err
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof(msg));
         ls_errf(err, errlen, "regex /%.*s/: %s at offset %zu", (int)(len > 200 ? 200 : len), pat,
-                 (const char *)msg, (size_t)off);
+                (const char *)msg, (size_t)off);
         return NULL;
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* a speed-up only; the interpreter still works */
@@ -433,7 +406,7 @@ int tok_finalize(struct tokenizer *tok, char *err, size_t errlen)
         if (tok->suffix[i] < 0 || tok->suffix[i] >= tok->n_vocab) goto bad_affix;
     if (tok->bos_id >= tok->n_vocab || tok->eos_id >= tok->n_vocab || tok->unk_id >= tok->n_vocab) {
         ls_errf(err, errlen, "bos/eos/unk id out of range: bos %d, eos %d, unk %d, vocabulary %d",
-                 tok->bos_id, tok->eos_id, tok->unk_id, tok->n_vocab);
+                tok->bos_id, tok->eos_id, tok->unk_id, tok->n_vocab);
         return -1;
     }
     return tok_build_decode(tok, err, errlen);
@@ -548,9 +521,9 @@ int tok_pre_from_name(struct tokenizer *tok, const char *pre, char *err, size_t 
         break;
     default:
         ls_errf(err, errlen,
-                 "tokenizer.ggml.pre: expected one of default, gpt2, smollm, starcoder, refact, "
-                 "llama3, llama-bpe, qwen2, deepseek-r1-qwen (or kin), found \"%s\"",
-                 name);
+                "tokenizer.ggml.pre: expected one of default, gpt2, smollm, starcoder, refact, "
+                "llama3, llama-bpe, qwen2, deepseek-r1-qwen (or kin), found \"%s\"",
+                name);
         return -1;
     }
     if (rc == 0) tok->bytelevel = 1;
@@ -633,7 +606,7 @@ static int emit(struct enc *e, int32_t id)
         if (e->n >= e->max_out) {
             if (!e->failed)
                 ls_errf(e->err, e->errlen, "encode: the text needs more than max_out = %d ids",
-                         e->max_out);
+                        e->max_out);
             e->failed = 1;
             return -1;
         }
@@ -688,7 +661,7 @@ static int find_spans(struct enc *e, pcre2_code *re, const char *lit, size_t lit
                 PCRE2_UCHAR msg[160];
                 pcre2_get_error_message(rc, msg, sizeof(msg));
                 ls_errf(e->err, e->errlen, "encode: pre-tokenizer regex failed: %s",
-                         (const char *)msg);
+                        (const char *)msg);
                 e->failed = 1;
                 return -1;
             }
@@ -707,7 +680,7 @@ static int find_spans(struct enc *e, pcre2_code *re, const char *lit, size_t lit
         }
         if (me == ms) { /* empty match: step one character, keep nothing */
             if (ms >= len) break;
-            int cl = tok_utf8_len((const uint8_t *)s + ms, len - ms);
+            int cl = ls_utf8_len((const uint8_t *)s + ms, len - ms);
             pos = ms + (cl > 0 ? (size_t)cl : 1);
             continue;
         }
@@ -902,7 +875,7 @@ static int bpe_word(struct enc *e, const char *w, size_t len)
             cl = 1;
             id = tok->byte_char_id[(uint8_t)w[i]];
         } else {
-            int l = tok_utf8_len((const uint8_t *)w + i, len - i);
+            int l = ls_utf8_len((const uint8_t *)w + i, len - i);
             cl = l > 0 ? (size_t)l : 1;
             id = tok_vocab_lookup(tok, w + i, cl);
         }
@@ -1012,7 +985,7 @@ static uint32_t cp_before(const char *s, size_t at, size_t *start)
     while (i > 0 && ((uint8_t)s[i - 1] & 0xC0) == 0x80) i--;
     if (i > 0) i--;
     *start = i;
-    int l = tok_utf8_len((const uint8_t *)s + i, at - i);
+    int l = ls_utf8_len((const uint8_t *)s + i, at - i);
     return l > 0 ? tok_utf8_decode((const uint8_t *)s + i, l) : 0xFFFD;
 }
 
@@ -1058,7 +1031,7 @@ static int split_added(struct enc *e, const char *s, size_t len, int normalized,
         }
         if (a->rstrip) {
             while (me < len) {
-                int l = tok_utf8_len((const uint8_t *)s + me, len - me);
+                int l = ls_utf8_len((const uint8_t *)s + me, len - me);
                 if (l <= 0 || !is_white_space(tok_utf8_decode((const uint8_t *)s + me, l))) break;
                 me += (size_t)l;
             }
@@ -1259,7 +1232,7 @@ static int utf8_check(const char *s, size_t len, size_t *bad)
             i++;
             continue;
         }
-        int l = tok_utf8_len(p + i, len - i);
+        int l = ls_utf8_len(p + i, len - i);
         if (l == 0) {
             *bad = i;
             return -1;
@@ -1279,7 +1252,7 @@ int tok_encode(const struct tokenizer *tok, const char *text, size_t len, int ad
     size_t bad;
     if (utf8_check(text, len, &bad)) {
         ls_errf(err, errlen, "encode: invalid UTF-8 at byte offset %zu (byte 0x%02X)", bad,
-                 (unsigned)(uint8_t)text[bad]);
+                (unsigned)(uint8_t)text[bad]);
         return -1;
     }
     if (len > (size_t)INT32_MAX) {

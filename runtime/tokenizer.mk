@@ -1,6 +1,6 @@
 # runtime/tokenizer.mk: tokenizer (byte-level and SentencePiece BPE, from GGUF metadata or a
 # tokenizer.json) and chat templates.
-TOKENIZER_SRC = runtime/tokenizer.c runtime/tokenizer.h runtime/tok_internal.h \
+TOKENIZER_SRC = runtime/tokenizer.c runtime/tokenizer.h runtime/tok_internal.h runtime/utf8.h \
 	runtime/tok_decode.c runtime/tok_spec.c runtime/tok_json.c \
 	runtime/strbuf.c runtime/strbuf.h runtime/json_util.c runtime/json_util.h
 liblockstep_a_SOURCES += $(TOKENIZER_SRC) runtime/chat.c runtime/chat.h

@@ -6,6 +6,7 @@
  * regexes. Build with configure --enable-fuzz CC=clang; run as
  * tests/fuzz/fuzz_tokenizer_json -max_total_time=60 tests/fuzz/corpus/tokenizer_json */
 #include "tokenizer.h"
+#include "utf8.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -13,24 +14,6 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static int valid_utf8(const char *s, size_t n)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        unsigned c = p[i];
-        size_t l = c < 0x80                   ? 1
-                   : (c >= 0xC2 && c <= 0xDF) ? 2
-                   : (c >= 0xE0 && c <= 0xEF) ? 3
-                   : (c >= 0xF0 && c <= 0xF4) ? 4
-                                              : 0;
-        if (l == 0 || i + l > n) return 0;
-        for (size_t k = 1; k < l; k++)
-            if ((p[i + k] & 0xC0) != 0x80) return 0;
-        i += l;
-    }
-    return 1;
-}
 
 static void exercise(const struct tokenizer *tok, const char *text, size_t len)
 {
@@ -43,7 +26,7 @@ static void exercise(const struct tokenizer *tok, const char *text, size_t len)
             if (ids[i] < 0 || ids[i] >= tok_n_vocab(tok)) abort();
         int total = tok_decode(tok, ids, n, flags & 1, out, sizeof(out), err, sizeof(err));
         if (total < 0) abort();
-        if (!valid_utf8(out, strlen(out))) abort();
+        if (!ls_utf8_valid(out, strlen(out), NULL)) abort();
         size_t cap = tok_stream_max_out(tok);
         char *piece = malloc(cap + 16);
         memset(piece + cap, 0x5A, 16);
@@ -51,7 +34,7 @@ static void exercise(const struct tokenizer *tok, const char *text, size_t len)
         if (!piece || !s) abort();
         for (int i = 0; i < n; i++) {
             int w = tok_stream_push(s, ids[i], piece, cap);
-            if (w < 0 || (size_t)w > cap || !valid_utf8(piece, (size_t)w)) abort();
+            if (w < 0 || (size_t)w > cap || !ls_utf8_valid(piece, (size_t)w, NULL)) abort();
         }
         for (int k = 0; k < 16; k++)
             if (piece[cap + k] != 0x5A) abort();
