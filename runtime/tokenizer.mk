@@ -19,10 +19,11 @@ tests_unit_test_chat_SOURCES = tests/unit/test_chat.c tests/unit/cunit_tap.c \
 tests_unit_test_chat_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS) -lm
 tests_unit_test_chat_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 
-# fixtures: regenerate with tests/fixtures/make_tokenizer_fixtures.py and make_chat_fixtures.py
-# (pip requirements inside)
+# fixtures: regenerate with tests/fixtures/make_tokenizer_fixtures.py, make_chat_fixtures.py and
+# make_developer_fixtures.py (pip requirements inside)
 EXTRA_DIST += tests/fixtures/make_tokenizer_fixtures.py tests/fixtures/tokenizer \
-	tests/fixtures/make_chat_fixtures.py tests/fixtures/chat \
+	tests/fixtures/make_chat_fixtures.py tests/fixtures/make_developer_fixtures.py \
+	tests/fixtures/chat \
 	tests/fuzz/corpus/tokenizer_json
 
 if ENABLE_FUZZ

@@ -124,6 +124,15 @@ check "batch: content parts through SmolLM2's template (it concatenates): joined
     same3 parts joined
 check "batch: a part that is not text is named for its line" \
     eval 'sel3 image | jq -e ".error | test(\"content part 0 is of type \\\"image_url\\\": lockstep runs text-only models\")" >/dev/null'
+# ---- batch: OpenAI's "developer" role, as vLLM takes it for a template that does not know it
+cat >"$tmp/in4.jsonl" <<'JSONL'
+{"id": "dev", "messages": [{"role": "user", "content": "Hi"}, {"role": "developer", "content": "Be brief."}], "max_tokens": 2, "temperature": 0}
+{"id": "sys", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "max_tokens": 2, "temperature": 0}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in4.jsonl" --output "$tmp/res4.jsonl"
+sel4() { jq -c "select(.id == \"$1\") | [.prompt_tokens, .text]" "$tmp/res4.jsonl"; }
+check "batch: a developer message late in the chat becomes SmolLM2's first system message" \
+    eval '[ -n "$(sel4 dev)" ] && [ "$(sel4 dev)" = "$(sel4 sys)" ] && [ "$(sel4 dev)" != "[null,null]" ]'
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/in3.jsonl" --output "$tmp/res3.jsonl" \
     --chat-template-content-format openai
 check "batch --chat-template-content-format openai: the list as given, Python's error from SmolLM2's template" \

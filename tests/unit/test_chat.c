@@ -236,6 +236,55 @@ static void test_content_parts(void)
     }
 }
 
+/* OpenAI's "developer" role, as vLLM renders it (tests/fixtures/chat/developer.json, made by
+ * vLLM's own conversion and transformers' render): a system message for templates that do not
+ * quote "developer", system messages merged into one first one where needed */
+static void test_developer_role(void)
+{
+    json_t *dev = load("developer.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dev);
+    const json_t *cases = json_object_get(dev, "cases");
+    CU_ASSERT(json_array_size(cases) >= 60);
+    int bad = 0;
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *c = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(c, "template"));
+        const json_t *entry = json_object_get(index_, name);
+        char *text = slurp(json_string_value(json_object_get(entry, "file")));
+        CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+        struct chat_env env = {.template_text = text,
+                               .kwargs = json_object_get(entry, "special_tokens")};
+        struct chat_turn turn = {.add_generation_prompt = 1};
+        char *out = NULL, err[1024] = "";
+        int len =
+            chat_render_json(&env, json_object_get(c, "messages"), &turn, &out, err, sizeof err);
+        const json_t *want = json_object_get(c, "rendered");
+        const char *herr = json_string_value(json_object_get(c, "error"));
+        int ok = json_is_null(want) ? len == -1 && herr && strstr(err, herr)
+                                    : len == (int)json_string_length(want) &&
+                                          !memcmp(out, json_string_value(want), (size_t)len);
+        if (!ok) {
+            bad++;
+            printf("# developer case %zu (%s): got \"%.300s\" (%s), want \"%.300s\"\n", i, name,
+                   out ? out : "", err, json_is_null(want) ? herr : json_string_value(want));
+        }
+        free(out);
+        free(text);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    json_decref(dev);
+    /* a template that quotes the role gets it as it is */
+    const char *t = "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}"
+                    "{# knows 'developer' #}";
+    char err[256],
+        *out = render_parts(t, CHAT_CONTENT_AUTO,
+                            "[{\"role\": \"user\", \"content\": \"u\"}, {\"role\": \"developer\", "
+                            "\"content\": \"d\"}]",
+                            err, sizeof err);
+    CU_ASSERT_STRING_EQUAL(out ? out : err, "user:u;developer:d;");
+    free(out);
+}
+
 /* chat_env_of takes the template and the special tokens' text from the tokenizer */
 static void test_env_of_tokenizer(void)
 {
@@ -488,6 +537,7 @@ int main(void)
                 test_folder_templates);
     CU_add_test(s, "content parts are joined for templates that concatenate content",
                 test_content_parts);
+    CU_add_test(s, "the developer role becomes system as vLLM makes it", test_developer_role);
     int rc = ls_cunit_run_tap();
     json_decref(fixture);
     json_decref(index_);
