@@ -24,7 +24,7 @@ tests_unit_test_chat_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 EXTRA_DIST += tests/fixtures/make_tokenizer_fixtures.py tests/fixtures/tokenizer \
 	tests/fixtures/make_chat_fixtures.py tests/fixtures/make_developer_fixtures.py \
 	tests/fixtures/chat \
-	tests/fuzz/corpus/tokenizer_json
+	tests/fuzz/corpus/tokenizer_json tests/fuzz/corpus/chat
 
 if ENABLE_FUZZ
 # libFuzzer target on tok_load_json_buf (configure --enable-fuzz CC=clang); built by make check,
@@ -34,4 +34,11 @@ tests_fuzz_fuzz_tokenizer_json_SOURCES = tests/fuzz/fuzz_tokenizer_json.c $(TOKE
 tests_fuzz_fuzz_tokenizer_json_CFLAGS = $(FUZZ_COMPILE_FLAGS)
 tests_fuzz_fuzz_tokenizer_json_LDFLAGS = $(FUZZ_LINK_FLAGS)
 tests_fuzz_fuzz_tokenizer_json_LDADD = $(JANSSON_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS)
+# libFuzzer target on chat_render_json: a batch line's messages through a template
+check_PROGRAMS += tests/fuzz/fuzz_chat
+tests_fuzz_fuzz_chat_SOURCES = tests/fuzz/fuzz_chat.c runtime/chat.c runtime/chat.h \
+	$(TOKENIZER_SRC) $(JINJA_SRC) runtime/log.c
+tests_fuzz_fuzz_chat_CFLAGS = $(FUZZ_COMPILE_FLAGS)
+tests_fuzz_fuzz_chat_LDFLAGS = $(FUZZ_LINK_FLAGS)
+tests_fuzz_fuzz_chat_LDADD = $(JANSSON_LIBS) $(PCRE2_LIBS) $(UTF8PROC_LIBS) -lm
 endif
