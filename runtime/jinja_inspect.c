@@ -20,9 +20,10 @@
  *     content: msg.content / msg['content'] under filters, tests and slices; a bare parameter
  *     from step 3; or a bare `content` outside every macro. A name target makes it "openai"
  *     (1); a tuple target trips the assert, "string" (0). No such loop: "string".
- * vLLM also answers "string" when jinja2 cannot compile the template. Of the templates our
- * parser takes and jinja2 does not compile, those whose failure follows from the tree alone get
- * 0 here (jinja2_compiles: repeated keyword arguments, repeated macro parameters). Not
+ * vLLM also answers "string" when jinja2 cannot compile the template. Our parser refuses what
+ * jinja2 refuses for calls (repeated keyword arguments) and macros (repeated parameters); of
+ * the templates it takes and jinja2 does not compile, those whose failure follows from the tree
+ * alone get 0 here (jinja2_compiles: a filter or test given a keyword twice). Not
  * reproduced, as they depend on Python rather than on the template's meaning: CPython's limits
  * on the code jinja2 generates (20 statically nested blocks, so 21 nested for loops; 100
  * indentation levels; the recursion limit, reached by some 70 nested parentheses), and
@@ -82,7 +83,7 @@ struct scan {
     struct arr loops;     /* struct loop_ref, pre-order */
     struct arr macros;    /* struct macro_ref, pre-order */
     struct arr edges;     /* struct edge, sorted by src later */
-    struct arr kwcalls;   /* const struct jnode *: calls, filters, tests with 2+ keywords */
+    struct arr kwcalls;   /* const struct jnode *: filters and tests with 2+ keywords */
     const char **aliases; /* names holding the messages, sorted */
     size_t naliases;
     const char **msgvars; /* names of loops' message variables, sorted */
@@ -235,8 +236,7 @@ static void collect(struct scan *s, const struct jnode *n, size_t macro, int dep
         s->failed = 1;
         return;
     }
-    if ((n->kind == E_CALL || n->kind == E_FILTER || n->kind == E_TEST) && n->nkw > 1)
-        add_node(s, &s->kwcalls, n);
+    if ((n->kind == E_FILTER || n->kind == E_TEST) && n->nkw > 1) add_node(s, &s->kwcalls, n);
     if (n->kind == N_FOR && n->k[0] && n->k[1]) {
         struct loop_ref *l = arr_add(&s->loops);
         if (!l) {
@@ -443,19 +443,6 @@ static int first_content_loop(struct scan *s)
     return 0;
 }
 
-/* Python's keywords (keyword.kwlist, the same from 3.7 to 3.13) */
-static int is_python_keyword(const char *w)
-{
-    static const char *const kw[] = {
-        "False", "None",     "True",  "and",    "as",   "assert", "async",  "await",    "break",
-        "class", "continue", "def",   "del",    "elif", "else",   "except", "finally",  "for",
-        "from",  "global",   "if",    "import", "in",   "is",     "lambda", "nonlocal", "not",
-        "or",    "pass",     "raise", "return", "try",  "while",  "with",   "yield"};
-    for (size_t i = 0; i < sizeof(kw) / sizeof(kw[0]); i++)
-        if (!strcmp(w, kw[i])) return 1;
-    return 0;
-}
-
 /* whether the subtree reads a variable or calls something: then jinja2 cannot fold it into a
  * constant when it compiles */
 static int reads_or_calls(const struct jnode *n, int depth)
@@ -471,14 +458,14 @@ static int reads_or_calls(const struct jnode *n, int depth)
     return 0;
 }
 
-/* 1 when jinja2 certainly fails to compile n, a call, filter or test with 2+ keywords; -1 when
+/* 1 when jinja2 certainly fails to compile n, a filter or test with 2+ keywords; -1 when
  * memory runs out. jinja2 writes the keywords into a Python call (as a dict instead when one
- * is named after a Python keyword), so a repeated one is Python's SyntaxError. A filter or
- * test that reads no variable may be folded into a constant first, and then compiles. */
+ * is named after a Python keyword), so a repeated one is Python's SyntaxError, unless the
+ * filter or test reads no variable and is folded into a constant first. */
 static int repeats_keyword(const struct jnode *n)
 {
     for (int i = 0; i < n->nkw; i++)
-        if (is_python_keyword(n->kwn[i])) return 0;
+        if (jx_is_python_keyword(n->kwn[i])) return 0;
     const char **k = malloc((size_t)n->nkw * sizeof(*k));
     if (!k) return -1;
     memcpy(k, n->kwn, (size_t)n->nkw * sizeof(*k));
@@ -486,7 +473,7 @@ static int repeats_keyword(const struct jnode *n)
     int rep = 0;
     for (int i = 1; i < n->nkw && !rep; i++) rep = !strcmp(k[i - 1], k[i]);
     free(k);
-    if (!rep || n->kind == E_CALL) return rep;
+    if (!rep) return 0;
     if (!n->k[0]) return 1; /* a filter block's filter is never folded */
     if (reads_or_calls(n->k[0], 0)) return 1;
     for (int i = 0; i < n->nkids; i++)
@@ -496,19 +483,14 @@ static int repeats_keyword(const struct jnode *n)
     return 0;
 }
 
-/* Whether jinja2 compiles what our parser took: vLLM answers "string" when it does not. Only
- * the failures that follow from the tree alone: repeated keyword arguments, and a macro with a
- * repeated parameter name (a Python def with a duplicate argument). Needs the params sorted. */
+/* Whether jinja2 compiles what our parser took: vLLM answers "string" when it does not. The
+ * one failure left that follows from the tree alone: a filter or test given a keyword twice. */
 static int jinja2_compiles(struct scan *s)
 {
     const struct jnode **kc = s->kwcalls.v;
     for (size_t i = 0; i < s->kwcalls.n; i++) {
         if (repeats_keyword(kc[i])) return 0; /* out of memory answers 0 as well */
     }
-    const struct macro_ref *m = s->macros.v;
-    for (size_t i = 0; i < s->macros.n; i++)
-        for (int j = 1; j < m[i].n->nkids; j++)
-            if (!strcmp(m[i].params[j - 1].name, m[i].params[j].name)) return 0;
     return 1;
 }
 

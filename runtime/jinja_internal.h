@@ -96,6 +96,9 @@ struct ls_jinja {
 };
 
 void jx_node_free(struct jnode *n);
+/* Python's keywords (keyword.kwlist, the same from 3.7 to 3.13): jinja2 passes keyword
+ * arguments of those names through a dict */
+int jx_is_python_keyword(const char *w);
 
 /* ----------------------------------------------------------------- values --- */
 enum jv_type {

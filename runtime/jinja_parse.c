@@ -739,6 +739,18 @@ static int add_kid(struct parser *p, struct jnode *n, struct jnode *kid)
     return 0;
 }
 
+int jx_is_python_keyword(const char *w)
+{
+    static const char *const kw[] = {
+        "False", "None",     "True",  "and",    "as",   "assert", "async",  "await",    "break",
+        "class", "continue", "def",   "del",    "elif", "else",   "except", "finally",  "for",
+        "from",  "global",   "if",    "import", "in",   "is",     "lambda", "nonlocal", "not",
+        "or",    "pass",     "raise", "return", "try",  "while",  "with",   "yield"};
+    for (size_t i = 0; i < sizeof(kw) / sizeof(kw[0]); i++)
+        if (!strcmp(w, kw[i])) return 1;
+    return 0;
+}
+
 static int add_kw(struct parser *p, struct jnode *n, char *name, struct jnode *v)
 {
     if (!name || !v) {
@@ -1238,6 +1250,16 @@ static int parse_call_args(struct parser *p, struct jnode *n)
         }
         need_comma = 1;
     }
+    /* jinja2 writes a call's keywords into a Python call, where a repeated one does not compile;
+     * with a keyword named after a Python keyword they all go through a dict instead, where the
+     * last wins. A filter's or test's may be folded into a constant first: only calls here. */
+    int via_dict = 0;
+    for (int i = 0; n->kind == E_CALL && i < n->nkw; i++)
+        via_dict |= jx_is_python_keyword(n->kwn[i]);
+    for (int i = 0; n->kind == E_CALL && !via_dict && i < n->nkw; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(n->kwn[i], n->kwn[j]))
+                return p_fail(p, cur(p), "keyword argument repeated: %s", n->kwn[i]);
     return expect_op(p, ")");
 }
 
@@ -1628,6 +1650,12 @@ static struct jnode *stmt_macro(struct parser *p, struct tok *t)
             goto fail;
         }
         arg->len = a->n;
+        for (int i = 0; i < n->nkids; i++)
+            if (!strcmp(n->kids[i]->str, arg->str)) { /* a Python def's, in jinja2's code */
+                p_fail(p, a, "duplicate argument '%s' in macro definition", arg->str);
+                jx_node_free(arg);
+                goto fail;
+            }
         next(p);
         if (is_op(cur(p), "=")) {
             next(p);

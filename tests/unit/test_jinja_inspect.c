@@ -82,7 +82,7 @@ static void test_fixture_cases_match_vllm(void)
     const char *version = json_string_value(json_object_get(fixture, "vllm_version"));
     CU_ASSERT_PTR_NOT_NULL(version);
     const json_t *cases = json_object_get(fixture, "cases");
-    size_t n = json_array_size(cases), files = 0, openai = 0, mismatches = 0;
+    size_t n = json_array_size(cases), files = 0, openai = 0, mismatches = 0, refused = 0;
     CU_ASSERT(n >= 90);
     for (size_t i = 0; i < n; i++) {
         const json_t *c = json_array_get(cases, i);
@@ -111,6 +111,13 @@ static void test_fixture_cases_match_vllm(void)
         }
         int got = loops_over_content(name, text, len);
         free(text);
+        /* where jinja2 did not compile the template (vLLM then says "string"), our parser may
+         * refuse it too: the template is refused either way, and its format is moot */
+        const char *raised = json_string_value(json_object_get(c, "raised"));
+        if (got < 0 && raised && !strcmp(raised, "SyntaxError")) {
+            refused++;
+            continue;
+        }
         CU_ASSERT_EQUAL(got, want);
         if (got != want) {
             mismatches++;
@@ -119,8 +126,10 @@ static void test_fixture_cases_match_vllm(void)
         }
         openai += want;
     }
-    printf("# vLLM %s: %zu cases (%zu real templates), %zu openai, %zu string, %zu mismatches\n",
-           version ? version : "?", n, files, openai, n - openai, mismatches);
+    printf("# vLLM %s: %zu cases (%zu real templates), %zu openai, %zu string, %zu refused by "
+           "jinja2 and by our parser, %zu mismatches\n",
+           version ? version : "?", n, files, openai, n - openai - refused, refused, mismatches);
+    CU_ASSERT(refused < 9); /* most templates jinja2 refuses still parse, and get "string" */
     CU_ASSERT(files >= 12);
     CU_ASSERT(openai > 0 && openai < n); /* both answers are exercised */
 }
