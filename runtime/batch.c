@@ -21,6 +21,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* the longest input line taken: far past any prompt of RC_MAX_CONTEXT tokens, and within the
+ * int count of the line's broadcast */
+#define BATCH_LINE_MAX (256 << 20)
+
 enum {
     OPT_INPUT = 1400,
     OPT_OUTPUT,
@@ -524,8 +528,24 @@ int cmd_batch(int argc, char **argv)
                 len = -2;
             }
         }
+        if (len > BATCH_LINE_MAX) len = -3; /* an error for that line, not a broadcast */
         CHECK_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
         if (len == -2) failed = 1;
+        if (len == -3) {
+            lineno++;
+            snprintf(err, sizeof err,
+                     "line %ld: over %d MiB; a request is one line, of at most %d positions",
+                     lineno, BATCH_LINE_MAX >> 20, RC_MAX_CONTEXT);
+            json_t *res = json_pack("{s:n, s:s}", "id", "error", err);
+            if (j.ctx.rank == 0 && write_line(out, res) != 0) {
+                ls_error("batch: --output %s: cannot write the result of line %ld: %s", out_path,
+                         lineno, strerror(errno));
+                failed = 1;
+            }
+            json_decref(res);
+            n_err++;
+            continue;
+        }
         if (len < 0) break;
         if (j.ctx.rank != 0 && (size_t)len + 1 > cap) {
             cap = (size_t)len + 1;

@@ -130,7 +130,7 @@ static int prefill_chunk(int *out, char *err, size_t errlen)
     char *end = NULL;
     errno = 0;
     long v = strtol(e, &end, 10);
-    if (*end || errno || v < 1 || v > RC_MAX_CONTEXT)
+    if (*end || errno || !isdigit((unsigned char)*e) || v < 1 || v > RC_MAX_CONTEXT)
         return ls_errf(err, errlen,
                        "LOCKSTEP_PREFILL_CHUNK: expected positions per prefill forward in 1..%d, "
                        "found '%s'",

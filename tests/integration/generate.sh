@@ -89,7 +89,7 @@ check "--seed 2^64 - 1 is accepted" test "$rc" -eq 0
 run "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 2 --presence-penalty 1e308
 check "--presence-penalty 1e308: out of range with the range, not 'expected a number'" \
     eval '[ "$rc" -eq 2 ] && err_has "presence-penalty: expected -100..100, found .1e308. (out of range)"'
-for chunk in abc -3 99999999999; do
+for chunk in abc -3 99999999999 " 4" +4; do
     LOCKSTEP_PREFILL_CHUNK=$chunk run_mpi 2 -x LOCKSTEP_PREFILL_CHUNK "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 1,2 -n 2
     check "LOCKSTEP_PREFILL_CHUNK=$chunk: non-zero on every rank, no hang" test "$rc" -ne 0 -a "$rc" -ne 124
     check "LOCKSTEP_PREFILL_CHUNK=$chunk: the variable, the range and the value are named" \
@@ -146,6 +146,13 @@ check "batch: a stop list that is too long gives its length" \
     test "$(btsel k)" = 'line 4: field "stop": expected a string or a list of at most 16 strings, found a list of 17'
 check "batch: a line that is a JSON number or array is named as such" \
     eval '[ "$(jq -r "select(.id == null) | .error" "$tmp/bt.out" | tr "\n" "|")" = "line 6: expected a JSON object, found an integer|line 7: expected a JSON object, found an array|" ]'
+# a line past 256 MiB is an error for that line (its length would not fit the broadcast's count)
+{ printf '{"id": "big", "prompt": "'; head -c $((256 << 20)) /dev/zero | tr '\0' x; printf '"}\n'
+  printf '{"id": "after", "prompt": "x"}\n'; } >"$tmp/big.jsonl"
+run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/big.jsonl" --output "$tmp/big.out"
+check "batch: a line over 256 MiB is an error for that line, and the next line runs" \
+    eval '[ "$rc" -eq 0 ] && [ "$(jq -r ".error" "$tmp/big.out" | tr "\n" "|")" = "line 1: over 256 MiB; a request is one line, of at most 4194304 positions|line 2: the model has no tokenizer|" ]'
+rm -f "$tmp/big.jsonl"
 mkdir -p "$tmp/sub"
 ln "$tmp/bf.jsonl" "$tmp/bf.hard"
 ln -s "$tmp/bf.jsonl" "$tmp/bf.sym"
