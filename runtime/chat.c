@@ -305,23 +305,49 @@ static int tag_final_message(json_t *msgs, const char *template_text, json_t **f
     json_t *content = json_object_get(last, "content");
     if (!last)
         return ls_errf(err, errlen, "continue_final_message is set but the conversation is empty");
-    if (!json_is_string(content))
+    if (!content)
         return ls_errf(err, errlen,
                        "continue_final_message is set but the final message has no \"content\" "
-                       "string to continue (found %s)",
-                       ls_json_type_name(content));
+                       "to continue!");
     if (!strstr(template_text, "content"))
         return ls_errf(err, errlen,
                        "continue_final_message is set to \"content\" but this is not an accepted "
                        "field in the chat_template");
+    json_t *holder = last; /* the object whose "text" or "content" gets the tag */
+    const char *key = "content";
+    if (json_is_array(content)) {
+        /* content parts: the last one with a "text" is continued (a copy: the parts are the
+         * caller's); Python's `"text" in part` on a string part is a substring test, and then
+         * part["text"] fails */
+        json_t *parts = json_deep_copy(content);
+        if (!parts || json_object_set_new(last, "content", parts))
+            return ls_errf(err, errlen, "chat_render: out of memory");
+        holder = NULL;
+        for (size_t i = json_array_size(parts); i-- > 0 && !holder;) {
+            json_t *part = json_array_get(parts, i);
+            if (json_is_string(part) && strstr(json_string_value(part), "text"))
+                return ls_errf(err, errlen, "string indices must be integers, not 'str'");
+            if (json_is_object(part) && json_object_get(part, "text")) holder = part;
+        }
+        if (!holder)
+            return ls_errf(err, errlen,
+                           "continue_final_message is set but we could not find any text to "
+                           "continue in the final message!");
+        key = "text";
+        content = json_object_get(holder, key);
+    }
+    if (!json_is_string(content))
+        return ls_errf(err, errlen,
+                       "continue_final_message: the final message's \"%s\" is %s, not a string "
+                       "to continue",
+                       key, ls_json_type_name(content));
     *final = json_incref(content);
     size_t n = json_string_length(content);
     char *tagged = malloc(n + sizeof CONTINUE_TAG);
     if (!tagged) return ls_errf(err, errlen, "chat_render: out of memory");
     memcpy(tagged, json_string_value(content), n);
     memcpy(tagged + n, CONTINUE_TAG, sizeof CONTINUE_TAG);
-    int rc =
-        json_object_set_new(last, "content", json_stringn(tagged, n + sizeof CONTINUE_TAG - 1));
+    int rc = json_object_set_new(holder, key, json_stringn(tagged, n + sizeof CONTINUE_TAG - 1));
     free(tagged);
     return rc ? ls_errf(err, errlen, "chat_render: out of memory") : 0;
 }

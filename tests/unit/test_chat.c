@@ -426,7 +426,24 @@ static void test_continue_final_message(void)
     json_object_set_new(json_array_get(msgs, 1), "content", json_null());
     env.template_text = "{{ messages[-1].content }}";
     CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), -1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(err, "no \"content\" string to continue"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "final message has no \"content\" to continue!"));
+    /* parts: the last one with text is continued, on a copy (the caller's parts stay) */
+    json_t *parts =
+        json_pack("[{s:s, s:s}, {s:s}]", "type", "text", "text", "Once ", "type", "image");
+    json_object_set(json_array_get(msgs, 1), "content", parts);
+    env.template_text = "{% for p in messages[-1].content %}{{ p.text }}|{% endfor %}";
+    env.content_format = CHAT_CONTENT_OPENAI; /* vLLM's detection sees no loop over a message */
+    turn.continue_final_message = 1;
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), 5);
+    CU_ASSERT_STRING_EQUAL(out ? out : err, "Once ");
+    free(out);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(json_array_get(parts, 0), "text")),
+                           "Once ");
+    json_decref(parts);
+    json_object_set_new(json_array_get(msgs, 1), "content",
+                        json_pack("[s, {s:s}]", "no text here", "type", "image"));
+    CU_ASSERT_EQUAL(chat_render_json(&env, msgs, &turn, &out, err, sizeof(err)), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "string indices must be integers"));
     json_decref(msgs);
     json_t *none = json_array();
     CU_ASSERT_EQUAL(chat_render_json(&env, none, &turn, &out, err, sizeof(err)), -1);
