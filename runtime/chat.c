@@ -2,7 +2,10 @@
  * apply_chat_template renders them (utils/chat_template_utils.py): the messages normalized as it
  * does, tools (or none), documents (none), add_generation_prompt, the tokenizer's special tokens,
  * then the caller's extra variables, which override the others as transformers' kwargs do;
- * continue_final_message cut as it cuts. Checked against transformers on twelve real templates
+ * continue_final_message cut as it cuts. Where OpenAI-style requests go past transformers, as
+ * vLLM takes them: content given as parts joined into text for templates that do not loop over
+ * content, and the "developer" role turned into a system message for templates that do not know
+ * it. Checked against transformers and vLLM's own code on twelve real templates
  * (tests/fixtures/chat, tests/unit/test_chat.c). */
 #include "config.h"
 #include "chat.h"
