@@ -571,7 +571,7 @@ static uint32_t *to_cps(struct jcx *cx, const struct jstr *s, size_t *n)
 static void put_cp(struct ls_strbuf *b, uint32_t c)
 {
     char u[4];
-    ls_strbuf_put(b, u, jx_u8_put(c, u));
+    ls_strbuf_put(b, u, (size_t)ls_utf8_encode(c, u));
 }
 
 static void put_upper(struct ls_strbuf *b, uint32_t c)

@@ -16,6 +16,7 @@
 
 #include "jinja.h"
 #include "strbuf.h"
+#include "utf8.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -298,7 +299,6 @@ int jx_msort(void *base, size_t n, size_t sz, int (*cmp)(const void *, const voi
 
 /* UTF-8 */
 uint32_t jx_u8_next(const char *s, size_t len, size_t *i);
-size_t jx_u8_put(uint32_t cp, char *out);
 size_t jx_u8_count(const char *s, size_t len);
 size_t jx_u8_offset(const char *s, size_t len, size_t cps); /* byte offset of code point cps */
 int jx_isspace(uint32_t cp);

@@ -16,7 +16,6 @@
  * evaluator's recursion is bounded by JX_MAX_HEIGHT. */
 #include "config.h"
 #include "jinja_internal.h"
-#include "utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -348,7 +347,7 @@ static int lex_unescape(struct lexer *lx, struct tok *t, const char *s, size_t n
                 cp = 0;
                 for (int d = 0; d < 3 && i < n && s[i] >= '0' && s[i] <= '7'; d++)
                     cp = cp * 8 + (uint32_t)(s[i++] - '0');
-                k += jx_u8_put(cp, o + k);
+                k += (size_t)ls_utf8_encode(cp, o + k);
                 continue;
             }
             if ((unsigned char)c >= 0x80) {
@@ -375,7 +374,7 @@ static int lex_unescape(struct lexer *lx, struct tok *t, const char *s, size_t n
             free(o);
             return lex_fail(lx, "unsupported: a surrogate escape in a string literal");
         }
-        k += jx_u8_put(cp, o + k); /* an escape is never shorter than its UTF-8 */
+        k += (size_t)ls_utf8_encode(cp, o + k); /* an escape is never shorter than its UTF-8 */
     }
     o[k] = '\0';
     t->v = o;

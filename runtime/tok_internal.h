@@ -172,7 +172,6 @@ int tok_cp_to_byte(uint32_t cp); /* -1 when cp is not in the alphabet */
 
 /* UTF-8 helpers (tokenizer.c) */
 uint32_t tok_utf8_decode(const uint8_t *s, int len);
-int tok_utf8_encode(uint32_t cp, char *out);
 
 /* decode tables (tok_decode.c), called by tok_finalize */
 int tok_build_decode(struct tokenizer *tok, char *err, size_t errlen);

@@ -253,7 +253,7 @@ struct tokenizer *tok_build(const struct tok_spec *sp, char *err, size_t errlen)
             }
             size_t w = 0;
             for (size_t k = 0; k < len; k++)
-                w += (size_t)tok_utf8_encode(tok_byte_to_cp((uint8_t)s[k]), mapped + w);
+                w += (size_t)ls_utf8_encode(tok_byte_to_cp((uint8_t)s[k]), mapped + w);
             if (tok_set_vocab(tok, i, mapped, w)) goto oom;
         } else if (tok_set_vocab(tok, i, s, len)) {
             goto oom;

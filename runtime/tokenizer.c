@@ -36,30 +36,6 @@ uint32_t tok_utf8_decode(const uint8_t *s, int len)
     }
 }
 
-int tok_utf8_encode(uint32_t cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* GPT-2's printable stand-ins for bytes: printable Latin-1 bytes stand for themselves, the
  * other 68 bytes take U+0100 upwards in byte order. */
 static int byte_is_printable(unsigned b)
@@ -395,7 +371,7 @@ int tok_finalize(struct tokenizer *tok, char *err, size_t errlen)
             return -1;
     for (int b = 0; b < 256; b++) {
         char buf[8];
-        int n = tok_utf8_encode(tok_byte_to_cp((uint8_t)b), buf);
+        int n = ls_utf8_encode(tok_byte_to_cp((uint8_t)b), buf);
         tok->byte_char_id[b] = tok_vocab_lookup(tok, buf, (size_t)n);
         n = snprintf(buf, sizeof(buf), "<0x%02X>", b);
         tok->byte_tok_id[b] = tok_vocab_lookup(tok, buf, (size_t)n);
@@ -860,7 +836,7 @@ static int bpe_word(struct enc *e, const char *w, size_t len)
             if (grow((void **)&e->wbuf, &e->wbuf_cap, len * 2 + 1, 1)) return enc_oom(e);
             klen = 0;
             for (size_t i = 0; i < len; i++)
-                klen += (size_t)tok_utf8_encode(tok_byte_to_cp((uint8_t)w[i]), e->wbuf + klen);
+                klen += (size_t)ls_utf8_encode(tok_byte_to_cp((uint8_t)w[i]), e->wbuf + klen);
             key = e->wbuf;
         }
         int32_t id = tok_vocab_lookup(tok, key, klen);

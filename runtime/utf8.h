@@ -1,6 +1,6 @@
-/* UTF-8 validity, one definition for the tokenizer, the Jinja interpreter and the fuzz targets'
- * checks: the well-formed sequences of Unicode's table 3-7 (no overlong forms, no surrogates,
- * nothing past U+10FFFF). */
+/* UTF-8, one definition for the tokenizer, the Jinja interpreter and the fuzz targets' checks:
+ * validity (the well-formed sequences of Unicode's table 3-7 (no overlong forms, no surrogates,
+ * nothing past U+10FFFF)) and encoding. */
 #ifndef LOCKSTEP_UTF8_H
 #define LOCKSTEP_UTF8_H
 
@@ -48,6 +48,31 @@ static inline int ls_utf8_valid(const char *s, size_t n, size_t *bad)
         i += (size_t)l;
     }
     return 1;
+}
+
+/* cp (at most U+10FFFF) as UTF-8 at out (room for 4 bytes); its length */
+static inline int ls_utf8_encode(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | (cp >> 12));
+        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | (cp >> 18));
+    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
 }
 
 #endif
