@@ -19,6 +19,7 @@
 #include "utf8.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -203,6 +204,10 @@ struct jcx {
     struct jscope *globals; /* the vars */
 };
 
+/* The interpreter's one error formatter (lexer, parser, render): the first failure only, as
+ * "template LINE:COL: message" ("template: message" for line < 0) into err; -1. */
+int jx_vfail(int *failed, char *err, size_t errlen, int line, int col, const char *fmt, va_list ap)
+    __attribute__((format(printf, 6, 0)));
 int jx_fail(struct jcx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int jx_charge(struct jcx *cx, long units);
 

@@ -63,16 +63,11 @@ static int lex_fail(struct lexer *lx, const char *fmt, ...) __attribute__((forma
 
 static int lex_fail(struct lexer *lx, const char *fmt, ...)
 {
-    if (lx->failed) return -1;
-    lx->failed = 1;
-    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    int rc = jx_vfail(&lx->failed, lx->err, lx->errlen, lx->line, lx->col, fmt, ap);
     va_end(ap);
-    if (lx->err && lx->errlen)
-        snprintf(lx->err, lx->errlen, "template %d:%d: %s", lx->line, lx->col, msg);
-    return -1;
+    return rc;
 }
 
 /* moves pos to np, keeping line:column (columns count code points from 1) */
@@ -581,17 +576,12 @@ static int p_fail(struct parser *p, const struct tok *at, const char *fmt, ...)
 
 static int p_fail(struct parser *p, const struct tok *at, const char *fmt, ...)
 {
-    if (p->failed) return -1;
-    p->failed = 1;
-    char msg[256];
+    if (!at) at = &p->t[p->i];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    int rc = jx_vfail(&p->failed, p->err, p->errlen, at->line, at->col, fmt, ap);
     va_end(ap);
-    if (!at) at = &p->t[p->i];
-    if (p->err && p->errlen)
-        snprintf(p->err, p->errlen, "template %d:%d: %s", at->line, at->col, msg);
-    return -1;
+    return rc;
 }
 
 static struct tok *cur(struct parser *p)

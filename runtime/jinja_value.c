@@ -21,22 +21,29 @@
 
 /* ------------------------------------------------------------ registry -- */
 
-int jx_fail(struct jcx *cx, const char *fmt, ...)
+int jx_vfail(int *failed, char *err, size_t errlen, int line, int col, const char *fmt, va_list ap)
 {
-    if (cx->failed) return -1;
-    cx->failed = 1;
+    if (*failed) return -1;
+    *failed = 1;
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (cx->err && cx->errlen) {
-        if (cx->at)
-            snprintf(cx->err, cx->errlen, "template %d:%d: %s", cx->at->line, cx->at->col, msg);
+    if (err && errlen) {
+        if (line >= 0)
+            snprintf(err, errlen, "template %d:%d: %s", line, col, msg);
         else
-            snprintf(cx->err, cx->errlen, "template: %s", msg);
+            snprintf(err, errlen, "template: %s", msg);
     }
     return -1;
+}
+
+int jx_fail(struct jcx *cx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = jx_vfail(&cx->failed, cx->err, cx->errlen, cx->at ? cx->at->line : -1,
+                      cx->at ? cx->at->col : 0, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 int jx_charge(struct jcx *cx, long units)
