@@ -173,37 +173,31 @@ static int join_content_parts(json_t *msgs, char *err, size_t errlen)
     return 0;
 }
 
-/* The text vLLM takes from a system message's content when it merges system messages: a
- * string as it is, a list's text parts (objects with "text", and strings) joined with newlines,
- * anything else nothing. NULL when out of memory. */
-static char *system_text(const json_t *content, size_t *len)
+/* The text vLLM takes from a system message's content when it merges system messages, into t
+ * (emptied first): a string as it is, a list's text parts (objects with "text", and strings)
+ * joined with newlines, anything else nothing. */
+static void system_text(struct ls_strbuf *t, const json_t *content)
 {
-    struct ls_strbuf b = {0};
-    ls_strbuf_put(&b, "", 0);
+    t->n = 0;
+    ls_strbuf_put(t, "", 0);
     if (json_is_string(content))
-        ls_strbuf_put(&b, json_string_value(content), json_string_length(content));
+        ls_strbuf_put(t, json_string_value(content), json_string_length(content));
     size_t i, taken = 0;
     json_t *part;
     json_array_foreach((json_t *)content, i, part)
     {
-        const json_t *t = json_is_object(part) ? json_object_get(part, "text") : part;
-        if (!json_is_string(t)) continue;
-        if (taken++) ls_strbuf_put(&b, "\n", 1);
-        ls_strbuf_put(&b, json_string_value(t), json_string_length(t));
+        const json_t *x = json_is_object(part) ? json_object_get(part, "text") : part;
+        if (!json_is_string(x)) continue;
+        if (taken++) ls_strbuf_put(t, "\n", 1);
+        ls_strbuf_put(t, json_string_value(x), json_string_length(x));
     }
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    *len = b.n;
-    return b.p;
 }
 
 /* vLLM's answer to the OpenAI "developer" role for templates that do not know it (the text
  * "developer" quoted nowhere in the template): developer messages become system messages
  * without their "tools", and when a system message is then not the first, or not the only one,
- * all of them merge into one first system message, their texts joined by blank lines (Qwen's
- * templates refuse a system message past the first). -1 when out of memory. */
+ * all of them merge into one first system message, their non-empty texts joined by blank lines
+ * (Qwen's templates refuse a system message past the first). -1 when out of memory. */
 static int developer_to_system(json_t **msgs, const char *tmpl)
 {
     size_t i, n_dev = 0;
@@ -214,47 +208,42 @@ static int developer_to_system(json_t **msgs, const char *tmpl)
         n_dev += role && !strcmp(role, "developer");
     }
     if (!n_dev || strstr(tmpl, "\"developer\"") || strstr(tmpl, "'developer'")) return 0;
-    int merge = 0, seen = 0;
+    /* one pass: the roles turned, the other messages kept in order, the system texts joined */
+    struct ls_strbuf all = {0}, t = {0};
+    ls_strbuf_put(&all, "", 0);
+    json_t *rest = json_array();
+    int merge = 0, failed = !rest;
+    size_t seen = 0; /* the non-empty system texts so far, which vLLM counts */
     json_array_foreach(*msgs, i, m)
     {
         const char *role = json_string_value(json_object_get(m, "role"));
         if (role && !strcmp(role, "developer")) {
-            if (json_object_set_new(m, "role", json_string("system"))) return -1;
+            failed |= json_object_set_new(m, "role", json_string("system"));
             json_object_del(m, "tools");
             role = "system";
         }
-        if (!role || strcmp(role, "system")) continue;
-        if (i > 0 || seen) merge = 1;
-        size_t len;
-        char *t = system_text(json_object_get(m, "content"), &len);
-        if (!t) return -1;
-        seen += len > 0; /* vLLM counts the non-empty ones */
-        free(t);
-    }
-    if (!merge) return 0;
-    struct ls_strbuf b = {0};
-    json_t *rest = json_array();
-    ls_strbuf_put(&b, "", 0);
-    size_t taken = 0;
-    json_array_foreach(*msgs, i, m)
-    {
-        const char *role = json_string_value(json_object_get(m, "role"));
         if (!role || strcmp(role, "system")) {
-            if (rest) json_array_append(rest, m);
+            failed |= rest && json_array_append(rest, m);
             continue;
         }
-        size_t len;
-        char *t = system_text(json_object_get(m, "content"), &len);
-        if (t && len) {
-            if (taken++) ls_strbuf_put(&b, "\n\n", 2);
-            ls_strbuf_put(&b, t, len);
+        if (i > 0 || seen) merge = 1;
+        system_text(&t, json_object_get(m, "content"));
+        if (t.n) {
+            if (seen++) ls_strbuf_put(&all, "\n\n", 2);
+            ls_strbuf_put(&all, t.p, t.n);
         }
-        if (!t) b.oom = 1;
-        free(t);
     }
-    json_t *merged = b.oom ? NULL : json_pack("{s:s, s:s%}", "role", "system", "content", b.p, b.n);
-    free(b.p);
-    if (!rest || !merged || json_array_insert_new(rest, 0, merged)) {
+    free(t.p);
+    failed |= all.oom || t.oom;
+    json_t *merged = failed || !merge
+                         ? NULL
+                         : json_pack("{s:s, s:s%}", "role", "system", "content", all.p, all.n);
+    free(all.p);
+    if (!failed && !merge) {
+        json_decref(rest);
+        return 0;
+    }
+    if (failed || !merged || json_array_insert_new(rest, 0, merged)) {
         json_decref(rest);
         return -1;
     }
