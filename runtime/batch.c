@@ -531,29 +531,17 @@ int cmd_batch(int argc, char **argv)
         if (len > BATCH_LINE_MAX) len = -3; /* an error for that line, not a broadcast */
         CHECK_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
         if (len == -2) failed = 1;
-        if (len == -3) {
-            lineno++;
-            snprintf(err, sizeof err,
-                     "line %ld: over %d MiB; a request is one line, of at most %d positions",
-                     lineno, BATCH_LINE_MAX >> 20, RC_MAX_CONTEXT);
-            json_t *res = json_pack("{s:n, s:s}", "id", "error", err);
-            if (j.ctx.rank == 0 && write_line(out, res) != 0) {
-                ls_error("batch: --output %s: cannot write the result of line %ld: %s", out_path,
-                         lineno, strerror(errno));
-                failed = 1;
+        const int too_long = len == -3; /* an error result for the line, nothing to send */
+        if (len < 0 && !too_long) break;
+        if (!too_long) {
+            if (j.ctx.rank != 0 && (size_t)len + 1 > cap) {
+                cap = (size_t)len + 1;
+                line = realloc(line, cap);
+                CHECK_ALLOC(line);
             }
-            json_decref(res);
-            n_err++;
-            continue;
+            CHECK_MPI(MPI_Bcast(line, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD));
+            line[len] = 0;
         }
-        if (len < 0) break;
-        if (j.ctx.rank != 0 && (size_t)len + 1 > cap) {
-            cap = (size_t)len + 1;
-            line = realloc(line, cap);
-            CHECK_ALLOC(line);
-        }
-        CHECK_MPI(MPI_Bcast(line, (int)len, MPI_CHAR, 0, MPI_COMM_WORLD));
-        line[len] = 0;
         lineno++;
         /* blank lines (CRLF ends, spaces, tabs) are skipped, as empty ones are */
         while (len > 0 && line[len - 1] && strchr("\n\r \t", line[len - 1])) line[--len] = 0;
@@ -561,15 +549,21 @@ int cmd_batch(int argc, char **argv)
 
         json_error_t jerr;
         /* any JSON value, so that a number or a string is named as what it is */
-        json_t *req =
-            json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+        json_t *req = too_long ? NULL
+                               : json_loadb(line, (size_t)len,
+                                            JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
         json_t *id = req ? json_object_get(req, "id") : NULL;
         json_t *res = json_object();
         json_object_set(res, "id", id ? id : json_null());
         struct ls_gen_params p;
         int *ids = NULL, n_ids = 0;
         int good = 1;
-        if (!req) {
+        if (too_long) {
+            snprintf(err, sizeof err,
+                     "line %ld: over %d MiB; a request is one line, of at most %d positions",
+                     lineno, BATCH_LINE_MAX >> 20, RC_MAX_CONTEXT);
+            good = 0;
+        } else if (!req) {
             snprintf(err, sizeof err, "line %ld: not JSON: %s (column %d)", lineno, jerr.text,
                      jerr.column);
             good = 0;
