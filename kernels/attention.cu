@@ -56,6 +56,8 @@
 #define ATT_MAX_SPLIT 512 // chunks: the merge keeps (max, sum) per chunk and q head in sm_o
 #define LOG2E         1.4426950408889634f
 #define ATT_CLUSTER   8 // blocks per cluster (the portable most): the cluster merge's live chunks
+#define ATT_NST       4 // the streamed form's stages of K/V rows in flight a block
+#define ATT_ST_U      4 // ... and positions a lane a stage (a stage: 16 KB of K and V at any hd)
 
 namespace cg = cooperative_groups;
 
@@ -98,6 +100,73 @@ static __device__ __forceinline__ float *cluster_peer(float *p, int rank)
 #endif
 }
 
+// The streamed form's copies (sm_90 and later; the host takes the form only there): a bulk copy
+// (the TMA engine) of `bytes` (a multiple of 16) from global memory into this block's shared
+// memory, completing on the mbarrier `bar` as transferred bytes, and the waits on it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+#endif
+
+static __device__ __forceinline__ void mbar_init(uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+#endif
+}
+
+// the barriers' initialisation made visible to the copy engine (before the first copy)
+static __device__ __forceinline__ void mbar_init_fence()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// the generic proxy's reads of shared memory ordered before the copy engine's next writes
+static __device__ __forceinline__ void fence_proxy_async_smem()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// one arrival that also expects `bytes` of copies on this phase
+static __device__ __forceinline__ void mbar_expect(uint64_t *bar, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+#endif
+}
+
+static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes,
+                                                uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+#endif
+}
+
+// until the phase of the given parity has completed
+static __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, "
+                 "[%0], %1;\n @!done bra WAIT;\n}" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+#else
+    __trap();
+#endif
+}
+
 // chunk length for a context of n positions cut into nsplit chunks
 static __device__ __forceinline__ int chunk_len(int n, int nsplit, int min_chunk)
 {
@@ -113,8 +182,8 @@ static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int 
 }
 
 // LG lanes per position; GM q heads held per block (1, 2, 4 or 8); U positions per lane per
-// loop iteration (see pick_decode_g)
-template <int LG, int GM, int U>
+// loop iteration (see pick_decode_g); ST: the streamed form (see the kernel's loop)
+template <int LG, int GM, int U, bool ST>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_decode_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                        const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
@@ -130,6 +199,10 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     // merges (live * slice <= gb * hd + live - 1 floats; hd <= LG * 8)
     __shared__ float sm_cm[ATT_CLUSTER][GM], sm_cl[ATT_CLUSTER][GM];
     __shared__ float sm_co[GM * LG * 8 + ATT_CLUSTER];
+    // the streamed form's ring: ATT_NST stages of STEP positions' K rows then V rows (hd each),
+    // and a barrier a stage that its copies complete
+    extern __shared__ __align__(128) uint16_t sm_ring[];
+    __shared__ __align__(8) uint64_t sm_full[ST ? ATT_NST : 1];
 
     // Before the wait: the position (written before this forward's kernels, by a copy or the
     // previous step's graph, so final here) and the first iteration's K/V rows of positions
@@ -170,7 +243,33 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         }
     };
     const int base0 = p_begin + warp * PG;
-    if (base0 < p_end) load(base0, true);
+    // The streamed form: thread 0 copies stage i (positions p_begin + i * STEP on, up to p_end)
+    // into ring slot i % ATT_NST; before the wait the first slots whose rows all precede this
+    // forward's (final already), after it the rest of them.
+    const int nstage = ST && p_end > p_begin ? (p_end - p_begin + STEP - 1) / STEP : 0;
+    const uint16_t *Kh = kcache + (size_t)kvh * max_ctx * hd,
+                   *Vh = vcache + (size_t)kvh * max_ctx * hd;
+    auto issue = [&](int i) {
+        const int s0 = p_begin + i * STEP;
+        const uint32_t bytes = (uint32_t)(min(STEP, p_end - s0) * hd * (int)sizeof(uint16_t));
+        uint16_t *dk = sm_ring + (size_t)(i % ATT_NST) * 2 * STEP * hd;
+        mbar_expect(&sm_full[i % ATT_NST], 2 * bytes);
+        bulk_g2s(dk, Kh + (size_t)s0 * hd, bytes, &sm_full[i % ATT_NST]);
+        bulk_g2s(dk + (size_t)STEP * hd, Vh + (size_t)s0 * hd, bytes, &sm_full[i % ATT_NST]);
+    };
+    int issued = 0;
+    if constexpr (ST) {
+        if (threadIdx.x == 0) {
+#pragma unroll
+            for (int b = 0; b < ATT_NST; b++) mbar_init(&sm_full[b]);
+            mbar_init_fence();
+            while (issued < min(nstage, ATT_NST) &&
+                   min(p_end, p_begin + (issued + 1) * STEP) <= n - 1 - fresh)
+                issue(issued++);
+        }
+    } else if (base0 < p_end) {
+        load(base0, true);
+    }
     // The merging cluster's blocks arrive on the barrier's first phase here; each waits on it
     // just before its first store into another block's shared memory (long complete by then),
     // so no block stores into one that has not started.
@@ -190,9 +289,15 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         }
         return;
     }
+    if constexpr (ST) {
+        if (threadIdx.x == 0)
+            while (issued < min(nstage, ATT_NST)) issue(issued++);
+        __syncthreads(); // the barriers initialised before any thread waits on them
+    } else {
 #pragma unroll
-    for (int u = 0; u < U; u++)
-        if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) fetch(u, p[u]);
+        for (int u = 0; u < U; u++)
+            if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) fetch(u, p[u]);
+    }
 
     float qv[GM][8], m[GM], l[GM], o[GM][8];
 #pragma unroll
@@ -212,7 +317,73 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         l[g] = 0.0f;
     }
 
-    for (int base = base0; base < p_end; base += STEP) {
+    // The streamed form: the block takes its chunk a stage at a time from the ring, each lane
+    // the positions the register form gives it (u * ATT_WARPS * PG + warp * PG + sub of the
+    // stage), its K and V rows read from shared memory as it needs them; once every warp is
+    // past a stage, thread 0 refills its slot with the stage ATT_NST on. So up to ATT_NST
+    // stages (64 KB) of each block's rows are in flight while it computes, where the register
+    // form has one iteration's loads (8 KB at U = 2) and waits for them at each.
+    for (int i = 0; ST && i < nstage; i++) {
+        const int s0 = p_begin + i * STEP;
+        mbar_wait(&sm_full[i % ATT_NST], (uint32_t)(i / ATT_NST) & 1u);
+        const uint16_t *tk = sm_ring + (size_t)(i % ATT_NST) * 2 * STEP * hd;
+        const uint16_t *tv = tk + (size_t)STEP * hd;
+        float s[U][GM];
+        int pl[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            pl[u] = u * ATT_WARPS * PG + warp * PG + sub;
+            const bool on = s0 + pl[u] < p_end;
+            float kf[8];
+            unpack8(on && lane_on ? *reinterpret_cast<const uint4 *>(tk + pl[u] * hd + c * 8)
+                                  : make_uint4(0, 0, 0, 0),
+                    kf);
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) d = fmaf(qv[g][j], kf[j], d);
+#pragma unroll
+                for (int off = LG / 2; off > 0; off >>= 1)
+                    d += __shfl_xor_sync(0xffffffffu, d, off);
+                s[u][g] = on ? d : -INFINITY;
+            }
+        }
+        float vf[U][8];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            unpack8(s0 + pl[u] < p_end && lane_on
+                        ? *reinterpret_cast<const uint4 *>(tv + pl[u] * hd + c * 8)
+                        : make_uint4(0, 0, 0, 0),
+                    vf[u]);
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float mx = s[0][g];
+#pragma unroll
+            for (int u = 1; u < U; u++) mx = fmaxf(mx, s[u][g]);
+            const float mn = fmaxf(m[g], mx);
+            if (mn == -INFINITY) continue; // no position of this lane yet
+            const float alpha = exp2f(m[g] - mn);
+            l[g] *= alpha;
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] *= alpha;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const float pw = exp2f(s[u][g] - mn);
+                l[g] += pw;
+#pragma unroll
+                for (int j = 0; j < 8; j++) o[g][j] = fmaf(pw, vf[u][j], o[g][j]);
+            }
+            m[g] = mn;
+        }
+        __syncthreads(); // every warp is past slot i % ATT_NST
+        if (threadIdx.x == 0 && i + ATT_NST < nstage) {
+            fence_proxy_async_smem();
+            issue(i + ATT_NST);
+        }
+    }
+
+    for (int base = base0; !ST && base < p_end; base += STEP) {
         if (base != base0) load(base, false);
         float s[U][GM];
 #pragma unroll
@@ -874,8 +1045,8 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // LOCKSTEP_ATT_HEADS=1|2|4|8: at most that many q heads a block (0, the default: by the
 // launch's size, heads_per_block; ls_attention_set_heads).
 static struct {
-    int read, min_chunk, wide, cluster, heads;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0};
+    int read, min_chunk, wide, cluster, heads, stream;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1};
 
 static void shape_from_env(void)
 {
@@ -891,6 +1062,8 @@ static void shape_from_env(void)
     const char *hp = getenv("LOCKSTEP_ATT_HEADS");
     if (hp && (hp[0] == '1' || hp[0] == '2' || hp[0] == '4' || hp[0] == '8') && !hp[1])
         g_shape.heads = hp[0] - '0';
+    const char *st = getenv("LOCKSTEP_ATT_STREAM");
+    if (st && (st[0] == '0' || st[0] == '1') && !st[1]) g_shape.stream = st[0] - '0';
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -943,6 +1116,14 @@ extern "C" int ls_attention_set_cluster(int on)
     shape_from_env();
     const int old = g_shape.cluster;
     g_shape.cluster = on != 0;
+    return old;
+}
+
+extern "C" int ls_attention_set_stream(int on)
+{
+    shape_from_env();
+    const int old = g_shape.stream;
+    g_shape.stream = on < 0 ? -1 : on != 0;
     return old;
 }
 
@@ -1006,6 +1187,26 @@ extern "C" size_t ls_attention_decode_workspace(int hq, int hd, int nsplit)
 typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, const uint16_t *,
                           const int *, int, int, int, int, int, int, int, float, int);
 
+// the streamed form for GM q heads a block, and its ring's bytes at most (hd <= 8 LG)
+template <int LG> static decode_fn pick_decode_st(int gm)
+{
+    switch (gm) {
+    case 1:
+        return attn_decode_kernel<LG, 1, ATT_ST_U, true>;
+    case 2:
+        return attn_decode_kernel<LG, 2, ATT_ST_U, true>;
+    case 4:
+        return attn_decode_kernel<LG, 4, ATT_ST_U, true>;
+    default:
+        return attn_decode_kernel<LG, 8, ATT_ST_U, true>;
+    }
+}
+
+static size_t ring_bytes(int lg)
+{
+    return (size_t)ATT_NST * 2 * ATT_ST_U * ATT_WARPS * (32 / lg) * (8 * lg) * sizeof(uint16_t);
+}
+
 // U = 8 positions per lane per iteration (one iteration per 64-position chunk at hd 128, but
 // ~240 registers: 2 blocks per SM) for caches of up to ATT_WIDE_CTX positions, U = 2 (~130
 // registers at 4 q heads: 4 blocks per SM) for longer ones, where occupancy hides the latency
@@ -1016,13 +1217,13 @@ template <int LG> static decode_fn pick_decode_g(int gm, bool wide)
 {
     switch (gm) {
     case 1:
-        return wide ? attn_decode_kernel<LG, 1, 8> : attn_decode_kernel<LG, 1, 2>;
+        return wide ? attn_decode_kernel<LG, 1, 8, false> : attn_decode_kernel<LG, 1, 2, false>;
     case 2:
-        return wide ? attn_decode_kernel<LG, 2, 8> : attn_decode_kernel<LG, 2, 2>;
+        return wide ? attn_decode_kernel<LG, 2, 8, false> : attn_decode_kernel<LG, 2, 2, false>;
     case 4:
-        return wide ? attn_decode_kernel<LG, 4, 8> : attn_decode_kernel<LG, 4, 2>;
+        return wide ? attn_decode_kernel<LG, 4, 8, false> : attn_decode_kernel<LG, 4, 2, false>;
     default:
-        return wide ? attn_decode_kernel<LG, 8, 4> : attn_decode_kernel<LG, 8, 2>;
+        return wide ? attn_decode_kernel<LG, 8, 4, false> : attn_decode_kernel<LG, 8, 2, false>;
     }
 }
 
@@ -1050,9 +1251,19 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);
-    decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
+    // the streamed form (sm_90 on: the bulk copies) in place of the long-context one, or of
+    // either when LOCKSTEP_ATT_STREAM=1 / ls_attention_set_stream(1)
+    const bool st = ls_device_get().clusters && (g_shape.stream < 0 ? !wide : g_shape.stream);
+    decode_fn fn = st         ? (lg == 8    ? pick_decode_st<8>(gm)
+                                 : lg == 16 ? pick_decode_st<16>(gm)
+                                            : pick_decode_st<32>(gm))
+                   : lg == 8  ? pick_decode_g<8>(gm, wide)
                    : lg == 16 ? pick_decode_g<16>(gm, wide)
                               : pick_decode_g<32>(gm, wide);
+    const size_t smem = st ? ring_bytes(lg) : 0;
+    if (st)
+        ls_func_attr(reinterpret_cast<const void *>(fn),
+                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
@@ -1061,8 +1272,9 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)block_rows(group, hkv, gm));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
-    pdl_launch_cluster(fn, grid, ATT_WARPS * 32, 0, s, (unsigned)cluster, out, workspace, q, kcache,
-                       vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale, cluster);
+    pdl_launch_cluster(fn, grid, ATT_WARPS * 32, smem, s, (unsigned)cluster, out, workspace, q,
+                       kcache, vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale,
+                       cluster);
     CHECK_CUDA(cudaGetLastError());
 }
 

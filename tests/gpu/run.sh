@@ -4,9 +4,9 @@
 #   fetched here with ../shared/device/fetch-debs.sh .debs, which predates utf8proc, then
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
-# smollm2 (after carry1), peer, bench, pflong, longctx, attforms, shapes, ab, bench70, scaling (#6),
-# allreduce, hang, lab, ncu. Each stage's log is
-# $OUT/<stage>.log; a short table of results is printed last, and $OUT/00-logs.tgz holds them all.
+# smollm2 (after carry1), peer, bench, pflong, longctx, attbench, attforms, shapes, ab, bench70,
+# scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short table of
+# results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
 mkdir -p "$OUT"
@@ -286,6 +286,12 @@ stage_pflong() {
         mpi -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b --prompt-len 16384 --gen 8 \
             --json "$OUT/pflong-8b-tp$tp.json" | grep -E '^ *prefill' | tr -s ' '
     done
+}
+
+# the decode attention alone, its register and streamed forms side by side (short to long
+# contexts, the 8B's TP=1 and 2 shapes and the 70B's TP=2)
+stage_attbench() {
+    build-gpu/tests/gpu/test_kernels --bench-attention
 }
 
 # decode at a long context (a 4096-token prompt): attention reads 0.5 MB of KV cache per layer

@@ -1,8 +1,9 @@
 // Every CUDA kernel family against the CPU reference (kernels/ref.h), then the decode benchmarks.
 //
-//   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only]
+//   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--bench-attention]
 //     --quick       small shapes only, no benchmarks (for compute-sanitizer memcheck)
 //     --no-bench    tests only;  --bench-only  benchmarks only
+//     --bench-attention  only the decode attention's two forms (register, streamed), and exit
 // Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
 // benchmark table; exits 1 if anything failed.
 //
@@ -25,6 +26,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/bandwidth.h"
+#include "kernels/device.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
@@ -954,13 +956,17 @@ static int g_att_clusters = 1;
 // the most q heads a block the decode tests set (ls_attention_set_heads; 0: the default, or
 // LOCKSTEP_ATT_HEADS's), appended to their names
 static int g_att_heads = 0;
+// the decode kernel's streamed form forced for every cache (ls_attention_set_stream(1)), where
+// the device has it; else the default (streamed for the long-context caches on sm_90)
+static int g_att_stream = 0;
 static const char *att_tag(void)
 {
-    static char t[96];
+    static char t[128];
     char heads[32] = "";
     if (g_att_heads) snprintf(heads, sizeof heads, ", at most %d heads a block", g_att_heads);
-    snprintf(t, sizeof t, "%s%s",
-             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads);
+    snprintf(t, sizeof t, "%s%s%s",
+             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads,
+             g_att_stream ? ", streamed" : "");
     return t;
 }
 
@@ -1175,6 +1181,17 @@ static void tests_attention(void)
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
+    // the streamed form (bulk copies into shared memory) for every cache, both merges
+    if (ls_device_get().clusters) {
+        const int old = ls_attention_set_stream(1);
+        g_att_stream = 1;
+        tests_decode();
+        g_att_clusters = 0;
+        tests_decode();
+        g_att_clusters = 1;
+        g_att_stream = 0;
+        ls_attention_set_stream(old);
+    }
     // the tensor-core kernel's four forms (hd 64 and 128), then the fp32 one for the same
     // shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in form 2) and 2
     for (int tc = 4; tc >= 0; tc--) {
@@ -1693,11 +1710,16 @@ static void bench_layer_chain(int ctx)
     ls_kernels_set_pdl(0);
 }
 
-static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
+// the decode attention over a context of ctx in a cache of max_ctx positions (ctx when 0), in
+// the form the launch picks by default, or in the register form (stream 0) or the streamed one
+// (1); `rot` caches rotating (as the 32 layers of a step do, so that a cache under the L2's
+// size is not read from it)
+static void bench_decode_attention(int hq, int hkv, int hd, int ctx, int max_ctx = 0,
+                                   int stream = -1, int rot = 1)
 {
-    const int max_ctx = ctx;
+    if (!max_ctx) max_ctx = ctx;
     const size_t csz = (size_t)hkv * max_ctx * hd;
-    dev<uint16_t> kc(csz), vc(csz);
+    dev<uint16_t> kc(csz * rot), vc(csz * rot);
     dev<float> q((size_t)hq * hd), out((size_t)hq * hd);
     int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
     dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
@@ -1705,20 +1727,46 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx)
     dev<int> pos(1);
     int p = ctx - 1;
     pos.up(&p);
-    fill_bf16<<<2048, 256>>>(kc.p, csz, 3);
-    fill_bf16<<<2048, 256>>>(vc.p, csz, 4);
+    fill_bf16<<<2048, 256>>>(kc.p, kc.n, 3);
+    fill_bf16<<<2048, 256>>>(vc.p, vc.n, 4);
     fill_f32<<<64, 256>>>(q.p, q.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
-    float ms = time_batch(60, 10, [&](int) {
-        ls_attention_decode(out.p, q.p, kc.p, vc.p, pos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1, ws.p,
-                            nullptr);
+    const int old = stream >= 0 ? ls_attention_set_stream(stream) : 0;
+    float ms = time_batch(60, 10, [&](int i) {
+        const size_t at = csz * (size_t)(i % rot);
+        ls_attention_decode(out.p, q.p, kc.p + at, vc.p + at, pos.p, hq, hkv, hd, max_ctx, nsplit,
+                            0, 1, ws.p, nullptr);
     });
-    double bytes = 2.0 * csz * 2;
-    printf(
-        "attention_decode hq=%d hkv=%d hd=%d ctx=%d nsplit=%d: %.2f us, %.0f GB/s (%.1f%% of read; "
-        "KV %.1f MB, in L2 when < 60 MB)\n",
-        hq, hkv, hd, ctx, nsplit, ms * 1e3, bytes / (ms * 1e-3) / 1e9,
-        100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6);
+    if (stream >= 0) ls_attention_set_stream(old);
+    // the bytes of the context read (the cache past it is not)
+    double bytes = 2.0 * hkv * (double)ctx * hd * 2;
+    printf("attention_decode hq=%d hkv=%d hd=%d ctx=%d of %d nsplit=%d%s: %.2f us, %.0f GB/s "
+           "(%.1f%% of read; KV %.1f MB%s)\n",
+           hq, hkv, hd, ctx, max_ctx, nsplit,
+           stream < 0 ? ""
+           : stream   ? ", streamed"
+                      : ", register form",
+           ms * 1e3, bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / g_roof,
+           bytes / 1e6, rot > 1 ? ", caches rotating" : ", in L2 when < 60 MB");
+}
+
+// the decode attention's register and streamed forms at the 8B's TP=1 and 2 shapes and the
+// 70B's TP=2, short to long contexts (the generate default's cache of 4096 at the short ones),
+// caches rotating
+static void bench_decode_forms(void)
+{
+    if (!g_roof) g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
+    struct {
+        int hq, hkv, ctx, max_ctx;
+    } cases[] = {{32, 8, 300, 4096},    {32, 8, 1000, 4096},   {32, 8, 4096, 4224},
+                 {32, 8, 16384, 16512}, {32, 8, 32768, 32896}, {16, 4, 300, 4096},
+                 {16, 4, 4096, 4224},   {16, 4, 16384, 16512}, {32, 4, 4096, 4224},
+                 {32, 4, 16384, 16512}};
+    for (auto &c : cases) {
+        const int rot =
+            (int)std::min<size_t>(8, (size_t)(2u << 30) / ((size_t)c.hkv * c.max_ctx * 128 * 4));
+        for (int st : {0, 1}) bench_decode_attention(c.hq, c.hkv, 128, c.ctx, c.max_ctx, st, rot);
+    }
 }
 
 // the prefill's attention over T new positions from position pos0 (causal: T (2 pos0 + T + 1) / 2
@@ -1923,6 +1971,10 @@ int main(int argc, char **argv)
 {
     bool tests = true, bench = true;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bench-attention")) {
+            bench_decode_forms();
+            return 0;
+        }
         if (!strcmp(argv[i], "--quick"))
             g_quick = 1, bench = false;
         else if (!strcmp(argv[i], "--no-bench"))
@@ -1930,7 +1982,8 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--bench-only"))
             tests = false;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--no-bench] [--bench-only]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--no-bench] [--bench-only] [--bench-attention]\n",
+                    argv[0]);
             return 2;
         }
     }
