@@ -43,11 +43,11 @@ int ls_attention_set_cluster(int on);
  * one while the cache's K and V fit in half the L2, else by the launch's size; also
  * LOCKSTEP_ATT_HEADS). Returns the previous setting. */
 int ls_attention_set_heads(int heads);
-/* experiments and tests: the decode kernel's streamed form, whose K and V rows come in stages
- * of bulk copies into shared memory, ATT_NST stages in flight a block (sm_90 and later; 1: for
- * every cache, 0: never, -1, the default: for the caches that take the long-context form; also
- * LOCKSTEP_ATT_STREAM=0|1). Returns the previous setting. */
-int ls_attention_set_stream(int on);
+/* experiments and tests: the decode's tensor-core form (a KV head's q heads as the rows of an
+ * mma tile, keys staged by cp.async; hd 64 or 128, at most 16 q heads a KV head) for the
+ * launches without clusters (-1, the default: the engine's long contexts), for every launch (1)
+ * or never (0); also LOCKSTEP_ATT_TC=0|1. Returns the previous setting. */
+int ls_attention_set_decode_tc(int on);
 /* the longest context (positions) at which that cluster merge applies, for the split
  * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
 int ls_attention_cluster_reach(int hq, int hkv, int max_ctx);
