@@ -105,79 +105,17 @@ static __device__ __forceinline__ int chunk_len(int n, int nsplit, int min_chunk
     return c < min_chunk ? min_chunk : c;
 }
 
-// workspace layout for nsplit > 1: (max, sum) [hq][nsplit][2], output [hq][nsplit][hd] (floats),
-// then, from a 16-byte boundary, one done-counter per decode block row (<= hq ints)
-static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int hd, int nsplit)
+// workspace layout for nsplit > 1: (max, sum) [hq][nsplit][2], then from a 16-byte boundary
+// the outputs [hq][nsplit][hd] (floats; the merge reads them four at a time), then from a
+// 16-byte boundary one done-counter per decode block row (<= hq ints)
+static __host__ __device__ __forceinline__ size_t ws_out_offset(int hq, int nsplit)
 {
-    return ((size_t)hq * nsplit * (hd + 2) + 3) & ~(size_t)3; // in floats
+    return ((size_t)hq * nsplit * 2 + 3) & ~(size_t)3; // in floats
 }
 
-// The chunks' partials of one decode block row (q heads h0 .. h0 + gb - 1, counter blockIdx.y)
-// merged by the chunk that completes the count of live chunks (every thread of the block calls
-// it after writing its partials to the workspace). sml: shared scratch of gb * live * 2 floats
-// (live <= ATT_MAX_SPLIT), sl: gb floats. NW: the block's warps.
-template <int NW>
-static __device__ __forceinline__ void ws_merge(float *__restrict__ out, float *__restrict__ ws,
-                                                int hq, int hd, int nsplit, int live, int h0,
-                                                int gb, float *sml, float *sl)
+static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int hd, int nsplit)
 {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    __shared__ int sm_last;
-    int *count = reinterpret_cast<int *>(ws + ws_counter_offset(hq, hd, nsplit)) + blockIdx.y;
-    __threadfence(); // this thread's partials are visible device-wide before the count
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const bool last = atomicAdd(count, 1) == live - 1;
-        if (last) {
-            // every live chunk has counted: zero for the next launch; the other chunks'
-            // partials are read after the count
-            *count = 0;
-            __threadfence();
-        }
-        sm_last = last;
-    }
-    __syncthreads();
-    if (!sm_last) return;
-
-    // out[h][d] from the chunks' partial softmaxes, over shared memory (sml): the
-    // chunks' (max, sum) pairs in one pass; then per q head (one warp each) M, each chunk's scale
-    // exp2(m_s - M) and L = sum l_s * scale; then each output element sum_s o_s * scale_s / L.
-    // Every load is an L2 load (__ldcg: other blocks wrote them during this kernel), the loads of
-    // a step are independent (a chain of dependent L2 round trips per element took ~30 us at 64
-    // chunks), and every sum has a fixed order.
-    const float *wml = ws + (size_t)h0 * nsplit * 2;
-    for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
-        const int g = i / live, s = i - g * live;
-        const float2 v = __ldcg(reinterpret_cast<const float2 *>(wml) + (size_t)g * nsplit + s);
-        sml[2 * i] = v.x;
-        sml[2 * i + 1] = v.y;
-    }
-    __syncthreads();
-    for (int g = warp; g < gb; g += NW) {
-        float *a = sml + 2 * g * live;
-        float M = -INFINITY, L = 0.0f;
-        for (int s = lane; s < live; s += 32) M = fmaxf(M, a[2 * s]);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        for (int s = lane; s < live; s += 32) {
-            const float sc = exp2f(a[2 * s] - M);
-            a[2 * s] = sc;
-            L = fmaf(a[2 * s + 1], sc, L);
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (lane == 0) sl[g] = L;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < gb * hd; i += blockDim.x) {
-        const int g = i / hd, d = i - g * hd, h = h0 + g;
-        const float *wo = ws + (size_t)hq * nsplit * 2 + (size_t)h * nsplit * hd + d;
-        const float *a = sml + 2 * g * live;
-        float O = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < live; s++) O = fmaf(__ldcg(wo + (size_t)s * hd), a[2 * s], O);
-        out[(size_t)h * hd + d] = O / sl[g];
-    }
+    return (ws_out_offset(hq, nsplit) + (size_t)hq * nsplit * hd + 3) & ~(size_t)3; // in floats
 }
 
 // LG lanes per position; GM q heads held per block (1, 2, 4 or 8); U positions per lane per
@@ -426,7 +364,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
             out[(size_t)h * hd + d] = O / L;
         } else {
             size_t slot = (size_t)h * nsplit + blockIdx.x;
-            float *wml = ws, *wo = ws + (size_t)hq * nsplit * 2;
+            float *wml = ws, *wo = ws + ws_out_offset(hq, nsplit);
             wo[slot * hd + d] = O;
             if (d == 0) {
                 wml[slot * 2] = M;
@@ -436,7 +374,74 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
     if (nsplit == 1) return;
 
-    ws_merge<ATT_WARPS>(out, ws, hq, hd, nsplit, live, h0, gb, &sm_o[0][0][0], sm_l[0]);
+    // last block done: the chunk that completes the count of live chunks merges them all
+    __shared__ int sm_last;
+    int *count = reinterpret_cast<int *>(ws + ws_counter_offset(hq, hd, nsplit)) + blockIdx.y;
+    __threadfence(); // this thread's partials are visible device-wide before the count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const bool last = atomicAdd(count, 1) == live - 1;
+        if (last) {
+            // every live chunk has counted: zero for the next launch; the other chunks'
+            // partials are read after the count
+            *count = 0;
+            __threadfence();
+        }
+        sm_last = last;
+    }
+    __syncthreads();
+    if (!sm_last) return;
+
+    // out[h][d] from the chunks' partial softmaxes, over shared memory (sm_o is free now): the
+    // chunks' (max, sum) pairs in one pass; then per q head (one warp each) M, each chunk's scale
+    // exp2(m_s - M) and L = sum l_s * scale; then each output element sum_s o_s * scale_s / L.
+    // Every load is an L2 load (__ldcg: other blocks wrote them during this kernel), the loads of
+    // a step are independent (a chain of dependent L2 round trips per element took ~30 us at 64
+    // chunks), and every sum has a fixed order.
+    float *sml = &sm_o[0][0][0]; // [gb][live][2] (live <= ATT_MAX_SPLIT: 1024 * GM floats)
+    const float *wml = ws + (size_t)h0 * nsplit * 2;
+    for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
+        const int g = i / live, s = i - g * live;
+        const float2 v = __ldcg(reinterpret_cast<const float2 *>(wml) + (size_t)g * nsplit + s);
+        sml[2 * i] = v.x;
+        sml[2 * i + 1] = v.y;
+    }
+    __syncthreads();
+    for (int g = warp; g < gb; g += ATT_WARPS) {
+        float *a = sml + 2 * g * live;
+        float M = -INFINITY, L = 0.0f;
+        for (int s = lane; s < live; s += 32) M = fmaxf(M, a[2 * s]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        for (int s = lane; s < live; s += 32) {
+            const float sc = exp2f(a[2 * s] - M);
+            a[2 * s] = sc;
+            L = fmaf(a[2 * s + 1], sc, L);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (lane == 0) sm_l[0][g] = L;
+    }
+    __syncthreads();
+    // four output elements a thread (hd % 8 == 0), each loaded as one float4: a thread's eight
+    // loads in flight move 128 bytes, where one element at a time moved 32 (a merge of 66
+    // chunks was a chain of L2 round trips on one block)
+    for (int i = threadIdx.x; i < gb * hd / 4; i += blockDim.x) {
+        const int g = 4 * i / hd, d = 4 * i - g * hd, h = h0 + g;
+        const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
+        const float *a = sml + 2 * g * live;
+        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+        for (int s = 0; s < live; s++) {
+            const float4 v = __ldcg(reinterpret_cast<const float4 *>(wo + (size_t)s * hd));
+            const float sc = a[2 * s];
+            O.x = fmaf(v.x, sc, O.x), O.y = fmaf(v.y, sc, O.y);
+            O.z = fmaf(v.z, sc, O.z), O.w = fmaf(v.w, sc, O.w);
+        }
+        const float il = sm_l[0][g];
+        *reinterpret_cast<float4 *>(out + (size_t)h * hd + d) =
+            make_float4(O.x / il, O.y / il, O.z / il, O.w / il);
+    }
 }
 
 #define PF_BQ      32
@@ -672,14 +677,13 @@ static __device__ __forceinline__ void mma_bf16(float *c, const uint32_t *a, uin
 
 // One key tile of the tensor-core prefill for a warp's M row tiles: the scores by mma.sync (q
 // from qf, or through q_frag from shared memory), the mask where the tile reaches past the
-// warp's first query or the block's keys, the online softmax, and P V into o. BK keys (a
-// multiple of 16; the decode's tensor-core form takes 16 a warp).
-template <int HD, int M, bool QREG, int BK = TC_BK, typename QF>
+// warp's first query or the block's keys, the online softmax, and P V into o.
+template <int HD, int M, bool QREG, typename QF>
 static __device__ __forceinline__ void
 tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4], QF q_frag,
         const uint16_t *Ks, const uint16_t *Vs, int k0, int wq0, int n_keys, int lane)
 {
-    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8, NJ = BK / 8;
+    constexpr int LD = HD + 8, KK = HD / 16, NT = HD / 8, NJ = TC_BK / 8;
     float s[M][NJ][4];
 #pragma unroll
     for (int m = 0; m < M; m++)
@@ -709,7 +713,7 @@ tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4],
     }
 
     // keys past a query (or past the block's last) masked, where the tile reaches them
-    if (k0 + BK - 1 > wq0 || k0 + BK > n_keys)
+    if (k0 + TC_BK - 1 > wq0 || k0 + TC_BK > n_keys)
 #pragma unroll
         for (int m = 0; m < M; m++) {
             const int qp0 = wq0 + m * 16 + (lane >> 2), qp1 = qp0 + 8;
@@ -722,7 +726,7 @@ tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4],
                     if (kp > qp1 || kp >= n_keys) s[m][j][2 + e] = -INFINITY;
                 }
         }
-    uint32_t pf[M][BK / 16][4];
+    uint32_t pf[M][TC_BK / 16][4];
 #pragma unroll
     for (int m = 0; m < M; m++) {
         // the running max and sum of rows 2m and 2m + 1
@@ -756,7 +760,7 @@ tc_tile(float (&o)[M][HD / 8][4], float *mr, float *lr, const uint32_t (*qf)[4],
         lr[2 * m] = l0, lr[2 * m + 1] = l1;
     }
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; kk++)
+    for (int kk = 0; kk < TC_BK / 16; kk++)
 #pragma unroll
         for (int n = 0; n < NT; n += 2) {
             uint32_t b[4];
@@ -878,164 +882,6 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
     }
 }
 
-// Decode on tensor cores (the form for the launches without clusters: the engine's long
-// contexts). The split is the register form's (chunks of chunk_len positions, grid nsplit x
-// hkv), but a block takes a whole KV head's group, q heads as the rows of one 16-row mma tile
-// (the rows past the group zero), and its 4 warps take 16 keys each of a stage of 64, staged by
-// cp.async three stages deep (two in flight while one is computed). Each warp runs the prefill's
-// key tile (tc_tile: scores and P V by mma.sync, online softmax in exp2); the warps' states then
-// meet in shared memory in warp order, and the chunks' through the workspace (ws_merge) in chunk
-// order, so results are reproducible. The register form spends ~64 instructions a position and
-// q head in 16-lane dot products and their shuffles, which holds it near 1.1 TB/s at 16384
-// positions; here a position costs a few mma rows. Everything is read after the PDL wait.
-#define DTC_WARPS 4
-#define DTC_NS    3 // stages
-template <int HD> static constexpr size_t decode_tc_smem()
-{
-    // q rows and the stages; after the loop the same memory holds the warps' outputs and then
-    // the merge's (max, sum) pairs (16 heads x ATT_MAX_SPLIT chunks)
-    const size_t stages = sizeof(uint16_t) * (size_t)(16 + DTC_NS * 2 * 16 * DTC_WARPS) * (HD + 8);
-    const size_t merge = sizeof(float) * 16 * ATT_MAX_SPLIT * 2;
-    return stages > merge ? stages : merge;
-}
-
-template <int HD>
-static __global__ void __launch_bounds__(DTC_WARPS * 32)
-    attn_decode_tc_kernel(float *__restrict__ out, float *__restrict__ ws,
-                          const float *__restrict__ q, const uint16_t *__restrict__ kcache,
-                          const uint16_t *__restrict__ vcache, const int *__restrict__ pos, int hq,
-                          int group, int max_ctx, int nsplit, int min_chunk, float qscale)
-{
-    constexpr int W = DTC_WARPS, LD = HD + 8, KK = HD / 16, NT = HD / 8, SK = 16 * W;
-    extern __shared__ uint4 dtc_smem4[];
-    uint16_t *Qs = reinterpret_cast<uint16_t *>(dtc_smem4); // [16][LD]
-    uint16_t *KV = Qs + 16 * LD;                            // [DTC_NS][K, V][SK][LD]
-    __shared__ float sm_m[W][16], sm_l[W][16];
-
-    pdl_launch_dependents();
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int kvh = blockIdx.y, h0 = kvh * group;
-    int n = pos[0] + 1;
-    n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
-    const int C = chunk_len(n, nsplit, min_chunk);
-    const int p_begin = blockIdx.x * C, p_end = min(n, p_begin + C);
-    const int live = (n + C - 1) / C;
-    // past the context: nothing to do (the kernel still completes after its predecessor: chunk
-    // 0 is always live and waits)
-    if (p_begin >= n) return;
-    pdl_wait();
-    const uint16_t *K = kcache + (size_t)kvh * max_ctx * HD;
-    const uint16_t *V = vcache + (size_t)kvh * max_ctx * HD;
-    const int nst = (p_end - p_begin + SK - 1) / SK;
-    // stage st's K and V rows into its slot (zeros past the chunk); one commit group a call,
-    // empty past the last stage, so that the waits below count alike
-    auto fetch = [&](int st) {
-        if (st < nst) {
-            uint16_t *Kb = KV + (st % DTC_NS) * 2 * SK * LD, *Vb = Kb + SK * LD;
-            const int k0 = p_begin + st * SK;
-            for (int i = tid; i < SK * HD / 8; i += W * 32) {
-                const int r = i / (HD / 8), c8 = i - r * (HD / 8), p = k0 + r;
-                const size_t g = (size_t)min(p, p_end - 1) * HD + c8 * 8;
-                cp_async16(Kb + r * LD + c8 * 8, K + g, p < p_end);
-                cp_async16(Vb + r * LD + c8 * 8, V + g, p < p_end);
-            }
-        }
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    };
-#pragma unroll
-    for (int st = 0; st < DTC_NS - 1; st++) fetch(st);
-    // q scaled by log2(e) / sqrt(hd), as bf16 rows: row g < group is q head h0 + g
-    for (int i = tid; i < 16 * HD / 4; i += W * 32) {
-        const int r = i / (HD / 4), c4 = i - r * (HD / 4);
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < group) v = *reinterpret_cast<const float4 *>(q + (size_t)(h0 + r) * HD + c4 * 4);
-        *reinterpret_cast<uint2 *>(Qs + r * LD + c4 * 4) = make_uint2(
-            pack_bf16(v.x * qscale, v.y * qscale), pack_bf16(v.z * qscale, v.w * qscale));
-    }
-    __syncthreads();
-    uint32_t qf[KK][4];
-#pragma unroll
-    for (int kk = 0; kk < KK; kk++)
-        ldsm_x4(qf[kk], Qs + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
-    auto no_frag = [](uint32_t *, int, int) {};
-
-    // rows lane / 4 and lane / 4 + 8; every key is visible to every row (no causal mask: the
-    // rows' "query position" lies past every key)
-    float mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};
-    float o[1][NT][4];
-#pragma unroll
-    for (int nn = 0; nn < NT; nn++) o[0][nn][0] = o[0][nn][1] = o[0][nn][2] = o[0][nn][3] = 0.0f;
-    for (int st = 0; st < nst; st++) {
-        // the stage two on goes into the slot every warp finished at the end of the last one
-        fetch(st + DTC_NS - 1);
-        asm volatile("cp.async.wait_group %0;" ::"n"(DTC_NS - 1) : "memory");
-        __syncthreads();
-        const int k0 = p_begin + st * SK + warp * 16;
-        if (k0 < p_end) {
-            const uint16_t *Ks = KV + (st % DTC_NS) * 2 * SK * LD + warp * 16 * LD;
-            tc_tile<HD, 1, true, 16>(o, mr, lr, qf, no_frag, Ks, Ks + SK * LD, k0, 1 << 30, p_end,
-                                     lane);
-        }
-        __syncthreads();
-    }
-
-    // the warps' states: (max, sum) per row, the output rows in the stages' memory (free: every
-    // copy issued has been waited for, and every warp is past the last barrier)
-    float *so = reinterpret_cast<float *>(KV); // [W][16][HD]
-    float l0 = lr[0], l1 = lr[1];
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-    }
-    const int r0 = lane >> 2;
-    if ((lane & 3) == 0) {
-        sm_m[warp][r0] = mr[0], sm_m[warp][r0 + 8] = mr[1];
-        sm_l[warp][r0] = l0, sm_l[warp][r0 + 8] = l1;
-    }
-#pragma unroll
-    for (int nn = 0; nn < NT; nn++) {
-        const int d = nn * 8 + (lane & 3) * 2;
-        *reinterpret_cast<float2 *>(so + (warp * 16 + r0) * HD + d) =
-            make_float2(o[0][nn][0], o[0][nn][1]);
-        *reinterpret_cast<float2 *>(so + (warp * 16 + r0 + 8) * HD + d) =
-            make_float2(o[0][nn][2], o[0][nn][3]);
-    }
-    __syncthreads();
-    // merged in warp order (a warp that saw no key has max -inf); then the output, or the
-    // chunk's partial and the merge of the chunks
-    float rm[16 * HD / (W * 32)], rl[16 * HD / (W * 32)], ro[16 * HD / (W * 32)];
-#pragma unroll
-    for (int k = 0; k < 16 * HD / (W * 32); k++) {
-        const int i = tid + k * W * 32, g = i / HD, d = i - g * HD;
-        float M = -INFINITY, L = 0.0f, O = 0.0f;
-        for (int w = 0; w < W; w++) M = fmaxf(M, sm_m[w][g]);
-        for (int w = 0; w < W; w++) {
-            if (sm_m[w][g] == -INFINITY) continue;
-            const float a = exp2f(sm_m[w][g] - M);
-            L = fmaf(sm_l[w][g], a, L);
-            O = fmaf(so[(w * 16 + g) * HD + d], a, O);
-        }
-        rm[k] = M, rl[k] = L, ro[k] = O;
-    }
-    __syncthreads(); // so is read: the merge's scratch may take it
-#pragma unroll
-    for (int k = 0; k < 16 * HD / (W * 32); k++) {
-        const int i = tid + k * W * 32, g = i / HD, d = i - g * HD, h = h0 + g;
-        if (g >= group) continue;
-        if (nsplit == 1) {
-            out[(size_t)h * HD + d] = ro[k] / rl[k];
-        } else {
-            const size_t slot = (size_t)h * nsplit + blockIdx.x;
-            ws[(size_t)hq * nsplit * 2 + slot * HD + d] = ro[k];
-            if (d == 0) ws[slot * 2] = rm[k], ws[slot * 2 + 1] = rl[k];
-        }
-    }
-    if (nsplit == 1) return;
-    ws_merge<W>(out, ws, hq, HD, nsplit, live, h0, group, reinterpret_cast<float *>(dtc_smem4),
-                sm_l[0]);
-}
-
 // The decode split's shape, read from the environment once (so that the split count and the
 // kernels agree): positions per chunk at least ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK (8 .. 4096)
 // for experiments; LOCKSTEP_ATT_WIDE=0|1 forces the kernel's short-context (wide-iteration) form
@@ -1044,8 +890,8 @@ static __global__ void __launch_bounds__(DTC_WARPS * 32)
 // LOCKSTEP_ATT_HEADS=1|2|4|8: at most that many q heads a block (0, the default: by the
 // launch's size, heads_per_block; ls_attention_set_heads).
 static struct {
-    int read, min_chunk, wide, cluster, heads, tc;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1};
+    int read, min_chunk, wide, cluster, heads;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0};
 
 static void shape_from_env(void)
 {
@@ -1061,8 +907,6 @@ static void shape_from_env(void)
     const char *hp = getenv("LOCKSTEP_ATT_HEADS");
     if (hp && (hp[0] == '1' || hp[0] == '2' || hp[0] == '4' || hp[0] == '8') && !hp[1])
         g_shape.heads = hp[0] - '0';
-    const char *tc = getenv("LOCKSTEP_ATT_TC");
-    if (tc && (tc[0] == '0' || tc[0] == '1') && !tc[1]) g_shape.tc = tc[0] - '0';
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1115,14 +959,6 @@ extern "C" int ls_attention_set_cluster(int on)
     shape_from_env();
     const int old = g_shape.cluster;
     g_shape.cluster = on != 0;
-    return old;
-}
-
-extern "C" int ls_attention_set_decode_tc(int on)
-{
-    shape_from_env();
-    const int old = g_shape.tc;
-    g_shape.tc = on < 0 ? -1 : on != 0;
     return old;
 }
 
@@ -1220,31 +1056,12 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
 {
     if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
         nsplit < 1 || nsplit > ATT_MAX_SPLIT || (nsplit > 1 && !workspace) || ((uintptr_t)q & 15) ||
-        fresh < 0)
+        ((uintptr_t)out & 15) || ((uintptr_t)workspace & 15) || fresh < 0)
         ls_die(__FILE__, __LINE__, "ls_attention_decode",
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
-               "workspace when nsplit > 1, q on a 16-byte boundary and fresh >= 0");
+               "workspace when nsplit > 1, q, out and the workspace on 16-byte boundaries and "
+               "fresh >= 0");
     const int group = hq / hkv;
-    cudaStream_t s = (cudaStream_t)stream;
-    float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
-    // the tensor-core form: for the launches without clusters (auto), or for all, where the
-    // shape has it (hd 64 or 128, at most 16 q heads a KV head)
-    shape_from_env();
-    if ((hd == 64 || hd == 128) && group <= 16 && (g_shape.tc < 0 ? !clusters : g_shape.tc)) {
-        const void *f = hd == 64 ? reinterpret_cast<const void *>(attn_decode_tc_kernel<64>)
-                                 : reinterpret_cast<const void *>(attn_decode_tc_kernel<128>);
-        const size_t smem = hd == 64 ? decode_tc_smem<64>() : decode_tc_smem<128>();
-        ls_func_attr(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        dim3 grid((unsigned)nsplit, (unsigned)hkv);
-        if (hd == 64)
-            pdl_launch(attn_decode_tc_kernel<64>, grid, DTC_WARPS * 32, smem, s, out, workspace, q,
-                       kcache, vcache, pos, hq, group, max_ctx, nsplit, min_chunk(), qscale);
-        else
-            pdl_launch(attn_decode_tc_kernel<128>, grid, DTC_WARPS * 32, smem, s, out, workspace, q,
-                       kcache, vcache, pos, hq, group, max_ctx, nsplit, min_chunk(), qscale);
-        CHECK_CUDA(cudaGetLastError());
-        return;
-    }
     const long kv_bytes = (long)hkv * max_ctx * hd * 2 * sizeof(uint16_t);
     const int gm = heads_per_block(group, hkv, nsplit, kv_bytes); // q heads a block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
@@ -1253,12 +1070,14 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
                    : lg == 16 ? pick_decode_g<16>(gm, wide)
                               : pick_decode_g<32>(gm, wide);
+    cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
     const int cluster =
         clusters && nsplit > 1 && g_shape.cluster && ls_device_get().clusters ? ATT_CLUSTER : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)block_rows(group, hkv, gm));
+    float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
     pdl_launch_cluster(fn, grid, ATT_WARPS * 32, 0, s, (unsigned)cluster, out, workspace, q, kcache,
                        vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale, cluster);
     CHECK_CUDA(cudaGetLastError());

@@ -43,11 +43,6 @@ int ls_attention_set_cluster(int on);
  * one while the cache's K and V fit in half the L2, else by the launch's size; also
  * LOCKSTEP_ATT_HEADS). Returns the previous setting. */
 int ls_attention_set_heads(int heads);
-/* experiments and tests: the decode's tensor-core form (a KV head's q heads as the rows of an
- * mma tile, keys staged by cp.async; hd 64 or 128, at most 16 q heads a KV head) for the
- * launches without clusters (-1, the default: the engine's long contexts), for every launch (1)
- * or never (0); also LOCKSTEP_ATT_TC=0|1. Returns the previous setting. */
-int ls_attention_set_decode_tc(int on);
 /* the longest context (positions) at which that cluster merge applies, for the split
  * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
 int ls_attention_cluster_reach(int hq, int hkv, int max_ctx);
@@ -56,7 +51,8 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
 
 /* out[h][:] for h < hq: attention of q[h][:] over cache positions 0 .. pos[0] (pos: device int,
  * the new token's position, its K/V already stored; clamped to max_ctx - 1).
- * Needs hd % 8 == 0, hd <= 256, hq % hkv == 0, q on a 16-byte boundary (checked). workspace:
+ * Needs hd % 8 == 0, hd <= 256, hq % hkv == 0, q, out and workspace on 16-byte boundaries
+ * (checked). workspace:
  * device memory of ls_attention_decode_workspace bytes (NULL allowed when nsplit == 1).
  * fresh: how many positions before pos[0] the kernels of this forward wrote (a prefill sent
  * through this kernel one position at a time: t for its t-th position; a decode step: 0). With

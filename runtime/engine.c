@@ -318,12 +318,24 @@ static void chunk_forward(struct ls_engine *e, int T, int pos0)
     head_forward(e, T);
 }
 
+/* the backend's decode form for a step at position pos (0 where it has one form) */
+static int decode_form_at(struct ls_engine *e, int pos)
+{
+    const struct ls_shard *sh = &e->m->shard;
+    return e->be->decode_form
+               ? e->be->decode_form(pos + 1, sh->q_heads, sh->kv_heads, e->max_ctx) != 0
+               : 0;
+}
+
 int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
 {
     if (n <= 0 || e->pos + n > e->max_ctx) return -1;
     e->graph_synced = 0;
     for (int done = 0; done < n;) {
         int T = n - done < e->max_batch ? n - done : e->max_batch;
+        /* one position (a step that takes its logits to the host): the form the decode graph
+         * would replay at this context; a chunk of positions: the first form */
+        if (e->be->set_decode_form) e->be->set_decode_form(T == 1 ? decode_form_at(e, e->pos) : 0);
         for (int t = 0; t < T; t++) e->host_pos[t] = e->pos + t;
         e->be->to_device(e->posb, e->host_pos, (size_t)T * sizeof(int));
         e->be->to_device(e->ids, ids + done, (size_t)T * sizeof(int));
@@ -382,10 +394,7 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
     /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
     ls_watchdog_arm("decode step at position", e->pos);
     /* the backend's form for this context (one graph each, captured when first needed) */
-    const struct ls_shard *sh = &e->m->shard;
-    const int form =
-        be->decode_form ? be->decode_form(e->pos + 1, sh->q_heads, sh->kv_heads, e->max_ctx) != 0
-                        : 0;
+    const int form = decode_form_at(e, e->pos);
     if (be->set_decode_form) be->set_decode_form(form);
     if (be->graph_begin) {
         if (e->graph[form] && !same_choice(&e->graph_sp[form], sp)) drop_graph(e, form);

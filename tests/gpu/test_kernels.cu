@@ -3,7 +3,7 @@
 //   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--bench-attention]
 //     --quick       small shapes only, no benchmarks (for compute-sanitizer memcheck)
 //     --no-bench    tests only;  --bench-only  benchmarks only
-//     --bench-attention  only the decode attention's two forms (register, tensor cores), and exit
+//     --bench-attention  only the decode attention (with and without clusters), and exit
 // Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
 // benchmark table; exits 1 if anything failed.
 //
@@ -26,7 +26,6 @@
 
 #include "kernels/attention.h"
 #include "kernels/bandwidth.h"
-#include "kernels/device.cuh"
 #include "kernels/elementwise.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
@@ -956,22 +955,13 @@ static int g_att_clusters = 1;
 // the most q heads a block the decode tests set (ls_attention_set_heads; 0: the default, or
 // LOCKSTEP_ATT_HEADS's), appended to their names
 static int g_att_heads = 0;
-// the decode's tensor-core form forced for every launch (ls_attention_set_decode_tc(1)) where
-// the shape has it; else none (ls_attention_set_decode_tc(0): the register form's tests)
-static int g_att_tc = 0;
-// the decode tests' tolerance: the tensor-core form's (bf16 q and probabilities) where it runs
-static double att_tol(int hq, int hkv, int hd)
-{
-    return g_att_tc && (hd == 64 || hd == 128) && hq / hkv <= 16 ? TOL_ATTN_TC : TOL_ATTN;
-}
 static const char *att_tag(void)
 {
-    static char t[128];
+    static char t[96];
     char heads[32] = "";
     if (g_att_heads) snprintf(heads, sizeof heads, ", at most %d heads a block", g_att_heads);
-    snprintf(t, sizeof t, "%s%s%s",
-             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads,
-             g_att_tc ? ", tensor cores where the shape has them" : "");
+    snprintf(t, sizeof t, "%s%s",
+             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads);
     return t;
 }
 
@@ -1003,8 +993,7 @@ static void test_decode(int hq, int hkv, int hd, int n, int max_ctx, int nsplit)
     ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0,
                         g_att_clusters, wsb ? dws.p : nullptr, nullptr);
     std::vector<float> out = dout.down();
-    check(name, compare(out.data(), ref.data(), ref.size()), att_tol(hq, hkv, hd),
-          att_tol(hq, hkv, hd));
+    check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
     if (!wsb) return;
     // the same decode again on the same workspace (as a graph replay does): every launch must
     // leave the counters at zero, and the result must be bitwise the same
@@ -1141,8 +1130,7 @@ static void test_decode_pdl(int hq, int hkv, int hd, int n, int max_ctx, int fre
                         g_att_clusters, nsplit > 1 ? dws.p : nullptr, nullptr);
     ls_kernels_set_pdl(0);
     std::vector<float> out = dout.down();
-    check(name, compare(out.data(), ref.data(), ref.size()), att_tol(hq, hkv, hd),
-          att_tol(hq, hkv, hd));
+    check(name, compare(out.data(), ref.data(), ref.size()), TOL_ATTN, TOL_ATTN);
 }
 
 static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
@@ -1184,18 +1172,10 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
 static void tests_decode(void);
 static void tests_attention(void)
 {
-    // the register form with the cluster merge and with the workspace merge, then the
-    // tensor-core form (which the engine takes for its launches without clusters) everywhere
-    const int old_tc = ls_attention_set_decode_tc(0);
     tests_decode();
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
-    ls_attention_set_decode_tc(1);
-    g_att_tc = 1;
-    tests_decode();
-    g_att_tc = 0;
-    ls_attention_set_decode_tc(old_tc);
     // the tensor-core kernel's four forms (hd 64 and 128), then the fp32 one for the same
     // shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in form 2) and 2
     for (int tc = 4; tc >= 0; tc--) {
@@ -1714,12 +1694,12 @@ static void bench_layer_chain(int ctx)
     ls_kernels_set_pdl(0);
 }
 
-// the decode attention over a context of ctx in a cache of max_ctx positions (ctx when 0), in
-// the form the launch picks by default, or in the register form (tc 0) or the tensor-core one
-// (1), without clusters; `rot` caches rotating (as the 32 layers of a step do, so that a cache
-// under the L2's size is not read from it)
-static void bench_decode_attention(int hq, int hkv, int hd, int ctx, int max_ctx = 0, int tc = -1,
-                                   int rot = 1)
+// the decode attention over a context of ctx in a cache of max_ctx positions (ctx when 0),
+// launched with clusters (where they apply) or without (the engine's long-context form); `rot`
+// caches rotating (as the 32 layers of a step do, so that a cache under the L2's size is not
+// read from it)
+static void bench_decode_attention(int hq, int hkv, int hd, int ctx, int max_ctx = 0,
+                                   int clusters = 1, int rot = 1)
 {
     if (!max_ctx) max_ctx = ctx;
     const size_t csz = (size_t)hkv * max_ctx * hd;
@@ -1735,28 +1715,23 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx, int max_ctx
     fill_bf16<<<2048, 256>>>(vc.p, vc.n, 4);
     fill_f32<<<64, 256>>>(q.p, q.n, 5);
     CHECK_CUDA(cudaDeviceSynchronize());
-    const int old = tc >= 0 ? ls_attention_set_decode_tc(tc) : 0;
     float ms = time_batch(60, 10, [&](int i) {
         const size_t at = csz * (size_t)(i % rot);
         ls_attention_decode(out.p, q.p, kc.p + at, vc.p + at, pos.p, hq, hkv, hd, max_ctx, nsplit,
-                            0, tc < 0, ws.p, nullptr);
+                            0, clusters, ws.p, nullptr);
     });
-    if (tc >= 0) ls_attention_set_decode_tc(old);
     // the bytes of the context read (the cache past it is not)
     double bytes = 2.0 * hkv * (double)ctx * hd * 2;
     printf("attention_decode hq=%d hkv=%d hd=%d ctx=%d of %d nsplit=%d%s: %.2f us, %.0f GB/s "
            "(%.1f%% of read; KV %.1f MB%s)\n",
-           hq, hkv, hd, ctx, max_ctx, nsplit,
-           tc < 0 ? ""
-           : tc   ? ", tensor cores"
-                  : ", register form without clusters",
-           ms * 1e3, bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / g_roof,
-           bytes / 1e6, rot > 1 ? ", caches rotating" : ", in L2 when < 60 MB");
+           hq, hkv, hd, ctx, max_ctx, nsplit, clusters ? "" : ", without clusters", ms * 1e3,
+           bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6,
+           rot > 1 ? ", caches rotating" : ", in L2 when < 60 MB");
 }
 
-// the decode attention's register and tensor-core forms, both without clusters, at the 8B's
-// TP=1 and 2 shapes and the 70B's TP=2, short to long contexts (the generate default's cache of
-// 4096 at the short ones), caches rotating
+// the decode attention with and without clusters at the 8B's TP=1 and 2 shapes and the 70B's
+// TP=2, short to long contexts (the generate default's cache of 4096 at the short ones), caches
+// rotating
 static void bench_decode_forms(void)
 {
     if (!g_roof) g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
@@ -1769,7 +1744,7 @@ static void bench_decode_forms(void)
     for (auto &c : cases) {
         const int rot =
             (int)std::min<size_t>(8, (size_t)(2u << 30) / ((size_t)c.hkv * c.max_ctx * 128 * 4));
-        for (int tc : {0, 1}) bench_decode_attention(c.hq, c.hkv, 128, c.ctx, c.max_ctx, tc, rot);
+        for (int cl : {1, 0}) bench_decode_attention(c.hq, c.hkv, 128, c.ctx, c.max_ctx, cl, rot);
     }
 }
 
