@@ -125,7 +125,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_decode_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                        const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
                        const int *__restrict__ pos, int hq, int hd, int group, int max_ctx,
-                       int nsplit, int min_chunk, int fresh, float qscale, int cluster)
+                       int nsplit, int min_chunk, int fresh, float qscale, int cluster, int merge4)
 {
     constexpr int PG = 32 / LG;              // positions per warp step
     constexpr int STEP = U * ATT_WARPS * PG; // positions per block per loop iteration
@@ -423,10 +423,21 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         if (lane == 0) sm_l[0][g] = L;
     }
     __syncthreads();
-    // four output elements a thread (hd % 8 == 0), each loaded as one float4: a thread's eight
-    // loads in flight move 128 bytes, where one element at a time moved 32 (a merge of 66
-    // chunks was a chain of L2 round trips on one block)
-    for (int i = threadIdx.x; i < gb * hd / 4; i += blockDim.x) {
+    // Four output elements a thread (hd % 8 == 0), each loaded as one float4 (merge4, where a
+    // block's q heads give every thread four elements or more): a thread's eight loads in flight
+    // move 128 bytes, where one element at a time moved 32, so the merge of 66 chunks takes a
+    // quarter of the L2 round trips. Else one element a thread (fewer elements than four a
+    // thread: float4 would idle threads and keep the round trips). Same order, same bits.
+    for (int i = threadIdx.x; !merge4 && i < gb * hd; i += blockDim.x) {
+        const int g = i / hd, d = i - g * hd, h = h0 + g;
+        const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
+        const float *a = sml + 2 * g * live;
+        float O = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < live; s++) O = fmaf(__ldcg(wo + (size_t)s * hd), a[2 * s], O);
+        out[(size_t)h * hd + d] = O / sm_l[0][g];
+    }
+    for (int i = threadIdx.x; merge4 && i < gb * hd / 4; i += blockDim.x) {
         const int g = 4 * i / hd, d = 4 * i - g * hd, h = h0 + g;
         const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
         const float *a = sml + 2 * g * live;
@@ -888,10 +899,12 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // off or on (-1, the default: by the cache length); ls_attention_set_decode_shape overrides
 // both. LOCKSTEP_ATT_CLUSTER=0 turns the cluster merge off (ls_attention_set_cluster).
 // LOCKSTEP_ATT_HEADS=1|2|4|8: at most that many q heads a block (0, the default: by the
-// launch's size, heads_per_block; ls_attention_set_heads).
+// launch's size, heads_per_block; ls_attention_set_heads). LOCKSTEP_ATT_MERGE4=0|1: the
+// workspace merge's loads one element at a time or four (default: four where a block's q heads
+// give every thread four elements).
 static struct {
-    int read, min_chunk, wide, cluster, heads;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0};
+    int read, min_chunk, wide, cluster, heads, merge4;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1};
 
 static void shape_from_env(void)
 {
@@ -907,6 +920,8 @@ static void shape_from_env(void)
     const char *hp = getenv("LOCKSTEP_ATT_HEADS");
     if (hp && (hp[0] == '1' || hp[0] == '2' || hp[0] == '4' || hp[0] == '8') && !hp[1])
         g_shape.heads = hp[0] - '0';
+    const char *m4 = getenv("LOCKSTEP_ATT_MERGE4");
+    if (m4 && (m4[0] == '0' || m4[0] == '1') && !m4[1]) g_shape.merge4 = m4[0] - '0';
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1020,7 +1035,7 @@ extern "C" size_t ls_attention_decode_workspace(int hq, int hd, int nsplit)
 }
 
 typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, const uint16_t *,
-                          const int *, int, int, int, int, int, int, int, float, int);
+                          const int *, int, int, int, int, int, int, int, float, int, int);
 
 // U = 8 positions per lane per iteration (one iteration per 64-position chunk at hd 128, but
 // ~240 registers: 2 blocks per SM) for caches of up to ATT_WIDE_CTX positions, U = 2 (~130
@@ -1073,13 +1088,15 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
+    const int merge4 = g_shape.merge4 >= 0 ? g_shape.merge4 : gm * hd >= 4 * ATT_WARPS * 32;
     const int cluster =
         clusters && nsplit > 1 && g_shape.cluster && ls_device_get().clusters ? ATT_CLUSTER : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)block_rows(group, hkv, gm));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
     pdl_launch_cluster(fn, grid, ATT_WARPS * 32, 0, s, (unsigned)cluster, out, workspace, q, kcache,
-                       vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale, cluster);
+                       vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale, cluster,
+                       merge4);
     CHECK_CUDA(cudaGetLastError());
 }
 
