@@ -40,9 +40,12 @@ static const char batch_help[] =
     "[{\"role\":\n"
     "\"user\", \"content\": \"...\"}]}, optionally with max_tokens, temperature, top_k, top_p, "
     "min_p,\n"
-    "repetition_penalty, presence_penalty, frequency_penalty, seed, stop (string or list).\n"
+    "repetition_penalty, presence_penalty, frequency_penalty, seed, stop (string or list),\n"
+    "logprobs (true with top_logprobs N, or N: 0..20).\n"
     "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", "
     "\"finish_reason\"}\n"
+    "(and \"logprobs\": {\"content\": [{\"id\", \"token\", \"logprob\", \"top_logprobs\"}]} when "
+    "asked)\n"
     "or {\"id\", \"error\"} for a line that could not be run.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
     "  --input FILE         JSONL prompts ('-' for stdin)\n"
@@ -280,6 +283,34 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
         }
         s->seed = (uint64_t)json_integer_value(seed);
     }
+    /* OpenAI's two forms: chat's "logprobs": true with "top_logprobs": N, and completions'
+     * "logprobs": N (the alternatives' count) */
+    json_t *lp = json_object_get(req, "logprobs");
+    if (lp && !json_is_boolean(lp) && !json_is_null(lp) && !json_is_integer(lp)) {
+        snprintf(err, errlen, "field \"logprobs\": expected true, false or an integer, found %s",
+                 ls_json_type_name(lp));
+        return -1;
+    }
+    if (lp && json_is_integer(lp)) {
+        if ((r = num_field(req, "logprobs", 0, LS_MAX_TOP_LOGPROBS, 1, &d, err, errlen)) < 0)
+            return -1;
+        p->logprobs = 1;
+        p->top_logprobs = (int)d;
+    } else {
+        p->logprobs = json_is_true(lp);
+    }
+    /* null: not asked, as OpenAI takes it */
+    r = 0;
+    if (!json_is_null(json_object_get(req, "top_logprobs")) &&
+        (r = num_field(req, "top_logprobs", 0, LS_MAX_TOP_LOGPROBS, 1, &d, err, errlen)) < 0)
+        return -1;
+    if (r) {
+        if (!json_is_true(lp)) {
+            snprintf(err, errlen, "field \"top_logprobs\": needs \"logprobs\": true");
+            return -1;
+        }
+        p->top_logprobs = (int)d;
+    }
     json_t *stop = json_object_get(req, "stop");
     if (stop) {
         p->n_stops = 0;
@@ -331,6 +362,8 @@ static size_t ignored_fields(json_t *req, char *buf, size_t len)
                                         "frequency_penalty",
                                         "seed",
                                         "stop",
+                                        "logprobs",
+                                        "top_logprobs",
                                         "tools",
                                         "chat_template_kwargs",
                                         "add_generation_prompt",
@@ -595,6 +628,8 @@ int cmd_batch(int argc, char **argv)
             json_object_set_new(res, "prompt_tokens", json_integer(r.n_prompt));
             json_object_set_new(res, "completion_tokens", json_integer(r.n_gen));
             json_object_set_new(res, "finish_reason", json_string(r.finish));
+            json_t *lp = ls_logprobs_json(j.model->tok, &r, &p);
+            if (lp) json_object_set_new(res, "logprobs", lp);
             n_ok++;
             toks += r.n_gen;
         } else {

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "tokenizer.h"
 
+#include <jansson.h>
 #include <unistd.h>
 
 #include <math.h>
@@ -106,6 +107,36 @@ static void record_top(struct ls_gen_result *r, const struct ls_gen_params *p, c
     r->top_steps++;
 }
 
+/* the step's log-probabilities (see ls_gen_result): log-sum-exp of the logits in double, then
+ * the chosen id's and the top_logprobs most likely ones' (a sorted insertion: N <= 20) */
+static void record_logprobs(struct ls_gen_result *r, const struct ls_gen_params *p,
+                            const float *logits, int V, int id)
+{
+    double mx = -INFINITY, sum = 0.0;
+    for (int i = 0; i < V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    const int i = r->n_gen, N = p->top_logprobs < V ? p->top_logprobs : V;
+    r->lp[i] = (float)((double)logits[id] - lse);
+    int *ids = r->lp_ids + (size_t)i * p->top_logprobs;
+    float *vals = r->lp_vals + (size_t)i * p->top_logprobs;
+    int kept = 0;
+    for (int v = 0; v < V && N > 0; v++) {
+        if (kept == N && !(logits[v] > logits[ids[N - 1]])) continue;
+        int k = kept < N ? kept++ : N - 1;
+        while (k > 0 && logits[v] > logits[ids[k - 1]]) {
+            ids[k] = ids[k - 1];
+            k--;
+        }
+        ids[k] = v;
+    }
+    for (int k = 0; k < p->top_logprobs; k++) {
+        if (k >= kept) ids[k] = -1;
+        vals[k] = k < kept ? (float)((double)logits[ids[k]] - lse) : -INFINITY;
+    }
+}
+
 int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int n_prompt,
                 const struct ls_gen_params *p, struct ls_gen_result *r, char *err, size_t errlen)
 {
@@ -139,6 +170,17 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     CHECK_ALLOC(logits);
     CHECK_ALLOC(hist);
     CHECK_ALLOC(r->ids);
+    float *raw = NULL; /* the step's logits before the sampler transforms them */
+    if (p->logprobs) {
+        r->lp = malloc((size_t)(budget + 1) * sizeof *r->lp);
+        r->lp_ids = malloc((size_t)(budget + 1) * (p->top_logprobs + 1) * sizeof *r->lp_ids);
+        r->lp_vals = malloc((size_t)(budget + 1) * (p->top_logprobs + 1) * sizeof *r->lp_vals);
+        raw = malloc((size_t)V * sizeof *raw);
+        CHECK_ALLOC(r->lp);
+        CHECK_ALLOC(r->lp_ids);
+        CHECK_ALLOC(r->lp_vals);
+        CHECK_ALLOC(raw);
+    }
     if (p->top_logits > 0 && p->top_logit_steps > 0) {
         r->top_ids = malloc((size_t)p->top_logits * p->top_logit_steps * sizeof *r->top_ids);
         r->top_vals = malloc((size_t)p->top_logits * p->top_logit_steps * sizeof *r->top_vals);
@@ -164,7 +206,8 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     const char *hs = getenv("LOCKSTEP_HOST_SAMPLING");
     int device_step = sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
                       sp->frequency_penalty == 0.0f &&
-                      (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
+                      (p->top_logits <= 0 || p->top_logit_steps <= 0) && !p->logprobs &&
+                      !(hs && !strcmp(hs, "1"));
     ls_engine_reset(e);
     double t0 = ls_now_s();
     ls_engine_forward(e, prompt, n_prompt, logits);
@@ -178,12 +221,14 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             id = next;
         } else {
             record_top(r, p, logits, V);
+            if (raw) memcpy(raw, logits, (size_t)V * sizeof *raw);
             id = ls_sampler_sample(smp, logits, hist, n_prompt + r->n_gen);
         }
         if (!p->ignore_eos && is_eos(m, id)) {
             r->finish = "stop";
             break;
         }
+        if (raw) record_logprobs(r, p, raw, V, id);
         r->ids[r->n_gen++] = id;
         hist[n_prompt + r->n_gen - 1] = id;
         if (ts) {
@@ -224,9 +269,45 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     r->text = text.p ? text.p : strdup("");
     free(piece);
     free(hist);
+    free(raw);
     free(logits);
     ls_sampler_free(smp);
     return 0;
+}
+
+/* {"id", "token", "logprob"} of one token */
+static json_t *logprob_entry(const struct tokenizer *tok, int id, float lp)
+{
+    json_t *o = json_pack("{s:i, s:f}", "id", id, "logprob", (double)lp);
+    CHECK_ALLOC(o);
+    if (tok) {
+        char buf[256], err[128];
+        int32_t id32 = id;
+        int n = tok_decode(tok, &id32, 1, 0, buf, sizeof buf, err, sizeof err);
+        if (n >= 0) json_object_set_new(o, "token", json_string(buf));
+    }
+    return o;
+}
+
+json_t *ls_logprobs_json(const struct tokenizer *tok, const struct ls_gen_result *r,
+                         const struct ls_gen_params *p)
+{
+    if (!p->logprobs || !r->lp) return NULL;
+    json_t *content = json_array();
+    CHECK_ALLOC(content);
+    for (int i = 0; i < r->n_gen; i++) {
+        json_t *e = logprob_entry(tok, r->ids[i], r->lp[i]), *top = json_array();
+        CHECK_ALLOC(top);
+        for (int k = 0; k < p->top_logprobs; k++) {
+            const int id = r->lp_ids[(size_t)i * p->top_logprobs + k];
+            if (id < 0) break;
+            json_array_append_new(
+                top, logprob_entry(tok, id, r->lp_vals[(size_t)i * p->top_logprobs + k]));
+        }
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(content, e);
+    }
+    return json_pack("{s:o}", "content", content);
 }
 
 void ls_gen_result_free(struct ls_gen_result *r)
@@ -235,5 +316,8 @@ void ls_gen_result_free(struct ls_gen_result *r)
     free(r->text);
     free(r->top_ids);
     free(r->top_vals);
+    free(r->lp);
+    free(r->lp_ids);
+    free(r->lp_vals);
     memset(r, 0, sizeof *r);
 }

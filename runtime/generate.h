@@ -8,6 +8,8 @@
 #include "sampler.h"
 
 #include <stdio.h>
+struct tokenizer;
+struct json_t;
 
 #define LS_MAX_STOPS 16
 
@@ -20,7 +22,12 @@ struct ls_gen_params {
     FILE *stream;        /* text is written here as it is generated (rank 0), or NULL */
     int top_logits;      /* record the top-K logits ... */
     int top_logit_steps; /* ... of the first S steps */
+    int logprobs;        /* record each generated token's log-probability ... */
+    int top_logprobs;    /* ... and those of the N most likely tokens at its step (0..20) */
 };
+
+/* the most alternatives a step's log-probabilities carry (OpenAI's top_logprobs bound) */
+#define LS_MAX_TOP_LOGPROBS 20
 
 struct ls_gen_result {
     int *ids; /* [n_gen] generated ids */
@@ -31,6 +38,13 @@ struct ls_gen_result {
     int *top_ids; /* [top_logit_steps][top_logits] */
     float *top_vals;
     int top_steps; /* steps recorded */
+    /* with logprobs: log-probabilities of the model's distribution at each step (log_softmax
+     * of the logits, before temperature, penalties and truncation, as vLLM gives them by
+     * default): lp[i] of ids[i]; lp_ids[i][k], lp_vals[i][k] the top_logprobs most likely
+     * tokens of that step, most likely first (ties: lower id first) */
+    float *lp;
+    int *lp_ids;
+    float *lp_vals;
 };
 
 void ls_gen_defaults(struct ls_gen_params *p);
@@ -38,5 +52,12 @@ void ls_gen_defaults(struct ls_gen_params *p);
 int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int n_prompt,
                 const struct ls_gen_params *p, struct ls_gen_result *r, char *err, size_t errlen);
 void ls_gen_result_free(struct ls_gen_result *r);
+/* A result's log-probabilities as OpenAI's chat API gives them, with the token ids beside:
+ * {"content": [{"id", "token", "logprob", "top_logprobs": [{"id", "token", "logprob"}, ...]},
+ * ...]}, one entry per generated token ("token": its text decoded alone, special tokens as
+ * written, a partial UTF-8 character as U+FFFD; left out without a tokenizer). A new reference;
+ * NULL when the result has none. */
+struct json_t *ls_logprobs_json(const struct tokenizer *tok, const struct ls_gen_result *r,
+                                const struct ls_gen_params *p);
 
 #endif

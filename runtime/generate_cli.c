@@ -24,6 +24,7 @@ enum {
     OPT_JSON,
     OPT_TOP_LOGITS,
     OPT_TOP_STEPS,
+    OPT_LOGPROBS,
     OPT_QUIET,
     OPT_CHAT_TEMPLATE,
     OPT_CHAT_KWARGS,
@@ -51,6 +52,9 @@ static const char generate_help[] =
     "  --json               print one JSON object (ids, text, timing) instead of streaming\n"
     "  --top-logits K       with --json: the top K logits of each of the first steps\n"
     "  --top-logit-steps S  ... of the first S steps (default 4)\n"
+    "  --logprobs N         with --json: each generated token's log-probability and those of\n"
+    "                       the N (0..20) most likely tokens at its step (the model's\n"
+    "                       distribution: before temperature, penalties and truncation)\n"
     "  --quiet              no timing line\n" RC_SAMPLING_HELP LS_COMMON_HELP;
 
 static char *read_all(FILE *f, size_t *n)
@@ -195,6 +199,8 @@ static void print_json(const struct rc_job *j, const int *prompt, int n_prompt,
         }
         json_object_set_new(o, "top_logits", steps);
     }
+    json_t *lp = ls_logprobs_json(j->model->tok, r, p);
+    if (lp) json_object_set_new(o, "logprobs", lp);
     json_dumpf(o, stdout, JSON_COMPACT);
     printf("\n");
     json_decref(o);
@@ -217,6 +223,7 @@ int cmd_generate(int argc, char **argv)
         {"json", no_argument, NULL, OPT_JSON},
         {"top-logits", required_argument, NULL, OPT_TOP_LOGITS},
         {"top-logit-steps", required_argument, NULL, OPT_TOP_STEPS},
+        {"logprobs", required_argument, NULL, OPT_LOGPROBS},
         {"quiet", no_argument, NULL, OPT_QUIET},
         RC_SAMPLING_LONGOPTS,
         LS_COMMON_LONGOPTS,
@@ -285,6 +292,12 @@ int cmd_generate(int argc, char **argv)
                 return ls_usage_error("generate", err);
             gp.top_logit_steps = (int)v;
             break;
+        case OPT_LOGPROBS:
+            if (ls_parse_long("--logprobs", optarg, 0, LS_MAX_TOP_LOGPROBS, &v, err, sizeof err))
+                return ls_usage_error("generate", err);
+            gp.logprobs = 1;
+            gp.top_logprobs = (int)v;
+            break;
         case '?':
             return ls_usage_error("generate", err);
         default:
@@ -311,6 +324,9 @@ int cmd_generate(int argc, char **argv)
     if (gp.top_logits && !json)
         return ls_usage_error("generate",
                               "--top-logits needs --json (the logits are written there)");
+    if (gp.logprobs && !json)
+        return ls_usage_error("generate",
+                              "--logprobs needs --json (the log-probabilities are written there)");
     /* the template file and kwargs, read once; a bad one is said before the model loads */
     struct chat_env env = {0};
     char *template_buf = NULL;
