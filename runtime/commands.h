@@ -10,5 +10,7 @@ int cmd_selftest(int argc, char **argv); /* runtime/selftest.c: fault drills for
 int cmd_generate(int argc, char **argv); /* runtime/generate_cli.c: one prompt, streamed text */
 int cmd_batch(int argc, char **argv);    /* runtime/batch.c: JSONL prompts in, JSONL results out */
 int cmd_bench(int argc, char **argv);    /* runtime/bench.c: roofline, prefill and decode speed */
+int cmd_perplexity(int argc,
+                   char **argv); /* runtime/perplexity.c: how well a model predicts a text */
 
 #endif

@@ -285,7 +285,8 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
 
 /* LM head of the last position (with the final norm, or xn holds it already); every rank's
  * vocab slice gathered into logits */
-static void head_forward(struct ls_engine *e, int T)
+/* the logits of row t of the chunk (the last, t = T - 1, for a forward's next token) */
+static void head_forward(struct ls_engine *e, int t)
 {
     const struct ls_backend *be = e->be;
     const struct ls_model *m = e->m;
@@ -293,10 +294,10 @@ static void head_forward(struct ls_engine *e, int T)
     /* the whole vocabulary is this rank's at TP = 1 */
     float *out = m->tp == 1 ? e->logits : e->logits_local;
     if (norm_in_matmul(e))
-        be->matmul_rmsnorm(out, e->x + (size_t)(T - 1) * D, m->final_norm, m->cfg.norm_eps,
-                           m->lm_head, NULL, 1, D, rows);
+        be->matmul_rmsnorm(out, e->x + (size_t)t * D, m->final_norm, m->cfg.norm_eps, m->lm_head,
+                           NULL, 1, D, rows);
     else
-        be->matmul(out, e->xn + (size_t)(T - 1) * D, m->lm_head, NULL, 1, D, rows);
+        be->matmul(out, e->xn + (size_t)t * D, m->lm_head, NULL, 1, D, rows);
     if (m->tp == 1) return;
     e->comm->allgather(e->comm, e->logits_local, e->logits_all, (size_t)e->vpad, LS_F32, e->stream);
     if (e->logits == e->logits_all) return;
@@ -305,8 +306,9 @@ static void head_forward(struct ls_engine *e, int T)
                  (size_t)m->plan[r].vocab_rows * sizeof(float));
 }
 
-/* the forward of T positions whose ids and positions are in e->ids and e->posb */
-static void chunk_forward(struct ls_engine *e, int T, int pos0)
+/* the forward of T positions whose ids and positions are in e->ids and e->posb, up to the final
+ * norm's input (the layers) */
+static void chunk_layers(struct ls_engine *e, int T, int pos0)
 {
     const struct ls_model *m = e->m;
     const int n = m->cfg.n_layers;
@@ -315,7 +317,36 @@ static void chunk_forward(struct ls_engine *e, int T, int pos0)
         e->be->rmsnorm(e->xn, e->x, m->layers[0].attn_norm, T, m->cfg.dim, m->cfg.norm_eps);
     for (int l = 0; l < n; l++)
         layer_forward(e, l, T, pos0, l + 1 < n ? m->layers[l + 1].attn_norm : m->final_norm);
-    head_forward(e, T);
+}
+
+/* ... and the logits of its last position */
+static void chunk_forward(struct ls_engine *e, int T, int pos0)
+{
+    chunk_layers(e, T, pos0);
+    head_forward(e, T - 1);
+}
+
+int ls_engine_forward_all(struct ls_engine *e, const int *ids, int n, float *logits,
+                          void (*each)(void *ctx, int t, const float *logits), void *ctx)
+{
+    if (n <= 0 || e->pos + n > e->max_ctx) return -1;
+    e->graph_synced = 0;
+    if (e->be->set_decode_form) e->be->set_decode_form(0);
+    for (int done = 0; done < n;) {
+        int T = n - done < e->max_batch ? n - done : e->max_batch;
+        for (int t = 0; t < T; t++) e->host_pos[t] = e->pos + t;
+        e->be->to_device(e->posb, e->host_pos, (size_t)T * sizeof(int));
+        e->be->to_device(e->ids, ids + done, (size_t)T * sizeof(int));
+        chunk_layers(e, T, e->pos);
+        for (int t = 0; t < T; t++) {
+            head_forward(e, t);
+            e->be->to_host(logits, e->logits, (size_t)e->m->cfg.vocab * sizeof(float));
+            each(ctx, done + t, logits);
+        }
+        e->pos += T;
+        done += T;
+    }
+    return 0;
 }
 
 /* the backend's decode form for a step at position pos (0 where it has one form) */

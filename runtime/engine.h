@@ -29,6 +29,11 @@ int ls_engine_max_ctx(const struct ls_engine *e);
 /* Runs ids[0..n) at the current position (in chunks of max_batch), leaves the logits of the
  * last one in logits[vocab] (host) on every rank. Returns 0, or -1 when the context is full. */
 int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits);
+/* The same forward, with the logits of every position: each(ctx, t, logits) for t = 0 .. n - 1
+ * in order, logits (host, vocab floats, the caller's buffer) those after ids[0..t]. One LM head
+ * product a position: for scoring a text (perplexity), not for speed. */
+int ls_engine_forward_all(struct ls_engine *e, const int *ids, int n, float *logits,
+                          void (*each)(void *ctx, int t, const float *logits), void *ctx);
 /* One greedy decode step of token `in` at the current position, entirely in the backend (a
  * graph replay where the backend has graphs): only the next token comes back, in *out.
  * Returns 0, or -1 when the context is full. */

@@ -57,81 +57,6 @@ static const char generate_help[] =
     "                       distribution: before temperature, penalties and truncation)\n"
     "  --quiet              no timing line\n" RC_SAMPLING_HELP LS_COMMON_HELP;
 
-static char *read_all(FILE *f, size_t *n)
-{
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    CHECK_ALLOC(buf);
-    size_t k;
-    while ((k = fread(buf + len, 1, cap - len - 1, f)) > 0) {
-        len += k;
-        if (cap - len < 2) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            CHECK_ALLOC(buf);
-        }
-    }
-    buf[len] = 0;
-    *n = len;
-    return buf;
-}
-
-/* every rank gets rank 0's bytes */
-static char *bcast_string(char *s, size_t n)
-{
-    long long len = (long long)n;
-    CHECK_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
-    if (!s) {
-        s = malloc((size_t)len + 1);
-        CHECK_ALLOC(s);
-    }
-    for (long long done = 0; done < len;) {
-        int k = (int)(len - done < (1 << 30) ? len - done : (1 << 30));
-        CHECK_MPI(MPI_Bcast(s + done, k, MPI_CHAR, 0, MPI_COMM_WORLD));
-        done += k;
-    }
-    s[len] = 0;
-    return s;
-}
-
-/* "1,2,3": ids separated by commas, blanks allowed around each; a message names the token
- * by its 0-based position, as ls_generate's range check does */
-static int parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
-{
-    int cap = 16, k = 0;
-    int *ids = malloc((size_t)cap * sizeof *ids);
-    CHECK_ALLOC(ids);
-    const char *p = s;
-    for (;;) {
-        const char *start = p;
-        while (*p == ' ' || *p == '\t') p++;
-        char *end = (char *)p;
-        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
-        const char *q = end;
-        while (*q == ' ' || *q == '\t') q++;
-        if (end == p || v < 0 || v > (1 << 30) || (*q != ',' && *q)) {
-            size_t len = strcspn(start, ",");
-            snprintf(err, errlen,
-                     "--prompt-ids: token %d: expected an id in 0..%d (ids separated by "
-                     "commas), found '%.*s'",
-                     k, 1 << 30, (int)(len > 60 ? 60 : len), start);
-            free(ids);
-            return -1;
-        }
-        if (k == cap) {
-            cap *= 2;
-            ids = realloc(ids, (size_t)cap * sizeof *ids);
-            CHECK_ALLOC(ids);
-        }
-        ids[k++] = (int)v;
-        if (!*q) break;
-        p = q + 1;
-    }
-    *out = ids;
-    *n = k;
-    return 0;
-}
-
 /* The prompt as ids: chat-templated and/or encoded with the model's tokenizer. */
 static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, const char *system,
                       const struct chat_env *env, const json_t *tools, int **out, int *n, char *err,
@@ -344,13 +269,13 @@ int cmd_generate(int argc, char **argv)
     char *text = NULL;
     if (prompt && !strcmp(prompt, "-")) {
         size_t n = 0;
-        if (j.ctx.rank == 0) text = read_all(stdin, &n);
-        text = bcast_string(text, n);
+        if (j.ctx.rank == 0) text = rc_read_all(stdin, &n);
+        text = rc_bcast_string(text, n);
         prompt = text;
     }
     chat_env_add_tokenizer(&env, j.model->tok);
     int *ids = NULL, n_ids = 0;
-    int ok = (ids_arg ? parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
+    int ok = (ids_arg ? rc_parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
                       : prompt_ids(j.model, prompt, chat, system, &env, tools, &ids, &n_ids, err,
                                    sizeof err)) == 0;
     if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);

@@ -14,4 +14,4 @@ liblockstep_a_SOURCES += \
 	runtime/sampler.c runtime/sampler.h \
 	runtime/generate.c runtime/generate.h \
 	runtime/run_common.c runtime/run_common.h \
-	runtime/generate_cli.c runtime/batch.c runtime/bench.c
+	runtime/generate_cli.c runtime/batch.c runtime/bench.c runtime/perplexity.c

@@ -17,6 +17,7 @@ static const struct {
     {"generate", cmd_generate, "generate text from a prompt (streamed on rank 0)"},
     {"batch", cmd_batch, "generate for every prompt of a JSONL file, results as JSONL"},
     {"bench", cmd_bench, "measure the read roofline, prefill and decode speed"},
+    {"perplexity", cmd_perplexity, "perplexity of a text (windows of --ctx tokens)"},
     {"info", cmd_info, "placement, GPUs, binding and library versions of every rank"},
     {"plan", cmd_plan, "the tensor-parallel shard plan for a model shape"},
     {"launch", cmd_launch,

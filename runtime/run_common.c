@@ -214,3 +214,77 @@ void rc_job_end(struct rc_job *j)
     if (j->fallback) j->fallback->destroy(j->fallback);
     ls_shutdown(&j->ctx);
 }
+
+char *rc_read_all(FILE *f, size_t *n)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    CHECK_ALLOC(buf);
+    size_t k;
+    while ((k = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += k;
+        if (cap - len < 2) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            CHECK_ALLOC(buf);
+        }
+    }
+    buf[len] = 0;
+    *n = len;
+    return buf;
+}
+
+char *rc_bcast_string(char *s, size_t n)
+{
+    long long len = (long long)n;
+    CHECK_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+    if (!s) {
+        s = malloc((size_t)len + 1);
+        CHECK_ALLOC(s);
+    }
+    for (long long done = 0; done < len;) {
+        int k = (int)(len - done < (1 << 30) ? len - done : (1 << 30));
+        CHECK_MPI(MPI_Bcast(s + done, k, MPI_CHAR, 0, MPI_COMM_WORLD));
+        done += k;
+    }
+    s[len] = 0;
+    return s;
+}
+
+/* "1,2,3": ids separated by commas, blanks allowed around each; a message names the token
+ * by its 0-based position, as ls_generate's range check does */
+int rc_parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
+{
+    int cap = 16, k = 0;
+    int *ids = malloc((size_t)cap * sizeof *ids);
+    CHECK_ALLOC(ids);
+    const char *p = s;
+    for (;;) {
+        const char *start = p;
+        while (*p == ' ' || *p == '\t') p++;
+        char *end = (char *)p;
+        long v = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+        const char *q = end;
+        while (*q == ' ' || *q == '\t') q++;
+        if (end == p || v < 0 || v > (1 << 30) || (*q != ',' && *q)) {
+            size_t len = strcspn(start, ",");
+            snprintf(err, errlen,
+                     "--prompt-ids: token %d: expected an id in 0..%d (ids separated by "
+                     "commas), found '%.*s'",
+                     k, 1 << 30, (int)(len > 60 ? 60 : len), start);
+            free(ids);
+            return -1;
+        }
+        if (k == cap) {
+            cap *= 2;
+            ids = realloc(ids, (size_t)cap * sizeof *ids);
+            CHECK_ALLOC(ids);
+        }
+        ids[k++] = (int)v;
+        if (!*q) break;
+        p = q + 1;
+    }
+    *out = ids;
+    *n = k;
+    return 0;
+}

@@ -86,4 +86,12 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
 void rc_job_load(struct rc_job *j, const char *model_path, int max_ctx, int max_batch);
 void rc_job_end(struct rc_job *j);
 
+/* all of f (NUL-terminated; its length in *n) */
+char *rc_read_all(FILE *f, size_t *n);
+/* every rank gets rank 0's n bytes of s (the others pass NULL: a new allocation) */
+char *rc_bcast_string(char *s, size_t n);
+/* "1,2,3": ids separated by commas, blanks allowed around each, into *out (malloc'd), *n; -1
+ * with err naming the token by its 0-based position (for --prompt-ids) */
+int rc_parse_ids(const char *s, int **out, int *n, char *err, size_t errlen);
+
 #endif

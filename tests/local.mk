@@ -24,4 +24,4 @@ tests_unit_test_sampler_LDADD = $(CUNIT_LIBS) -lm
 TESTS += tests/unit/test_sampler
 TESTS += tests/integration/tiny_models.sh
 TESTS += tests/integration/smollm2.sh tests/integration/generate.sh tests/integration/chat.sh
-TESTS += tests/integration/bench.sh tests/integration/logprobs.sh
+TESTS += tests/integration/bench.sh tests/integration/logprobs.sh tests/integration/perplexity.sh

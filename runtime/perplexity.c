@@ -1,0 +1,242 @@
+/* lockstep perplexity: how well a model predicts a text, the check a quantized or converted
+ * checkpoint is held to (llama.cpp's llama-perplexity, Hugging Face's perplexity guide).
+ *
+ * The text's tokens (with the tokenizer's BOS when it adds one) are cut into windows of --ctx
+ * tokens, the last one shorter; each window runs from an empty context, and every token of a
+ * window but its first is scored by the model given the ones before it in the window:
+ * nll = logsumexp(logits) - logit(token), in double. Perplexity = exp(mean nll) over all scored
+ * tokens, with its standard error from the nll's spread (exp(mean) * sd / sqrt(n), as
+ * llama-perplexity prints it). Windows without overlap, so a token's context is what precedes it
+ * in its window: Hugging Face's guide with stride = window. */
+#include "config.h"
+#include "args.h"
+#include "check.h"
+#include "commands.h"
+#include "engine.h"
+#include "log.h"
+#include "model.h"
+#include "run_common.h"
+#include "tokenizer.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OPT_DUMMY = LS_OPT_FIRST_FREE, OPT_PROMPT_IDS, OPT_CTX, OPT_JSON };
+
+static const char help[] =
+    "usage: lockstep perplexity (-m MODEL | --dummy PRESET) (-f FILE | --prompt-ids LIST)\n"
+    "       [--ctx N] [--json]\n"
+    "Perplexity of a text: its tokens cut into windows of --ctx tokens, each run from an empty\n"
+    "context, every token but a window's first scored given the ones before it in the window.\n"
+    "Prints the running perplexity per window on stderr, then the result on stdout.\n"
+    "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
+    "  --dummy PRESET|FILE  random weights of a preset shape (see generate)\n"
+    "  -f, --file FILE      the text ('-' for stdin), tokenized with the tokenizer's BOS\n"
+    "  --prompt-ids LIST    the tokens as ids, \"1,2,3\" (models without a tokenizer)\n"
+    "  --ctx N              tokens per window (default 512; at least 2)\n"
+    "  --json               one JSON object: tokens, windows, nll, perplexity and its error, and\n"
+    "                       each window's tokens and nll\n" LS_COMMON_HELP;
+
+/* one window's scoring, fed the logits of each position */
+struct window {
+    const int *ids;
+    int n, V;
+    double sum, sum2; /* of the scored tokens' nll */
+    int scored;
+};
+
+static void score(void *ctx, int t, const float *logits)
+{
+    struct window *w = ctx;
+    if (t + 1 >= w->n) return; /* the window's last position predicts nothing in it */
+    double mx = -INFINITY, s = 0.0;
+    for (int i = 0; i < w->V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    for (int i = 0; i < w->V; i++) s += exp((double)logits[i] - mx);
+    const double nll = mx + log(s) - (double)logits[w->ids[t + 1]];
+    w->sum += nll;
+    w->sum2 += nll * nll;
+    w->scored++;
+}
+
+int cmd_perplexity(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
+                                             {"dummy", required_argument, NULL, OPT_DUMMY},
+                                             {"file", required_argument, NULL, 'f'},
+                                             {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
+                                             {"ctx", required_argument, NULL, OPT_CTX},
+                                             {"json", no_argument, NULL, OPT_JSON},
+                                             {"help", no_argument, NULL, 'h'},
+                                             LS_COMMON_LONGOPTS,
+                                             {NULL, 0, NULL, 0}};
+    struct ls_common_opts common;
+    ls_common_defaults(&common);
+    const char *model = NULL, *file = NULL, *ids_arg = NULL;
+    int ctx = 512, json = 0, reset = 1, opt, rc;
+    long v;
+    char err[1024], dummy[4200];
+    while ((opt = ls_getopt(argc, argv, "m:f:h", longopts, &reset, err, sizeof err)) != -1) {
+        switch (opt) {
+        case 'm':
+            model = optarg;
+            break;
+        case OPT_DUMMY:
+            snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
+            model = dummy;
+            break;
+        case 'f':
+            file = optarg;
+            break;
+        case OPT_PROMPT_IDS:
+            ids_arg = optarg;
+            break;
+        case OPT_CTX:
+            if (ls_parse_long("--ctx", optarg, 2, RC_MAX_CONTEXT, &v, err, sizeof err))
+                return ls_usage_error("perplexity", err);
+            ctx = (int)v;
+            break;
+        case OPT_JSON:
+            json = 1;
+            break;
+        case 'h':
+            fputs(help, stdout);
+            return 0;
+        case '?':
+            return ls_usage_error("perplexity", err);
+        default:
+            rc = ls_common_opt(opt, optarg, &common, err, sizeof err);
+            if (rc != 0) return ls_usage_error("perplexity", err);
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
+        return ls_usage_error("perplexity", err);
+    }
+    if (!model) return ls_usage_error("perplexity", "missing --model (-m) or --dummy");
+    if (!file == !ids_arg)
+        return ls_usage_error("perplexity", "give exactly one of --file (-f) and --prompt-ids");
+
+    struct rc_job j;
+    rc_job_start(&j, &argc, &argv, &common, model, ctx, RC_PREFILL_CHUNK);
+    int *ids = NULL, n = 0, ok = 1;
+    if (ids_arg) {
+        ok = rc_parse_ids(ids_arg, &ids, &n, err, sizeof err) == 0;
+    } else {
+        /* rank 0 reads the file (it may exist on its node only) and every rank gets the bytes */
+        char *text = NULL;
+        size_t len = 0;
+        int readable = 1;
+        if (j.ctx.rank == 0) {
+            FILE *f = strcmp(file, "-") ? fopen(file, "rb") : stdin;
+            if (!f)
+                readable = 0;
+            else {
+                text = rc_read_all(f, &len);
+                if (f != stdin) fclose(f);
+            }
+        }
+        CHECK_MPI(MPI_Bcast(&readable, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (!readable) {
+            snprintf(err, sizeof err, "--file %.900s: cannot read it", file);
+            ok = 0;
+        } else if (!j.model->tok) {
+            snprintf(err, sizeof err, "%.900s has no tokenizer: give the text as --prompt-ids",
+                     j.model->path);
+            ok = 0;
+            if (j.ctx.rank == 0) free(text);
+        } else {
+            long long all = (long long)len; /* rank 0's length, for every rank */
+            CHECK_MPI(MPI_Bcast(&all, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+            len = (size_t)all;
+            text = rc_bcast_string(text, len);
+            int count = tok_encode(j.model->tok, text, len, 1, 0, NULL, 0, err, sizeof err);
+            int32_t *ids32 = count >= 0 ? malloc((size_t)(count + 1) * sizeof *ids32) : NULL;
+            if (count >= 0) {
+                CHECK_ALLOC(ids32);
+                count = tok_encode(j.model->tok, text, len, 1, 0, ids32, count + 1, err,
+                                   sizeof err);
+            }
+            if (count >= 0) {
+                ids = malloc((size_t)(count + 1) * sizeof *ids);
+                CHECK_ALLOC(ids);
+                for (int i = 0; i < count; i++) ids[i] = ids32[i];
+                n = count;
+            }
+            ok = count >= 0;
+            free(ids32);
+            free(text);
+        }
+    }
+    const int V = j.model->cfg.vocab;
+    for (int i = 0; ok && i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V) {
+            snprintf(err, sizeof err, "token %d: id %d is outside the vocabulary [0, %d)", i, ids[i],
+                     V);
+            ok = 0;
+        }
+    if (ok && n < 2) {
+        snprintf(err, sizeof err, "the text has %d token%s: nothing to score (at least 2)", n,
+                 n == 1 ? "" : "s");
+        ok = 0;
+    }
+    if (!ok && j.ctx.rank == 0) ls_error("perplexity: %s", err);
+    if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
+
+    float *logits = malloc((size_t)V * sizeof *logits);
+    CHECK_ALLOC(logits);
+    json_t *windows = json_array();
+    CHECK_ALLOC(windows);
+    double sum = 0.0, sum2 = 0.0;
+    long scored = 0;
+    const double t0 = ls_now_s();
+    int nw = 0;
+    for (int at = 0; at < n; at += ctx) {
+        struct window w = {.ids = ids + at, .n = n - at < ctx ? n - at : ctx, .V = V};
+        if (w.n < 2) break; /* a last window of one token scores nothing */
+        ls_engine_reset(j.engine);
+        if (ls_engine_forward_all(j.engine, w.ids, w.n, logits, score, &w) != 0)
+            ls_die(__FILE__, __LINE__, "cmd_perplexity", "a window past the context");
+        sum += w.sum;
+        sum2 += w.sum2;
+        scored += w.scored;
+        nw++;
+        json_array_append_new(windows, json_pack("{s:i, s:i, s:f}", "start", at, "scored",
+                                                 w.scored, "nll", w.sum / w.scored));
+        if (j.ctx.rank == 0 && !json)
+            fprintf(stderr, "[%d]%.4f%s", nw, exp(sum / (double)scored),
+                    at + ctx < n ? " " : "\n");
+    }
+    const double dt = ls_now_s() - t0;
+    const double mean = sum / (double)scored;
+    const double var = scored > 1 ? (sum2 / (double)scored - mean * mean) * scored / (scored - 1) : 0;
+    const double ppl = exp(mean), ppl_err = ppl * sqrt(var > 0 ? var : 0) / sqrt((double)scored);
+    if (j.ctx.rank == 0) {
+        if (json) {
+            json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:o}", "tokens", n,
+                                  "scored", (int)scored, "ctx", ctx, "windows_run", nw, "nll",
+                                  mean, "perplexity", ppl, "perplexity_error", ppl_err, "seconds",
+                                  dt, "windows", windows);
+            CHECK_ALLOC(o);
+            json_dumpf(o, stdout, JSON_COMPACT);
+            printf("\n");
+            json_decref(o);
+            windows = NULL;
+        } else {
+            printf("perplexity: %.4f +/- %.4f (mean nll %.6f) over %ld tokens in %d windows of "
+                   "up to %d\n",
+                   ppl, ppl_err, mean, scored, nw, ctx);
+        }
+        fflush(stdout);
+        fprintf(stderr, "lockstep: %d ranks (%s): %d tokens in %.2f s (%.1f tok/s)\n", j.ctx.size,
+                j.be->name, n, dt, n / (dt > 0 ? dt : 1e-9));
+    }
+    json_decref(windows);
+    free(logits);
+    free(ids);
+    rc_job_end(&j);
+    return 0;
+}
