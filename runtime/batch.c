@@ -41,11 +41,11 @@ static const char batch_help[] =
     "\"user\", \"content\": \"...\"}]}, optionally with max_tokens, temperature, top_k, top_p, "
     "min_p,\n"
     "repetition_penalty, presence_penalty, frequency_penalty, seed, stop (string or list),\n"
-    "logprobs (true with top_logprobs N, or N: 0..20).\n"
+    "logprobs (true with top_logprobs N, or N: 0..20), prompt_logprobs (N: 0..20).\n"
     "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", "
     "\"finish_reason\"}\n"
-    "(and \"logprobs\": {\"content\": [{\"id\", \"token\", \"logprob\", \"top_logprobs\"}]} when "
-    "asked)\n"
+    "(and \"logprobs\": {\"content\": [{\"id\", \"token\", \"logprob\", \"top_logprobs\"}]},\n"
+    "\"prompt_logprobs\": [null, {\"id\", \"token\", ...}, ...] when asked)\n"
     "or {\"id\", \"error\"} for a line that could not be run.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
     "  --input FILE         JSONL prompts ('-' for stdin)\n"
@@ -311,6 +311,15 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
         }
         p->top_logprobs = (int)d;
     }
+    /* vLLM's: the prompt tokens' log-probabilities with N alternatives (null: not asked) */
+    r = 0;
+    if (!json_is_null(json_object_get(req, "prompt_logprobs")) &&
+        (r = num_field(req, "prompt_logprobs", 0, LS_MAX_TOP_LOGPROBS, 1, &d, err, errlen)) < 0)
+        return -1;
+    if (r) {
+        p->prompt_logprobs = 1;
+        p->top_prompt_logprobs = (int)d;
+    }
     json_t *stop = json_object_get(req, "stop");
     if (stop) {
         p->n_stops = 0;
@@ -364,6 +373,7 @@ static size_t ignored_fields(json_t *req, char *buf, size_t len)
                                         "stop",
                                         "logprobs",
                                         "top_logprobs",
+                                        "prompt_logprobs",
                                         "tools",
                                         "chat_template_kwargs",
                                         "add_generation_prompt",
@@ -630,6 +640,8 @@ int cmd_batch(int argc, char **argv)
             json_object_set_new(res, "finish_reason", json_string(r.finish));
             json_t *lp = ls_logprobs_json(j.model->tok, &r, &p);
             if (lp) json_object_set_new(res, "logprobs", lp);
+            json_t *plp = ls_prompt_logprobs_json(j.model->tok, ids, &r, &p);
+            if (plp) json_object_set_new(res, "prompt_logprobs", plp);
             n_ok++;
             toks += r.n_gen;
         } else {

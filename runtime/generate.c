@@ -107,34 +107,55 @@ static void record_top(struct ls_gen_result *r, const struct ls_gen_params *p, c
     r->top_steps++;
 }
 
-/* the step's log-probabilities (see ls_gen_result): log-sum-exp of the logits in double, then
- * the chosen id's and the top_logprobs most likely ones' (a sorted insertion: N <= 20) */
-static void record_logprobs(struct ls_gen_result *r, const struct ls_gen_params *p,
-                            const float *logits, int V, int id)
+double ls_logsumexp(const float *logits, int n)
 {
     double mx = -INFINITY, sum = 0.0;
-    for (int i = 0; i < V; i++)
+    for (int i = 0; i < n; i++)
         if (logits[i] > mx) mx = logits[i];
-    for (int i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
-    const double lse = mx + log(sum);
-    const int i = r->n_gen, N = p->top_logprobs < V ? p->top_logprobs : V;
-    r->lp[i] = (float)((double)logits[id] - lse);
-    int *ids = r->lp_ids + (size_t)i * p->top_logprobs;
-    float *vals = r->lp_vals + (size_t)i * p->top_logprobs;
+    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
+    return mx + log(sum);
+}
+
+/* One position's log-probabilities (see ls_gen_result): id's into *lp, and the N most likely
+ * tokens' into ids[0..N), vals[0..N), most likely first, ties lower id first (-1 past the
+ * vocabulary): a sorted insertion, N <= 20. */
+static void step_logprobs(const float *logits, int V, int id, int N, float *lp, int *ids,
+                          float *vals)
+{
+    const double lse = ls_logsumexp(logits, V);
+    const int K = N < V ? N : V;
+    *lp = (float)((double)logits[id] - lse);
     int kept = 0;
-    for (int v = 0; v < V && N > 0; v++) {
-        if (kept == N && !(logits[v] > logits[ids[N - 1]])) continue;
-        int k = kept < N ? kept++ : N - 1;
+    for (int v = 0; v < V && K > 0; v++) {
+        if (kept == K && !(logits[v] > logits[ids[K - 1]])) continue;
+        int k = kept < K ? kept++ : K - 1;
         while (k > 0 && logits[v] > logits[ids[k - 1]]) {
             ids[k] = ids[k - 1];
             k--;
         }
         ids[k] = v;
     }
-    for (int k = 0; k < p->top_logprobs; k++) {
+    for (int k = 0; k < N; k++) {
         if (k >= kept) ids[k] = -1;
         vals[k] = k < kept ? (float)((double)logits[ids[k]] - lse) : -INFINITY;
     }
+}
+
+/* the prompt's log-probabilities, position by position of the prefill */
+struct prompt_lp {
+    struct ls_gen_result *r;
+    const struct ls_gen_params *p;
+    const int *prompt;
+    int n, V;
+};
+
+static void record_prompt_logprobs(void *ctx, int t, const float *logits)
+{
+    struct prompt_lp *c = ctx;
+    if (t + 1 >= c->n) return; /* the last position's logits are the first step's */
+    const int N = c->p->top_prompt_logprobs;
+    step_logprobs(logits, c->V, c->prompt[t + 1], N, &c->r->plp[t], c->r->plp_ids + (size_t)t * N,
+                  c->r->plp_vals + (size_t)t * N);
 }
 
 int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int n_prompt,
@@ -210,7 +231,20 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
                       !(hs && !strcmp(hs, "1"));
     ls_engine_reset(e);
     double t0 = ls_now_s();
-    ls_engine_forward(e, prompt, n_prompt, logits);
+    if (p->prompt_logprobs) {
+        /* every position's logits (one LM head product each), the last left in logits */
+        const int N = p->top_prompt_logprobs;
+        r->plp = malloc((size_t)n_prompt * sizeof *r->plp);
+        r->plp_ids = malloc((size_t)n_prompt * (N + 1) * sizeof *r->plp_ids);
+        r->plp_vals = malloc((size_t)n_prompt * (N + 1) * sizeof *r->plp_vals);
+        CHECK_ALLOC(r->plp);
+        CHECK_ALLOC(r->plp_ids);
+        CHECK_ALLOC(r->plp_vals);
+        struct prompt_lp c = {.r = r, .p = p, .prompt = prompt, .n = n_prompt, .V = V};
+        ls_engine_forward_all(e, prompt, n_prompt, logits, record_prompt_logprobs, &c);
+    } else {
+        ls_engine_forward(e, prompt, n_prompt, logits);
+    }
     r->prefill_s = ls_now_s() - t0;
     t0 = ls_now_s();
     int next = -1;
@@ -228,7 +262,10 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             r->finish = "stop";
             break;
         }
-        if (raw) record_logprobs(r, p, raw, V, id);
+        if (raw)
+            step_logprobs(raw, V, id, p->top_logprobs, &r->lp[r->n_gen],
+                          r->lp_ids + (size_t)r->n_gen * p->top_logprobs,
+                          r->lp_vals + (size_t)r->n_gen * p->top_logprobs);
         r->ids[r->n_gen++] = id;
         hist[n_prompt + r->n_gen - 1] = id;
         if (ts) {
@@ -289,25 +326,46 @@ static json_t *logprob_entry(const struct tokenizer *tok, int id, float lp)
     return o;
 }
 
+/* {"id", "token", "logprob", "top_logprobs": [...]} of a position: id's log-probability lp,
+ * the N most likely tokens' in ids[0..N), vals */
+static json_t *position_entry(const struct tokenizer *tok, int id, float lp, const int *ids,
+                              const float *vals, int N)
+{
+    json_t *e = logprob_entry(tok, id, lp), *top = json_array();
+    CHECK_ALLOC(top);
+    for (int k = 0; k < N && ids[k] >= 0; k++)
+        json_array_append_new(top, logprob_entry(tok, ids[k], vals[k]));
+    json_object_set_new(e, "top_logprobs", top);
+    return e;
+}
+
 json_t *ls_logprobs_json(const struct tokenizer *tok, const struct ls_gen_result *r,
                          const struct ls_gen_params *p)
 {
     if (!p->logprobs || !r->lp) return NULL;
     json_t *content = json_array();
     CHECK_ALLOC(content);
-    for (int i = 0; i < r->n_gen; i++) {
-        json_t *e = logprob_entry(tok, r->ids[i], r->lp[i]), *top = json_array();
-        CHECK_ALLOC(top);
-        for (int k = 0; k < p->top_logprobs; k++) {
-            const int id = r->lp_ids[(size_t)i * p->top_logprobs + k];
-            if (id < 0) break;
-            json_array_append_new(
-                top, logprob_entry(tok, id, r->lp_vals[(size_t)i * p->top_logprobs + k]));
-        }
-        json_object_set_new(e, "top_logprobs", top);
-        json_array_append_new(content, e);
-    }
+    const int N = p->top_logprobs;
+    for (int i = 0; i < r->n_gen; i++)
+        json_array_append_new(content,
+                              position_entry(tok, r->ids[i], r->lp[i], r->lp_ids + (size_t)i * N,
+                                             r->lp_vals + (size_t)i * N, N));
     return json_pack("{s:o}", "content", content);
+}
+
+json_t *ls_prompt_logprobs_json(const struct tokenizer *tok, const int *prompt,
+                                const struct ls_gen_result *r, const struct ls_gen_params *p)
+{
+    if (!p->prompt_logprobs || !r->plp) return NULL;
+    json_t *list = json_array();
+    CHECK_ALLOC(list);
+    json_array_append_new(list, json_null());
+    const int N = p->top_prompt_logprobs;
+    for (int t = 1; t < r->n_prompt; t++)
+        json_array_append_new(list, position_entry(tok, prompt[t], r->plp[t - 1],
+                                                   r->plp_ids + (size_t)(t - 1) * N,
+                                                   r->plp_vals + (size_t)(t - 1) * N, N));
+    return list;
 }
 
 void ls_gen_result_free(struct ls_gen_result *r)
@@ -319,5 +377,8 @@ void ls_gen_result_free(struct ls_gen_result *r)
     free(r->lp);
     free(r->lp_ids);
     free(r->lp_vals);
+    free(r->plp);
+    free(r->plp_ids);
+    free(r->plp_vals);
     memset(r, 0, sizeof *r);
 }

@@ -24,6 +24,8 @@ struct ls_gen_params {
     int top_logit_steps; /* ... of the first S steps */
     int logprobs;        /* record each generated token's log-probability ... */
     int top_logprobs;    /* ... and those of the N most likely tokens at its step (0..20) */
+    int prompt_logprobs; /* record each prompt token's (but the first) given the ones before ... */
+    int top_prompt_logprobs; /* ... with the N most likely at its position (0..20) */
 };
 
 /* the most alternatives a step's log-probabilities carry (OpenAI's top_logprobs bound) */
@@ -45,6 +47,10 @@ struct ls_gen_result {
     float *lp;
     int *lp_ids;
     float *lp_vals;
+    /* with prompt_logprobs, the same for prompt tokens 1 .. n_prompt - 1 (index t - 1) */
+    float *plp;
+    int *plp_ids;
+    float *plp_vals;
 };
 
 void ls_gen_defaults(struct ls_gen_params *p);
@@ -59,5 +65,12 @@ void ls_gen_result_free(struct ls_gen_result *r);
  * NULL when the result has none. */
 struct json_t *ls_logprobs_json(const struct tokenizer *tok, const struct ls_gen_result *r,
                                 const struct ls_gen_params *p);
+/* The prompt's, as vLLM lists prompt_logprobs: null for the first token, then one entry (as
+ * above) per prompt token given the ones before it. NULL when the result has none. */
+struct json_t *ls_prompt_logprobs_json(const struct tokenizer *tok, const int *prompt,
+                                       const struct ls_gen_result *r,
+                                       const struct ls_gen_params *p);
+/* log(sum(exp(logits[0..n)))) in double */
+double ls_logsumexp(const float *logits, int n);
 
 #endif

@@ -25,6 +25,7 @@ enum {
     OPT_TOP_LOGITS,
     OPT_TOP_STEPS,
     OPT_LOGPROBS,
+    OPT_PROMPT_LOGPROBS,
     OPT_QUIET,
     OPT_CHAT_TEMPLATE,
     OPT_CHAT_KWARGS,
@@ -55,6 +56,8 @@ static const char generate_help[] =
     "  --logprobs N         with --json: each generated token's log-probability and those of\n"
     "                       the N (0..20) most likely tokens at its step (the model's\n"
     "                       distribution: before temperature, penalties and truncation)\n"
+    "  --prompt-logprobs N  with --json: each prompt token's log-probability given the ones\n"
+    "                       before it, and the N (0..20) most likely at its position\n"
     "  --quiet              no timing line\n" RC_SAMPLING_HELP LS_COMMON_HELP;
 
 /* The prompt as ids: chat-templated and/or encoded with the model's tokenizer. */
@@ -126,6 +129,8 @@ static void print_json(const struct rc_job *j, const int *prompt, int n_prompt,
     }
     json_t *lp = ls_logprobs_json(j->model->tok, r, p);
     if (lp) json_object_set_new(o, "logprobs", lp);
+    json_t *plp = ls_prompt_logprobs_json(j->model->tok, prompt, r, p);
+    if (plp) json_object_set_new(o, "prompt_logprobs", plp);
     json_dumpf(o, stdout, JSON_COMPACT);
     printf("\n");
     json_decref(o);
@@ -149,6 +154,7 @@ int cmd_generate(int argc, char **argv)
         {"top-logits", required_argument, NULL, OPT_TOP_LOGITS},
         {"top-logit-steps", required_argument, NULL, OPT_TOP_STEPS},
         {"logprobs", required_argument, NULL, OPT_LOGPROBS},
+        {"prompt-logprobs", required_argument, NULL, OPT_PROMPT_LOGPROBS},
         {"quiet", no_argument, NULL, OPT_QUIET},
         RC_SAMPLING_LONGOPTS,
         LS_COMMON_LONGOPTS,
@@ -223,6 +229,13 @@ int cmd_generate(int argc, char **argv)
             gp.logprobs = 1;
             gp.top_logprobs = (int)v;
             break;
+        case OPT_PROMPT_LOGPROBS:
+            if (ls_parse_long("--prompt-logprobs", optarg, 0, LS_MAX_TOP_LOGPROBS, &v, err,
+                              sizeof err))
+                return ls_usage_error("generate", err);
+            gp.prompt_logprobs = 1;
+            gp.top_prompt_logprobs = (int)v;
+            break;
         case '?':
             return ls_usage_error("generate", err);
         default:
@@ -249,9 +262,11 @@ int cmd_generate(int argc, char **argv)
     if (gp.top_logits && !json)
         return ls_usage_error("generate",
                               "--top-logits needs --json (the logits are written there)");
-    if (gp.logprobs && !json)
-        return ls_usage_error("generate",
-                              "--logprobs needs --json (the log-probabilities are written there)");
+    if ((gp.logprobs || gp.prompt_logprobs) && !json)
+        return ls_usage_error("generate", gp.logprobs ? "--logprobs needs --json (the "
+                                                        "log-probabilities are written there)"
+                                                      : "--prompt-logprobs needs --json (the "
+                                                        "log-probabilities are written there)");
     /* the template file and kwargs, read once; a bad one is said before the model loads */
     struct chat_env env = {0};
     char *template_buf = NULL;

@@ -13,6 +13,7 @@
 #include "check.h"
 #include "commands.h"
 #include "engine.h"
+#include "generate.h"
 #include "log.h"
 #include "model.h"
 #include "run_common.h"
@@ -52,11 +53,7 @@ static void score(void *ctx, int t, const float *logits)
 {
     struct window *w = ctx;
     if (t + 1 >= w->n) return; /* the window's last position predicts nothing in it */
-    double mx = -INFINITY, s = 0.0;
-    for (int i = 0; i < w->V; i++)
-        if (logits[i] > mx) mx = logits[i];
-    for (int i = 0; i < w->V; i++) s += exp((double)logits[i] - mx);
-    const double nll = mx + log(s) - (double)logits[w->ids[t + 1]];
+    const double nll = ls_logsumexp(logits, w->V) - (double)logits[w->ids[t + 1]];
     w->sum += nll;
     w->sum2 += nll * nll;
     w->scored++;
