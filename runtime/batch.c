@@ -41,7 +41,9 @@ static const char batch_help[] =
     "\"user\", \"content\": \"...\"}]}, optionally with max_tokens, temperature, top_k, top_p, "
     "min_p,\n"
     "repetition_penalty, presence_penalty, frequency_penalty, seed, stop (string or list),\n"
-    "logprobs (true with top_logprobs N, or N: 0..20), prompt_logprobs (N: 0..20).\n"
+    "logprobs (true with top_logprobs N, or N: 0..20), prompt_logprobs (N: 0..20), n (1..64\n"
+    "completions, the i-th drawn with seed + i: all of them in \"choices\", the first's fields\n"
+    "also at the top).\n"
     "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", "
     "\"finish_reason\"}\n"
     "(and \"logprobs\": {\"content\": [{\"id\", \"token\", \"logprob\", \"top_logprobs\"}]},\n"
@@ -245,16 +247,23 @@ static int float_field(json_t *req, enum ls_sampling_param p, double *out, char 
     return num_field(req, r->field, r->lo, r->hi, 0, out, err, errlen);
 }
 
-/* the request's parameters over the defaults; stop strings point into req */
+/* the most completions a line may ask for ("n") */
+#define BATCH_MAX_N 64
+
+/* the request's parameters over the defaults, and its number of completions; stop strings
+ * point into req */
 static int request_params(json_t *req, const struct ls_gen_params *dflt, struct ls_gen_params *p,
-                          char *err, size_t errlen)
+                          int *n_choices, char *err, size_t errlen)
 {
     *p = *dflt;
+    *n_choices = 1;
     struct ls_sampling *s = &p->sampling;
     double d;
     int r;
     if ((r = num_field(req, "max_tokens", 0, 1 << 24, 1, &d, err, errlen)) < 0) return -1;
     if (r) p->max_tokens = (int)d;
+    if ((r = num_field(req, "n", 1, BATCH_MAX_N, 1, &d, err, errlen)) < 0) return -1;
+    if (r) *n_choices = (int)d;
     if ((r = float_field(req, LS_TEMPERATURE, &d, err, errlen)) < 0) return -1;
     if (r) s->temperature = (float)d;
     if ((r = num_field(req, "top_k", 0, 1 << 24, 1, &d, err, errlen)) < 0) return -1;
@@ -353,8 +362,8 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
     return ls_sampling_validate(s, err, errlen);
 }
 
-/* The keys of a request that lockstep does not read (an OpenAI-style "model", "n" or
- * "stream", or a misspelt "max_token"), quoted and comma-separated into buf; 0 when there are
+/* The keys of a request that lockstep does not read (an OpenAI-style "model" or "stream", or
+ * a misspelt "max_token"), quoted and comma-separated into buf; 0 when there are
  * none. Ignored, as vLLM ignores them, and said, as vLLM logs them. */
 static size_t ignored_fields(json_t *req, char *buf, size_t len)
 {
@@ -362,6 +371,7 @@ static size_t ignored_fields(json_t *req, char *buf, size_t len)
                                         "prompt",
                                         "messages",
                                         "max_tokens",
+                                        "n",
                                         "temperature",
                                         "top_k",
                                         "top_p",
@@ -599,6 +609,7 @@ int cmd_batch(int argc, char **argv)
         json_t *res = json_object();
         json_object_set(res, "id", id ? id : json_null());
         struct ls_gen_params p;
+        int n_choices = 1;
         int *ids = NULL, n_ids = 0;
         int good = 1;
         if (too_long) {
@@ -618,32 +629,50 @@ int cmd_batch(int argc, char **argv)
             char e2[900];
             if (j.ctx.rank == 0 && ignored_fields(req, e2, sizeof e2))
                 ls_warn("batch: line %ld: ignored fields (not read by lockstep): %s", lineno, e2);
-            if (request_params(req, &dflt, &p, e2, sizeof e2) != 0 ||
+            if (request_params(req, &dflt, &p, &n_choices, e2, sizeof e2) != 0 ||
                 request_ids(j.model, &env, req, chat, &ids, &n_ids, e2, sizeof e2) != 0) {
                 snprintf(err, sizeof err, "line %ld: %s", lineno, e2);
                 good = 0;
             }
         }
-        struct ls_gen_result r;
-        memset(&r, 0, sizeof r);
-        if (good) {
+        /* n completions: the i-th drawn with seed + i (the prompt's log-probabilities once); the
+         * first's fields at the top of the result, all of them in "choices" when n > 1 */
+        json_t *choices = n_choices > 1 ? json_array() : NULL;
+        for (int c = 0; good && c < n_choices; c++) {
+            struct ls_gen_params pc = p;
+            pc.sampling.seed = p.sampling.seed + (uint64_t)c;
+            if (c > 0) pc.prompt_logprobs = 0;
+            struct ls_gen_result r;
             char e2[900];
-            if (ls_generate(j.engine, j.model, ids, n_ids, &p, &r, e2, sizeof e2) != 0) {
+            if (ls_generate(j.engine, j.model, ids, n_ids, &pc, &r, e2, sizeof e2) != 0) {
                 snprintf(err, sizeof err, "line %ld: %s", lineno, e2);
                 good = 0;
+                break;
             }
+            json_t *lp = ls_logprobs_json(j.model->tok, &r, &pc);
+            if (c == 0) {
+                json_object_set_new(res, "text", json_string(r.text));
+                json_object_set_new(res, "prompt_tokens", json_integer(r.n_prompt));
+                json_object_set_new(res, "completion_tokens", json_integer(r.n_gen));
+                json_object_set_new(res, "finish_reason", json_string(r.finish));
+                if (lp) json_object_set(res, "logprobs", lp);
+                json_t *plp = ls_prompt_logprobs_json(j.model->tok, ids, &r, &pc);
+                if (plp) json_object_set_new(res, "prompt_logprobs", plp);
+            }
+            if (choices) {
+                json_t *ch = json_pack("{s:i, s:s, s:i, s:s}", "index", c, "text", r.text,
+                                       "completion_tokens", r.n_gen, "finish_reason", r.finish);
+                CHECK_ALLOC(ch);
+                if (lp) json_object_set(ch, "logprobs", lp);
+                json_array_append_new(choices, ch);
+            }
+            json_decref(lp);
+            toks += r.n_gen;
+            ls_gen_result_free(&r);
         }
         if (good) {
-            json_object_set_new(res, "text", json_string(r.text));
-            json_object_set_new(res, "prompt_tokens", json_integer(r.n_prompt));
-            json_object_set_new(res, "completion_tokens", json_integer(r.n_gen));
-            json_object_set_new(res, "finish_reason", json_string(r.finish));
-            json_t *lp = ls_logprobs_json(j.model->tok, &r, &p);
-            if (lp) json_object_set_new(res, "logprobs", lp);
-            json_t *plp = ls_prompt_logprobs_json(j.model->tok, ids, &r, &p);
-            if (plp) json_object_set_new(res, "prompt_logprobs", plp);
+            if (choices) json_object_set(res, "choices", choices);
             n_ok++;
-            toks += r.n_gen;
         } else {
             json_object_set_new(res, "error", json_string(err));
             n_err++;
@@ -653,9 +682,9 @@ int cmd_batch(int argc, char **argv)
                      lineno, strerror(errno));
             failed = 1;
         }
+        json_decref(choices);
         json_decref(res);
         json_decref(req);
-        ls_gen_result_free(&r);
         free(ids);
     }
     const double dt = ls_now_s() - t0;

@@ -121,7 +121,7 @@ check "batch: a number just past its bound is not printed as the bound" \
     test "$(bsel t)" = 'line 3: field "temperature": expected 0..100, found 100.0000001'
 check "batch: a good line still reaches the prompt" test "$(bsel p)" = 'line 4: the model has no tokenizer'
 check "batch: fields lockstep does not read are said on stderr, once, and the line still runs" \
-    eval 'err_has "line 4: ignored fields (not read by lockstep): \"model\", \"n\", \"max_token\"" && [ "$(count_in_err "ignored fields")" -eq 1 ]'
+    eval 'err_has "line 4: ignored fields (not read by lockstep): \"model\", \"max_token\"" && [ "$(count_in_err "ignored fields")" -eq 1 ]'
 # a wrong type is named as what was found; a line that is JSON but no object too
 cat >"$tmp/bt.jsonl" <<'JSONL'
 {"id": "f", "prompt": "x", "max_tokens": 2.0}
@@ -352,4 +352,29 @@ check "batch: summary on stderr" err_has "batch: 10 lines, 3 done, 7 errors"
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/nope.jsonl" --output "$tmp/x.jsonl"
 check "batch: a missing input file is a clear error on every rank" test "$rc" -ne 0 -a "$rc" -ne 124
 check "batch: the missing input file is named" err_has "nope.jsonl"
+
+# ---- batch "n": n completions, the i-th drawn with seed + i; the first's fields at the top
+cat >"$tmp/n.jsonl" <<'JSONL'
+{"id": "n3", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 5, "n": 3, "logprobs": true}
+{"id": "s5", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 5}
+{"id": "s7", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 7}
+{"id": "n1", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 5, "n": 1}
+{"id": "n0", "prompt": "x", "n": 0}
+{"id": "n65", "prompt": "x", "n": 65}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/n.jsonl" --output "$tmp/n.out"
+nsel() { jq -c "select(.id == \"$1\")" "$tmp/n.out"; }
+check "batch n: the job succeeds, one line each" eval '[ "$rc" -eq 0 ] && [ "$(wc -l <"$tmp/n.out")" -eq 6 ]'
+check "batch n=3: three choices, indexed, each with its text, count, finish reason and logprobs" \
+    eval '[ "$(nsel n3 | jq -c "[.choices[] | [.index, (.text | type), .completion_tokens, (.logprobs.content | length)]]")" = "[[0,\"string\",6,6],[1,\"string\",6,6],[2,\"string\",6,6]]" ]'
+check "batch n=3: choice 0 is the line with seed 5, choice 2 the line with seed 7, and the top is choice 0" \
+    eval '[ "$(nsel n3 | jq -r ".choices[0].text")" = "$(nsel s5 | jq -r .text)" ] &&
+          [ "$(nsel n3 | jq -r ".choices[2].text")" = "$(nsel s7 | jq -r .text)" ] &&
+          [ "$(nsel n3 | jq -r .text)" = "$(nsel s5 | jq -r .text)" ]'
+check "batch n=1: no choices, the same text" \
+    eval '[ "$(nsel n1 | jq "has(\"choices\")")" = false ] && [ "$(nsel n1 | jq -r .text)" = "$(nsel s5 | jq -r .text)" ]'
+check "batch: n out of range is an error for its line" \
+    eval '[ "$(nsel n0 | jq -r .error)" = "line 5: field \"n\": expected 1..64, found 0" ] &&
+          [ "$(nsel n65 | jq -r .error)" = "line 6: field \"n\": expected 1..64, found 65" ]'
+check "batch: n is read, not said to be ignored" eval '! err_has "ignored fields"'
 done_testing
