@@ -3,10 +3,10 @@
 #   device run: bash tests/gpu/run.sh   (carry .debs: the -dev packages the machine lacks,
 #   fetched here with ../shared/device/fetch-debs.sh .debs, which predates utf8proc, then
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
-# Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, prefill, ref8b,
-# smollm2 (after carry1), peer, bench, pflong, longctx, attbench, attforms, shapes, ab, bench70,
-# scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short table of
-# results is printed last, and $OUT/00-logs.tgz holds them all.
+# Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring, prefill,
+# ref8b, smollm2 (after carry1), peer, bench, pflong, longctx, attbench, attforms, shapes, ab,
+# bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
+# table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
 mkdir -p "$OUT"
@@ -142,6 +142,40 @@ stage_e2e() {
     done
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
         --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet || ok=1
+    return $ok
+}
+
+# scoring on GPUs against the CPU path (bf16 weights against fp32, so within the e2e
+# tolerance): perplexity's nll over 110 tokens in windows of 64 (every position's logits, one LM
+# head row at a time), and the first generated token's log-probabilities, at TP=1 and 2
+stage_scoring() {
+    local ok=0 tp m ids
+    ids=$(seq -s, 11 120)
+    for m in tests/fixtures/tiny-llama tests/fixtures/tiny-qwen2 tests/fixtures/tiny-qwen3; do
+        for tp in 1 2; do
+            fits $tp || continue
+            mpi -np $tp build-gpu/lockstep perplexity --cpu -m $m --prompt-ids "$ids" --ctx 64 --json >"$OUT/ppl-cpu.json" &&
+                mpi -np $tp build-gpu/lockstep perplexity --gpu -m $m --prompt-ids "$ids" --ctx 64 --json >"$OUT/ppl-gpu.json" &&
+                gen_json $tp "$OUT/lp-cpu.json" --cpu -m $m --prompt-ids "$ids" -n 1 --logprobs 5 --prompt-logprobs 0 &&
+                gen_json $tp "$OUT/lp-gpu.json" --gpu -m $m --prompt-ids "$ids" -n 1 --logprobs 5 --prompt-logprobs 0 &&
+                python3 - "$OUT"/ppl-cpu.json "$OUT"/ppl-gpu.json "$OUT"/lp-cpu.json "$OUT"/lp-gpu.json "$m TP=$tp" <<'PY' || ok=1
+import json, sys
+pc, pg, lc, lg = (json.load(open(f)) for f in sys.argv[1:5])
+rel = abs(pg["nll"] - pc["nll"]) / pc["nll"]
+a = [e["logprob"] for e in lc["prompt_logprobs"][1:]]
+b = [e["logprob"] for e in lg["prompt_logprobs"][1:]]
+worst = max(abs(x - y) for x, y in zip(a, b))
+tc = {t["id"]: t["logprob"] for t in lc["logprobs"]["content"][0]["top_logprobs"]}
+tg = {t["id"]: t["logprob"] for t in lg["logprobs"]["content"][0]["top_logprobs"]}
+top = max(abs(tc[k] - tg[k]) for k in tc if k in tg)
+ok = rel <= 3e-2 and worst <= 0.1 and top <= 0.1
+print("%s: perplexity nll GPU %.6f CPU %.6f (rel %.2e, tol 3e-2); prompt log-probabilities within %.3e, "
+      "the first token's top 5 within %.3e (tol 0.1)%s" % (sys.argv[5], pg["nll"], pc["nll"], rel, worst, top,
+                                                             "" if ok else " FAILED"))
+sys.exit(0 if ok else 1)
+PY
+        done
+    done
     return $ok
 }
 
