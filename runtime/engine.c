@@ -326,29 +326,6 @@ static void chunk_forward(struct ls_engine *e, int T, int pos0)
     head_forward(e, T - 1);
 }
 
-int ls_engine_forward_all(struct ls_engine *e, const int *ids, int n, float *logits,
-                          void (*each)(void *ctx, int t, const float *logits), void *ctx)
-{
-    if (n <= 0 || e->pos + n > e->max_ctx) return -1;
-    e->graph_synced = 0;
-    if (e->be->set_decode_form) e->be->set_decode_form(0);
-    for (int done = 0; done < n;) {
-        int T = n - done < e->max_batch ? n - done : e->max_batch;
-        for (int t = 0; t < T; t++) e->host_pos[t] = e->pos + t;
-        e->be->to_device(e->posb, e->host_pos, (size_t)T * sizeof(int));
-        e->be->to_device(e->ids, ids + done, (size_t)T * sizeof(int));
-        chunk_layers(e, T, e->pos);
-        for (int t = 0; t < T; t++) {
-            head_forward(e, t);
-            e->be->to_host(logits, e->logits, (size_t)e->m->cfg.vocab * sizeof(float));
-            each(ctx, done + t, logits);
-        }
-        e->pos += T;
-        done += T;
-    }
-    return 0;
-}
-
 /* the backend's decode form for a step at position pos (0 where it has one form) */
 static int decode_form_at(struct ls_engine *e, int pos)
 {
@@ -358,10 +335,14 @@ static int decode_form_at(struct ls_engine *e, int pos)
                : 0;
 }
 
-int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
+/* ids[0..n) at the current position in chunks of max_batch; each != NULL: every position's
+ * logits to the host and to each, else only the last's (in logits) */
+static int forward_chunks(struct ls_engine *e, const int *ids, int n, float *logits,
+                          void (*each)(void *ctx, int t, const float *logits), void *ctx)
 {
     if (n <= 0 || e->pos + n > e->max_ctx) return -1;
     e->graph_synced = 0;
+    const size_t vbytes = (size_t)e->m->cfg.vocab * sizeof(float);
     for (int done = 0; done < n;) {
         int T = n - done < e->max_batch ? n - done : e->max_batch;
         /* one position (a step that takes its logits to the host): the form the decode graph
@@ -370,12 +351,32 @@ int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
         for (int t = 0; t < T; t++) e->host_pos[t] = e->pos + t;
         e->be->to_device(e->posb, e->host_pos, (size_t)T * sizeof(int));
         e->be->to_device(e->ids, ids + done, (size_t)T * sizeof(int));
-        chunk_forward(e, T, e->pos);
+        if (!each) {
+            chunk_forward(e, T, e->pos);
+        } else {
+            chunk_layers(e, T, e->pos);
+            for (int t = 0; t < T; t++) {
+                head_forward(e, t);
+                e->be->to_host(logits, e->logits, vbytes);
+                each(ctx, done + t, logits);
+            }
+        }
         e->pos += T;
         done += T;
     }
-    e->be->to_host(logits, e->logits, (size_t)e->m->cfg.vocab * sizeof(float));
+    if (!each) e->be->to_host(logits, e->logits, vbytes);
     return 0;
+}
+
+int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
+{
+    return forward_chunks(e, ids, n, logits, NULL, NULL);
+}
+
+int ls_engine_forward_all(struct ls_engine *e, const int *ids, int n, float *logits,
+                          void (*each)(void *ctx, int t, const float *logits), void *ctx)
+{
+    return forward_chunks(e, ids, n, logits, each, ctx);
 }
 
 /* the decode step: reads ids[0] at posb[0], writes the next token to ids[0] (argmax at
