@@ -188,19 +188,9 @@ static int request_ids(const struct ls_model *m, const struct chat_env *env, jso
     }
     const char *src = text ? text : json_string_value(prompt);
     size_t len = text ? strlen(text) : json_string_length(prompt);
-    int count = tok_encode(m->tok, src, len, !chat, chat, NULL, 0, err, errlen);
-    if (count >= 0) {
-        int32_t *ids32 = malloc((size_t)(count + 1) * sizeof *ids32);
-        *out = malloc((size_t)(count + 1) * sizeof **out);
-        CHECK_ALLOC(ids32);
-        CHECK_ALLOC(*out);
-        count = tok_encode(m->tok, src, len, !chat, chat, ids32, count + 1, err, errlen);
-        for (int i = 0; i < count; i++) (*out)[i] = ids32[i];
-        free(ids32);
-        *n = count;
-    }
+    int rc = rc_encode(m->tok, src, len, !chat, chat, out, n, err, errlen);
     free(text);
-    return count < 0 ? -1 : 0;
+    return rc;
 }
 
 /* d as its shortest text that reads back the same ("16777217", "0.1", "1e+308"), not %g's six

@@ -81,21 +81,9 @@ static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, co
     const char *src = text ? text : prompt;
     size_t len = strlen(src);
     /* chat text holds the template's special tokens; a plain prompt is plain text */
-    int count = tok_encode(m->tok, src, len, !chat, chat, NULL, 0, err, errlen);
-    if (count < 0) {
-        free(text);
-        return -1;
-    }
-    *out = malloc((size_t)(count + 1) * sizeof **out);
-    CHECK_ALLOC(*out);
-    int32_t *ids32 = malloc((size_t)(count + 1) * sizeof *ids32);
-    CHECK_ALLOC(ids32);
-    count = tok_encode(m->tok, src, len, !chat, chat, ids32, count + 1, err, errlen);
-    for (int i = 0; i < count; i++) (*out)[i] = ids32[i];
-    free(ids32);
+    int rc = rc_encode(m->tok, src, len, !chat, chat, out, n, err, errlen);
     free(text);
-    *n = count;
-    return count < 0 ? -1 : 0;
+    return rc;
 }
 
 static void print_json(const struct rc_job *j, const int *prompt, int n_prompt,
@@ -285,7 +273,7 @@ int cmd_generate(int argc, char **argv)
     if (prompt && !strcmp(prompt, "-")) {
         size_t n = 0;
         if (j.ctx.rank == 0) text = rc_read_all(stdin, &n);
-        text = rc_bcast_string(text, n);
+        text = rc_bcast_string(text, &n);
         prompt = text;
     }
     chat_env_add_tokenizer(&env, j.model->tok);

@@ -100,7 +100,7 @@ int cmd_perplexity(int argc, char **argv)
             json = 1;
             break;
         case 'h':
-            fputs(help, stdout);
+            ls_print0("%s", help);
             return 0;
         case '?':
             return ls_usage_error("perplexity", err);
@@ -146,25 +146,8 @@ int cmd_perplexity(int argc, char **argv)
             ok = 0;
             if (j.ctx.rank == 0) free(text);
         } else {
-            long long all = (long long)len; /* rank 0's length, for every rank */
-            CHECK_MPI(MPI_Bcast(&all, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
-            len = (size_t)all;
-            text = rc_bcast_string(text, len);
-            int count = tok_encode(j.model->tok, text, len, 1, 0, NULL, 0, err, sizeof err);
-            int32_t *ids32 = count >= 0 ? malloc((size_t)(count + 1) * sizeof *ids32) : NULL;
-            if (count >= 0) {
-                CHECK_ALLOC(ids32);
-                count = tok_encode(j.model->tok, text, len, 1, 0, ids32, count + 1, err,
-                                   sizeof err);
-            }
-            if (count >= 0) {
-                ids = malloc((size_t)(count + 1) * sizeof *ids);
-                CHECK_ALLOC(ids);
-                for (int i = 0; i < count; i++) ids[i] = ids32[i];
-                n = count;
-            }
-            ok = count >= 0;
-            free(ids32);
+            text = rc_bcast_string(text, &len); /* rank 0's bytes and length, for every rank */
+            ok = rc_encode(j.model->tok, text, len, 1, 0, &ids, &n, err, sizeof err) == 0;
             free(text);
         }
     }

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "comm_custom.h"
 #include "watchdog.h"
+#include "tokenizer.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -234,10 +235,11 @@ char *rc_read_all(FILE *f, size_t *n)
     return buf;
 }
 
-char *rc_bcast_string(char *s, size_t n)
+char *rc_bcast_string(char *s, size_t *n)
 {
-    long long len = (long long)n;
+    long long len = (long long)*n;
     CHECK_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+    *n = (size_t)len;
     if (!s) {
         s = malloc((size_t)len + 1);
         CHECK_ALLOC(s);
@@ -249,6 +251,25 @@ char *rc_bcast_string(char *s, size_t n)
     }
     s[len] = 0;
     return s;
+}
+
+int rc_encode(const struct tokenizer *tok, const char *text, size_t len, int add_special,
+              int parse_special, int **out, int *n, char *err, size_t errlen)
+{
+    *out = NULL;
+    int count = tok_encode(tok, text, len, add_special, parse_special, NULL, 0, err, errlen);
+    if (count < 0) return -1;
+    int32_t *ids32 = malloc((size_t)(count + 1) * sizeof *ids32);
+    CHECK_ALLOC(ids32);
+    count = tok_encode(tok, text, len, add_special, parse_special, ids32, count + 1, err, errlen);
+    if (count >= 0) {
+        *out = malloc((size_t)(count + 1) * sizeof **out);
+        CHECK_ALLOC(*out);
+        for (int i = 0; i < count; i++) (*out)[i] = ids32[i];
+        *n = count;
+    }
+    free(ids32);
+    return count < 0 ? -1 : 0;
 }
 
 /* "1,2,3": ids separated by commas, blanks allowed around each; a message names the token

@@ -88,8 +88,14 @@ void rc_job_end(struct rc_job *j);
 
 /* all of f (NUL-terminated; its length in *n) */
 char *rc_read_all(FILE *f, size_t *n);
-/* every rank gets rank 0's n bytes of s (the others pass NULL: a new allocation) */
-char *rc_bcast_string(char *s, size_t n);
+/* every rank gets rank 0's *n bytes of s (the others pass NULL: a new allocation) and their
+ * count in *n */
+char *rc_bcast_string(char *s, size_t *n);
+/* text's ids (tok_encode's add_special and parse_special) into *out (malloc'd), their count in
+ * *n; -1 with err (and *out NULL) when the text cannot be encoded */
+struct tokenizer;
+int rc_encode(const struct tokenizer *tok, const char *text, size_t len, int add_special,
+              int parse_special, int **out, int *n, char *err, size_t errlen);
 /* "1,2,3": ids separated by commas, blanks allowed around each, into *out (malloc'd), *n; -1
  * with err naming the token by its 0-based position (for --prompt-ids) */
 int rc_parse_ids(const char *s, int **out, int *n, char *err, size_t errlen);
