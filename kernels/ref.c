@@ -114,6 +114,39 @@ void ref_add(float *x, const float *y, size_t n)
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
+void ref_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
+                      const int *targets, int first, int N)
+{
+    const int W = 3 + 2 * N, K = N < n ? N : n;
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) {
+        const float *l = logits + (size_t)r * ld;
+        double *o = out + (size_t)r * W, mx = -INFINITY, sum = 0.0;
+        for (int i = 0; i < n; i++)
+            if (l[i] > mx) mx = l[i];
+        for (int i = 0; i < n; i++) sum += exp((double)l[i] - mx);
+        const int t = targets ? targets[r] - first : -1;
+        o[0] = mx;
+        o[1] = sum;
+        o[2] = t >= 0 && t < n ? (double)l[t] : -INFINITY;
+        /* the K largest by a sorted insertion in column order (ties: the lower id first) */
+        int top[LS_SCORE_TOP_MAX], kept = 0;
+        for (int v = 0; v < n && K > 0; v++) {
+            if (kept == K && !(l[v] > l[top[K - 1]])) continue;
+            int k = kept < K ? kept++ : K - 1;
+            while (k > 0 && l[v] > l[top[k - 1]]) {
+                top[k] = top[k - 1];
+                k--;
+            }
+            top[k] = v;
+        }
+        for (int k = 0; k < N; k++) {
+            o[3 + k] = k < kept ? (double)l[top[k]] : -INFINITY;
+            o[3 + N + k] = k < kept ? (double)(first + top[k]) : -1.0;
+        }
+    }
+}
+
 void ref_rope_inv_freq(float *inv_freq, int hd, float theta, int scaling, float factor,
                        float low_freq_factor, float high_freq_factor, int orig_max_pos)
 {

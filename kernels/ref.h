@@ -32,6 +32,12 @@ void ref_attention(float *out, const float *q, int q_stride, const float *kc, co
 void ref_swiglu(float *out, const float *gate, const float *up, size_t n);
 /* x[i] += y[i] */
 void ref_add(float *x, const float *y, size_t n);
+/* Scores of rows of logits (a rank's vocabulary slice, tokens first .. first + n - 1 in
+ * columns [0, n) of rows of ld): see ls_row_logprobs (kernels/sample.h) for out's layout
+ * (3 + 2 N doubles a row). The sum of exp(l - m) runs in column order in double. */
+#define LS_SCORE_TOP_MAX 20 /* the most likely tokens a row's scores can list */
+void ref_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
+                      const int *targets, int first, int N);
 /* RoPE inverse frequencies, with llama3 or linear scaling applied as Hugging Face does */
 void ref_rope_inv_freq(float *inv_freq, int hd, float theta, int scaling, float factor,
                        float low_freq_factor, float high_freq_factor, int orig_max_pos);

@@ -22,6 +22,7 @@
 // block passes over k * SMs tokens.
 #include "config.h"
 #include "sample.h"
+#include "ref.h"
 #include "device.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
@@ -575,6 +576,90 @@ extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
 {
     if (n < 1) ls_die(__FILE__, __LINE__, "ls_sample_argmax", "n must be >= 1");
     pdl_launch(argmax_kernel, 1, SP_THREADS, 0, (cudaStream_t)stream, out, x, n);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+// ---- a row's scores (ls_row_logprobs): one block a row
+
+// block_argmax reads one entry per warp of 32: LP_THREADS must be SP_THREADS
+#define LP_THREADS SP_THREADS
+
+// sum over the block (LP_THREADS threads); every thread gets it. sm: LP_THREADS / 32 doubles
+static __device__ double block_sum_f64(double v, double *sm)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    if (lane == 0) sm[warp] = v;
+    __syncthreads();
+    v = lane < LP_THREADS / 32 ? sm[lane] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
+    __syncthreads();
+    return v;
+}
+
+static __global__ void __launch_bounds__(LP_THREADS)
+    row_logprobs_kernel(double *__restrict__ out, const float *__restrict__ logits, int n,
+                        size_t ld, const int *__restrict__ targets, int first, int N)
+{
+    __shared__ float redv[32];
+    __shared__ int redi[32];
+    __shared__ double reds[LP_THREADS / 32];
+    const int r = blockIdx.x, W = 3 + 2 * N;
+    const float *l = logits + (size_t)r * ld;
+    double *o = out + (size_t)r * W;
+    // the largest logit (block_argmax's order; the index is not needed)
+    float m = -INFINITY;
+    int mi = INT_MAX;
+    for (int i = threadIdx.x; i < n; i += LP_THREADS) argmax_merge(m, mi, l[i], i);
+    block_argmax(m, mi, redv, redi);
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += LP_THREADS) s += exp((double)l[i] - (double)m);
+    s = block_sum_f64(s, reds);
+    if (threadIdx.x == 0) {
+        const int t = targets ? targets[r] - first : -1;
+        o[0] = m;
+        o[1] = s;
+        o[2] = t >= 0 && t < n ? (double)l[t] : -INFINITY;
+    }
+    if (N <= 0) return;
+    // each thread's N largest of its own columns (i = tid + j * LP_THREADS, in increasing i:
+    // the strict > keeps the lower id first on ties), then N rounds of the block's largest
+    // head, whose owner (i % LP_THREADS) moves past it
+    float tv[LS_SCORE_TOP_MAX];
+    int ti[LS_SCORE_TOP_MAX], kept = 0;
+    for (int i = threadIdx.x; i < n; i += LP_THREADS) {
+        const float v = l[i];
+        if (kept == N && !(v > tv[N - 1])) continue;
+        int k = kept < N ? kept++ : N - 1;
+        while (k > 0 && v > tv[k - 1]) {
+            tv[k] = tv[k - 1];
+            ti[k] = ti[k - 1];
+            k--;
+        }
+        tv[k] = v;
+        ti[k] = i;
+    }
+    int head = 0;
+    for (int k = 0; k < N; k++) {
+        float bv = head < kept ? tv[head] : -INFINITY;
+        int bi = head < kept ? ti[head] : INT_MAX;
+        block_argmax(bv, bi, redv, redi);
+        if (bi != INT_MAX && bi % LP_THREADS == (int)threadIdx.x) head++;
+        if (threadIdx.x == 0) {
+            o[3 + k] = bi != INT_MAX ? (double)bv : -INFINITY;
+            o[3 + N + k] = bi != INT_MAX ? (double)(first + bi) : -1.0;
+        }
+    }
+}
+
+extern "C" void ls_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
+                                const int *targets, int first, int N, void *stream)
+{
+    if (rows <= 0) return;
+    if (N < 0 || N > LS_SCORE_TOP_MAX || n < 0 || (size_t)n > ld)
+        ls_die(__FILE__, __LINE__, "ls_row_logprobs", "N must be in [0, 20] and n <= ld");
+    row_logprobs_kernel<<<rows, LP_THREADS, 0, (cudaStream_t)stream>>>(out, logits, n, ld, targets,
+                                                                       first, N);
     CHECK_CUDA(cudaGetLastError());
 }
 

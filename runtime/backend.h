@@ -99,6 +99,10 @@ struct ls_backend {
     void (*sample)(int *out, const float *logits, int n, float temperature, int top_k, float top_p,
                    float min_p, const double *u, void *ws);
     size_t (*sample_ws)(int n);
+    /* each row's scores of rows of logits (a rank's vocabulary slice): ref_row_logprobs in
+     * kernels/ref.h; out and targets in backend memory */
+    void (*row_logprobs)(double *out, const float *logits, int rows, int n, size_t ld,
+                         const int *targets, int first, int N);
     /* pos[0] += 1 */
     void (*advance)(int *pos);
 

@@ -294,6 +294,7 @@ const struct ls_backend ls_backend_cpu = {
     .add = ref_add,
     .allreduce_add_rmsnorm = cpu_allreduce_add_rmsnorm,
     .argmax = cpu_argmax,
+    .row_logprobs = ref_row_logprobs,
     .sample = cpu_sample,
     .sample_ws = cpu_sample_ws,
     .advance = cpu_advance,

@@ -432,6 +432,12 @@ static void cu_argmax(int *out, const float *x, int n)
     ls_sample_argmax(out, x, n, stream_get());
 }
 
+static void cu_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
+                            const int *targets, int first, int N)
+{
+    ls_row_logprobs(out, logits, rows, n, ld, targets, first, N, stream_get());
+}
+
 static void cu_sample(int *out, const float *logits, int n, float temperature, int top_k,
                       float top_p, float min_p, const double *u, void *ws)
 {
@@ -508,6 +514,7 @@ const struct ls_backend ls_backend_cuda = {
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,
     .argmax = cu_argmax,
+    .row_logprobs = cu_row_logprobs,
     .sample = cu_sample,
     .sample_ws = ls_sample_workspace,
     .advance = cu_advance,

@@ -6,6 +6,10 @@
 #include "engine.h"
 #include "watchdog.h"
 #include "check.h"
+#include "log.h"
+#include "kernels/ref.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +40,22 @@ struct ls_engine {
     struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
+    /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
+     * positions at once into srows, their scores in the backend (sstats, every rank's in
+     * sstats_all), then on the host (shost) */
+    int score_rows;
+    float *srows;                 /* [score_rows][vocab_rows] this rank's slice of the logits */
+    double *sstats, *sstats_all;  /* [score_rows][SCORE_W], [tp][score_rows][SCORE_W] */
+    int *stargets, *host_targets; /* [score_rows]: the token after each position, or -1 */
+    double *shost;                /* [tp][score_rows][SCORE_W] */
+    int *shead;                   /* [tp] the ranks' lists' heads in a merge */
 };
+
+/* doubles of a position's scores (ref_row_logprobs' layout at the most tokens listed) */
+#define SCORE_W (3 + 2 * LS_SCORE_TOP_MAX)
+/* positions of one LM head product when scoring: 128 keeps the head's logits to 66 MB at a
+ * vocabulary of 128256 while the head's weights are read once for 128 positions */
+#define SCORE_ROWS 128
 
 static float *balloc(struct ls_engine *e, size_t n, int *failed)
 {
@@ -127,6 +146,12 @@ void ls_engine_free(struct ls_engine *e)
     drop_graphs(e);
     if (e->u) be->free(e->u);
     if (e->sample_ws) be->free(e->sample_ws);
+    void *sbufs[] = {e->srows, e->sstats, e->sstats_all, e->stargets};
+    for (size_t i = 0; i < sizeof sbufs / sizeof sbufs[0]; i++)
+        if (sbufs[i]) be->free(sbufs[i]);
+    free(e->host_targets);
+    free(e->shost);
+    free(e->shead);
     void *bufs[] = {e->ids,
                     e->posb,
                     e->x,
@@ -335,14 +360,145 @@ static int decode_form_at(struct ls_engine *e, int pos)
                : 0;
 }
 
-/* ids[0..n) at the current position in chunks of max_batch; each != NULL: every position's
- * logits to the host and to each, else only the last's (in logits) */
+/* what ls_engine_score asks of forward_chunks */
+struct score_req {
+    int top_n;
+    void (*each)(void *ctx, int t, const struct ls_scores *s);
+    void *ctx;
+};
+
+/* the scoring buffers (score_rows positions a head product), on every rank or none: a rank
+ * without the memory says so with the numbers, and every rank returns -1 with err */
+static int score_alloc(struct ls_engine *e, char *err, size_t errlen)
+{
+    if (e->srows) return 0;
+    const struct ls_backend *be = e->be;
+    const int tp = e->m->tp, R = e->max_batch < SCORE_ROWS ? e->max_batch : SCORE_ROWS;
+    const size_t rows_b = (size_t)R * e->m->shard.vocab_rows * sizeof(float),
+                 stat_b = (size_t)R * SCORE_W * sizeof(double);
+    e->score_rows = R;
+    e->srows = be->alloc(rows_b);
+    e->sstats = be->alloc(stat_b);
+    e->sstats_all = be->alloc(stat_b * tp);
+    e->stargets = be->alloc((size_t)R * sizeof(int));
+    e->host_targets = malloc((size_t)R * sizeof(int));
+    e->shost = malloc(stat_b * tp);
+    e->shead = malloc((size_t)tp * sizeof(int));
+    CHECK_ALLOC(e->host_targets);
+    CHECK_ALLOC(e->shost);
+    CHECK_ALLOC(e->shead);
+    int failed = !(e->srows && e->sstats && e->sstats_all && e->stargets);
+    const double need = (rows_b + stat_b * (1 + tp) + R * sizeof(int)) / 1e9;
+    if (failed) {
+        const size_t free_b = be->mem_free ? be->mem_free() : 0;
+        ls_error("rank %d: out of %s memory for scoring: %.3f GB needed for the LM head's "
+                 "logits of %d positions at once, %.3f GB free; lower --max-context",
+                 e->comm->rank, be->name, need, R, free_b / 1e9);
+    }
+    if (tp > 1) { /* every rank's answer (ids is free between forwards) */
+        be->to_device(e->ids, &failed, sizeof failed);
+        e->comm->allreduce_sum(e->comm, e->ids, 1, LS_I32, e->stream);
+        be->to_host(&failed, e->ids, sizeof failed);
+    }
+    if (!failed) return 0;
+    void *bufs[] = {e->srows, e->sstats, e->sstats_all, e->stargets};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->free(bufs[i]);
+    e->srows = NULL, e->sstats = e->sstats_all = NULL, e->stargets = NULL;
+    snprintf(err, errlen,
+             "out of %s memory for scoring on %d rank%s (%.3f GB a rank for the LM head's logits "
+             "of %d positions at once); lower --max-context",
+             be->name, failed, failed == 1 ? "" : "s", need, R);
+    return -1;
+}
+
+/* one position's scores from every rank's (r: the row in the head product of R rows): the
+ * slices' sums of exp combined at the largest logit (at one rank: the row's own log-sum-exp),
+ * the target's logit from the rank that holds it, the most likely by a merge of the ranks'
+ * lists (ties: the lower id first) */
+static void score_combine(const double *st, int tp, int R, int r, int N, struct ls_scores *s,
+                          int *head, int *ids, double *vals)
+{
+    const int W = 3 + 2 * N;
+    double mx = -INFINITY, sum = 0.0, target = -INFINITY;
+    for (int k = 0; k < tp; k++) {
+        const double *o = st + ((size_t)k * R + r) * W;
+        if (o[0] > mx) mx = o[0];
+        if (o[2] > target) target = o[2];
+    }
+    for (int k = 0; k < tp; k++) {
+        const double *o = st + ((size_t)k * R + r) * W;
+        sum += tp == 1 ? o[1] : o[1] * exp(o[0] - mx);
+    }
+    memset(head, 0, (size_t)tp * sizeof *head);
+    for (int j = 0; j < N; j++) {
+        int best = -1;
+        double bv = -INFINITY, bid = -1.0;
+        for (int k = 0; k < tp; k++) {
+            const double *o = st + ((size_t)k * R + r) * W;
+            if (head[k] >= N || o[3 + N + head[k]] < 0.0) continue;
+            const double v = o[3 + head[k]], id = o[3 + N + head[k]];
+            if (best < 0 || v > bv || (v == bv && id < bid)) best = k, bv = v, bid = id;
+        }
+        if (best >= 0) head[best]++;
+        ids[j] = best >= 0 ? (int)bid : -1;
+        vals[j] = best >= 0 ? bv : -INFINITY;
+    }
+    s->lse = mx + log(sum);
+    s->target = target;
+    s->n_top = N;
+    s->top_ids = ids;
+    s->top_logits = vals;
+}
+
+/* the scores of the chunk's T positions (its first at done of ids[0..n)), from the layers'
+ * output: the LM head over up to score_rows positions at once, each row's scores in the backend,
+ * every rank's gathered, combined and handed to each in order */
+static void score_chunk(struct ls_engine *e, const int *ids, int n, int done, int T,
+                        const struct score_req *q)
+{
+    const struct ls_backend *be = e->be;
+    const struct ls_model *m = e->m;
+    const int D = m->cfg.dim, rows = m->shard.vocab_rows, tp = m->tp, N = q->top_n, W = 3 + 2 * N,
+              first = m->plan[e->comm->rank].vocab_first;
+    int top_ids[LS_SCORE_TOP_MAX];
+    double top_vals[LS_SCORE_TOP_MAX];
+    for (int r0 = 0; r0 < T; r0 += e->score_rows) {
+        const int R = T - r0 < e->score_rows ? T - r0 : e->score_rows;
+        if (norm_in_matmul(e))
+            be->matmul_rmsnorm(e->srows, e->x + (size_t)r0 * D, m->final_norm, m->cfg.norm_eps,
+                               m->lm_head, NULL, R, D, rows);
+        else
+            be->matmul(e->srows, e->xn + (size_t)r0 * D, m->lm_head, NULL, R, D, rows);
+        for (int i = 0; i < R; i++) {
+            const int t = done + r0 + i;
+            e->host_targets[i] = t + 1 < n ? ids[t + 1] : -1;
+        }
+        be->to_device(e->stargets, e->host_targets, (size_t)R * sizeof(int));
+        be->row_logprobs(e->sstats, e->srows, R, rows, (size_t)rows, e->stargets, first, N);
+        const double *st = e->sstats;
+        if (tp > 1) {
+            /* doubles moved as pairs of 32-bit words: a copy, no arithmetic */
+            e->comm->allgather(e->comm, e->sstats, e->sstats_all, (size_t)R * W * 2, LS_I32,
+                               e->stream);
+            st = e->sstats_all;
+        }
+        be->to_host(e->shost, st, (size_t)tp * R * W * sizeof(double));
+        for (int i = 0; i < R; i++) {
+            struct ls_scores sc;
+            score_combine(e->shost, tp, R, i, N, &sc, e->shead, top_ids, top_vals);
+            q->each(q->ctx, done + r0 + i, &sc);
+        }
+    }
+}
+
+/* ids[0..n) at the current position in chunks of max_batch, the last position's logits left in
+ * logits (host); q != NULL: every position's scores too */
 static int forward_chunks(struct ls_engine *e, const int *ids, int n, float *logits,
-                          void (*each)(void *ctx, int t, const float *logits), void *ctx)
+                          const struct score_req *q)
 {
     if (n <= 0 || e->pos + n > e->max_ctx) return -1;
     e->graph_synced = 0;
-    const size_t vbytes = (size_t)e->m->cfg.vocab * sizeof(float);
     for (int done = 0; done < n;) {
         int T = n - done < e->max_batch ? n - done : e->max_batch;
         /* one position (a step that takes its logits to the host): the form the decode graph
@@ -351,32 +507,39 @@ static int forward_chunks(struct ls_engine *e, const int *ids, int n, float *log
         for (int t = 0; t < T; t++) e->host_pos[t] = e->pos + t;
         e->be->to_device(e->posb, e->host_pos, (size_t)T * sizeof(int));
         e->be->to_device(e->ids, ids + done, (size_t)T * sizeof(int));
-        if (!each) {
-            chunk_forward(e, T, e->pos);
-        } else {
-            chunk_layers(e, T, e->pos);
-            for (int t = 0; t < T; t++) {
-                head_forward(e, t);
-                e->be->to_host(logits, e->logits, vbytes);
-                each(ctx, done + t, logits);
-            }
-        }
+        chunk_layers(e, T, e->pos);
+        if (q) score_chunk(e, ids, n, done, T, q);
+        /* the next token's logits as the plain forward takes them (the same bits) */
+        if (done + T == n) head_forward(e, T - 1);
         e->pos += T;
         done += T;
     }
-    if (!each) e->be->to_host(logits, e->logits, vbytes);
+    e->be->to_host(logits, e->logits, (size_t)e->m->cfg.vocab * sizeof(float));
     return 0;
 }
 
 int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits)
 {
-    return forward_chunks(e, ids, n, logits, NULL, NULL);
+    return forward_chunks(e, ids, n, logits, NULL);
 }
 
-int ls_engine_forward_all(struct ls_engine *e, const int *ids, int n, float *logits,
-                          void (*each)(void *ctx, int t, const float *logits), void *ctx)
+int ls_engine_score(struct ls_engine *e, const int *ids, int n, int top_n, float *logits,
+                    void (*each)(void *ctx, int t, const struct ls_scores *s), void *ctx, char *err,
+                    size_t errlen)
 {
-    return forward_chunks(e, ids, n, logits, each, ctx);
+    if (top_n < 0 || top_n > LS_SCORE_TOP_MAX) {
+        snprintf(err, errlen, "the most likely tokens to list: %d, expected 0 to %d", top_n,
+                 LS_SCORE_TOP_MAX);
+        return -2;
+    }
+    if (score_alloc(e, err, errlen) != 0) return -2;
+    const struct score_req q = {.top_n = top_n, .each = each, .ctx = ctx};
+    if (forward_chunks(e, ids, n, logits, &q) != 0) {
+        snprintf(err, errlen, "%d positions from position %d do not fit the context of %d", n,
+                 e->pos, e->max_ctx);
+        return -1;
+    }
+    return 0;
 }
 
 /* the decode step: reads ids[0] at posb[0], writes the next token to ids[0] (argmax at

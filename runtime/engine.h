@@ -29,11 +29,24 @@ int ls_engine_max_ctx(const struct ls_engine *e);
 /* Runs ids[0..n) at the current position (in chunks of max_batch), leaves the logits of the
  * last one in logits[vocab] (host) on every rank. Returns 0, or -1 when the context is full. */
 int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits);
-/* The same forward, with the logits of every position: each(ctx, t, logits) for t = 0 .. n - 1
- * in order, logits (host, vocab floats, the caller's buffer) those after ids[0..t]. One LM head
- * product a position: for scoring a text (perplexity), not for speed. */
-int ls_engine_forward_all(struct ls_engine *e, const int *ids, int n, float *logits,
-                          void (*each)(void *ctx, int t, const float *logits), void *ctx);
+/* One position's scores (ls_engine_score); a token's log-probability is its logit - lse */
+struct ls_scores {
+    double lse;    /* log of the sum over the vocabulary of exp(logit) */
+    double target; /* the logit of the token that follows the position in ids (-inf: none) */
+    int n_top;
+    const int *top_ids;       /* [n_top] most likely first, ties lower id first; -1 past V */
+    const double *top_logits; /* [n_top] their logits; -inf past V */
+};
+/* The forward of ids[0..n) (the last position's logits left in logits[vocab] as
+ * ls_engine_forward leaves them) with every position's scores: each(ctx, t, s) for t = 0 ..
+ * n - 1 in order, s the distribution after ids[0..t] with ids[t + 1] as the target and its
+ * top_n (0 to LS_SCORE_TOP_MAX, kernels/ref.h) most likely tokens. The LM head runs over up to
+ * 128 positions at once and each position's scores are taken in the backend, so only a few
+ * numbers a position reach the host. Returns 0; -1 when the context is full, -2 on a bad top_n
+ * or when the backend has no memory for the head's logits (err says which, with the numbers). */
+int ls_engine_score(struct ls_engine *e, const int *ids, int n, int top_n, float *logits,
+                    void (*each)(void *ctx, int t, const struct ls_scores *s), void *ctx, char *err,
+                    size_t errlen);
 /* One greedy decode step of token `in` at the current position, entirely in the backend (a
  * graph replay where the backend has graphs): only the next token comes back, in *out.
  * Returns 0, or -1 when the context is full. */

@@ -2,6 +2,7 @@
  * start of a stop string, so a stop string is never printed, even partly. */
 #include "config.h"
 #include "generate.h"
+#include "kernels/ref.h"
 #include "strbuf.h"
 #include "check.h"
 #include "log.h"
@@ -107,37 +108,19 @@ static void record_top(struct ls_gen_result *r, const struct ls_gen_params *p, c
     r->top_steps++;
 }
 
-double ls_logsumexp(const float *logits, int n)
-{
-    double mx = -INFINITY, sum = 0.0;
-    for (int i = 0; i < n; i++)
-        if (logits[i] > mx) mx = logits[i];
-    for (int i = 0; i < n; i++) sum += exp((double)logits[i] - mx);
-    return mx + log(sum);
-}
-
 /* One position's log-probabilities (see ls_gen_result): id's into *lp, and the N most likely
  * tokens' into ids[0..N), vals[0..N), most likely first, ties lower id first (-1 past the
- * vocabulary): a sorted insertion, N <= 20. */
+ * vocabulary): the row's scores as ls_engine_score takes them (ref_row_logprobs), N <= 20. */
 static void step_logprobs(const float *logits, int V, int id, int N, float *lp, int *ids,
                           float *vals)
 {
-    const double lse = ls_logsumexp(logits, V);
-    const int K = N < V ? N : V;
-    *lp = (float)((double)logits[id] - lse);
-    int kept = 0;
-    for (int v = 0; v < V && K > 0; v++) {
-        if (kept == K && !(logits[v] > logits[ids[K - 1]])) continue;
-        int k = kept < K ? kept++ : K - 1;
-        while (k > 0 && logits[v] > logits[ids[k - 1]]) {
-            ids[k] = ids[k - 1];
-            k--;
-        }
-        ids[k] = v;
-    }
+    double o[3 + 2 * LS_SCORE_TOP_MAX];
+    ref_row_logprobs(o, logits, 1, V, (size_t)V, &id, 0, N);
+    const double lse = o[0] + log(o[1]);
+    *lp = (float)(o[2] - lse);
     for (int k = 0; k < N; k++) {
-        if (k >= kept) ids[k] = -1;
-        vals[k] = k < kept ? (float)((double)logits[ids[k]] - lse) : -INFINITY;
+        ids[k] = (int)o[3 + N + k];
+        vals[k] = ids[k] >= 0 ? (float)(o[3 + k] - lse) : -INFINITY;
     }
 }
 
@@ -146,16 +129,20 @@ struct prompt_lp {
     struct ls_gen_result *r;
     const struct ls_gen_params *p;
     const int *prompt;
-    int n, V;
+    int n;
 };
 
-static void record_prompt_logprobs(void *ctx, int t, const float *logits)
+static void record_prompt_logprobs(void *ctx, int t, const struct ls_scores *s)
 {
     struct prompt_lp *c = ctx;
     if (t + 1 >= c->n) return; /* the last position's logits are the first step's */
     const int N = c->p->top_prompt_logprobs;
-    step_logprobs(logits, c->V, c->prompt[t + 1], N, &c->r->plp[t], c->r->plp_ids + (size_t)t * N,
-                  c->r->plp_vals + (size_t)t * N);
+    c->r->plp[t] = (float)(s->target - s->lse);
+    for (int k = 0; k < N; k++) {
+        c->r->plp_ids[(size_t)t * N + k] = s->top_ids[k];
+        c->r->plp_vals[(size_t)t * N + k] =
+            s->top_ids[k] >= 0 ? (float)(s->top_logits[k] - s->lse) : -INFINITY;
+    }
 }
 
 int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int n_prompt,
@@ -232,7 +219,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     ls_engine_reset(e);
     double t0 = ls_now_s();
     if (p->prompt_logprobs) {
-        /* every position's logits (one LM head product each), the last left in logits */
+        /* every position's scores, the last position's logits left in logits */
         const int N = p->top_prompt_logprobs;
         r->plp = malloc((size_t)n_prompt * sizeof *r->plp);
         r->plp_ids = malloc((size_t)n_prompt * (N + 1) * sizeof *r->plp_ids);
@@ -240,8 +227,19 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         CHECK_ALLOC(r->plp);
         CHECK_ALLOC(r->plp_ids);
         CHECK_ALLOC(r->plp_vals);
-        struct prompt_lp c = {.r = r, .p = p, .prompt = prompt, .n = n_prompt, .V = V};
-        ls_engine_forward_all(e, prompt, n_prompt, logits, record_prompt_logprobs, &c);
+        struct prompt_lp c = {.r = r, .p = p, .prompt = prompt, .n = n_prompt};
+        if (ls_engine_score(e, prompt, n_prompt, N, logits, record_prompt_logprobs, &c, err,
+                            errlen) != 0) {
+            if (ts) tok_stream_free(ts);
+            free(piece);
+            free(hist);
+            free(raw);
+            free(logits);
+            ls_sampler_free(smp);
+            ls_gen_result_free(r);
+            memset(r, 0, sizeof *r);
+            return -1;
+        }
     } else {
         ls_engine_forward(e, prompt, n_prompt, logits);
     }

@@ -70,7 +70,5 @@ struct json_t *ls_logprobs_json(const struct tokenizer *tok, const struct ls_gen
 struct json_t *ls_prompt_logprobs_json(const struct tokenizer *tok, const int *prompt,
                                        const struct ls_gen_result *r,
                                        const struct ls_gen_params *p);
-/* log(sum(exp(logits[0..n)))) in double */
-double ls_logsumexp(const float *logits, int n);
 
 #endif

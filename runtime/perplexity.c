@@ -41,19 +41,19 @@ static const char help[] =
     "  --json               one JSON object: tokens, windows, nll, perplexity and its error, and\n"
     "                       each window's tokens and nll\n" LS_COMMON_HELP;
 
-/* one window's scoring, fed the logits of each position */
+/* one window's scoring, fed each position's scores */
 struct window {
     const int *ids;
-    int n, V;
+    int n;
     double sum, sum2; /* of the scored tokens' nll */
     int scored;
 };
 
-static void score(void *ctx, int t, const float *logits)
+static void score(void *ctx, int t, const struct ls_scores *s)
 {
     struct window *w = ctx;
     if (t + 1 >= w->n) return; /* the window's last position predicts nothing in it */
-    const double nll = ls_logsumexp(logits, w->V) - (double)logits[w->ids[t + 1]];
+    const double nll = s->lse - s->target;
     w->sum += nll;
     w->sum2 += nll * nll;
     w->scored++;
@@ -175,11 +175,12 @@ int cmd_perplexity(int argc, char **argv)
     const double t0 = ls_now_s();
     int nw = 0;
     for (int at = 0; at < n; at += ctx) {
-        struct window w = {.ids = ids + at, .n = n - at < ctx ? n - at : ctx, .V = V};
+        struct window w = {.ids = ids + at, .n = n - at < ctx ? n - at : ctx};
         if (w.n < 2) break; /* a last window of one token scores nothing */
         ls_engine_reset(j.engine);
-        if (ls_engine_forward_all(j.engine, w.ids, w.n, logits, score, &w) != 0)
-            ls_die(__FILE__, __LINE__, "cmd_perplexity", "a window past the context");
+        ok = ls_engine_score(j.engine, w.ids, w.n, 0, logits, score, &w, err, sizeof err) == 0;
+        if (!ok && j.ctx.rank == 0) ls_error("perplexity: %s", err);
+        if (!ok) ls_abort_quiet(&j.ctx); /* every rank has the same answer */
         sum += w.sum;
         sum2 += w.sum2;
         scored += w.scored;

@@ -18,9 +18,10 @@ tests_unit_test_watchdog_LDADD = $(CUNIT_LIBS) -lpthread
 TESTS += tests/unit/test_watchdog
 
 check_PROGRAMS += tests/unit/test_sampler
-tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c tests/unit/cunit_tap.c runtime/sampler.c
+tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c tests/unit/cunit_tap.c runtime/sampler.c \
+	kernels/ref.c
 tests_unit_test_sampler_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
-tests_unit_test_sampler_LDADD = $(CUNIT_LIBS) -lm
+tests_unit_test_sampler_LDADD = $(CUNIT_LIBS) $(OPENMP_CFLAGS) -lm
 TESTS += tests/unit/test_sampler
 TESTS += tests/integration/tiny_models.sh
 TESTS += tests/integration/smollm2.sh tests/integration/generate.sh tests/integration/chat.sh

@@ -1341,6 +1341,61 @@ static int host_sample(const std::vector<float> &l, const std::vector<int> &orde
     return order[L - 1];
 }
 
+// a row's scores (ls_row_logprobs) against ref_row_logprobs: the largest logit, the target's
+// and the top N (values and ids) equal, the sum of exp within 1e-10 relative (double sums in
+// another order: n x 2^-53 bounds it, 1.5e-11 at 128K); rows of a slice (first > 0, ld > n),
+// targets in and out of it, ties
+static void tests_row_logprobs(void)
+{
+    struct shape {
+        int rows, n, ld, first;
+    };
+    std::vector<shape> shapes = {
+        {1, 1, 1, 0}, {3, 7, 9, 100}, {5, 1000, 1000, 0}, {2, 4097, 4100, 512}};
+    if (!g_quick)
+        shapes.push_back({17, 49152, 49152, 0}), shapes.push_back({4, 64128, 64128, 64128});
+    for (const shape &sh : shapes) {
+        for (int N : {0, 1, 5, 20}) {
+            for (int ties = 0; ties < 2; ties++) {
+                std::vector<float> l = randv((size_t)sh.rows * sh.ld, 8.0f);
+                if (ties) // few distinct values: many equal logits, the order by id decides
+                    for (auto &x : l) x = roundf(x / 4.0f);
+                std::vector<int> tg(sh.rows);
+                for (int r = 0; r < sh.rows; r++) // in the slice, before it, after it, none
+                    tg[r] = r % 4 == 0   ? sh.first + (int)(R.next() % sh.n)
+                            : r % 4 == 1 ? sh.first - 1
+                            : r % 4 == 2 ? sh.first + sh.n
+                                         : -1;
+                const int W = 3 + 2 * N;
+                std::vector<double> want((size_t)sh.rows * W);
+                ref_row_logprobs(want.data(), l.data(), sh.rows, sh.n, sh.ld, tg.data(), sh.first,
+                                 N);
+                dev<float> dl(l.size());
+                dev<int> dt(tg.size());
+                dev<double> dout(want.size());
+                dl.up(l);
+                dt.up(tg);
+                dout.poison();
+                ls_row_logprobs(dout.p, dl.p, sh.rows, sh.n, sh.ld, dt.p, sh.first, N, nullptr);
+                std::vector<double> got = dout.down();
+                double worst = 0.0;
+                bool same = true;
+                for (int r = 0; r < sh.rows; r++) {
+                    const double *g = &got[(size_t)r * W], *w = &want[(size_t)r * W];
+                    worst = std::max(worst, fabs(g[1] - w[1]) / w[1]);
+                    same = same && g[0] == w[0] && g[2] == w[2] && std::isfinite(g[1]);
+                    for (int k = 0; k < 2 * N; k++) same = same && g[3 + k] == w[3 + k];
+                }
+                report(same && worst <= 1e-10,
+                       "row_logprobs rows=%d n=%d ld=%d first=%d N=%d%s: max, target and top %d "
+                       "equal: %s; sum rel %.2e (tol 1e-10)",
+                       sh.rows, sh.n, sh.ld, sh.first, N, ties ? " ties" : "", N,
+                       same ? "yes" : "no", worst);
+            }
+        }
+    }
+}
+
 static void tests_sample(void)
 {
     { // argmax: ties go to the lowest index
@@ -1982,6 +2037,7 @@ int main(int argc, char **argv)
         tests_gemv_rope();
         tests_attention();
         tests_sample();
+        tests_row_logprobs();
         printf("==== %d passed, %d failed\n", g_passed, g_failed);
     }
     if (bench) benchmarks();

@@ -1,8 +1,10 @@
 /* The sampler: greedy ties, each filter against its definition, penalties as Hugging Face
- * applies them, and reproducibility (same seed, same draws; other seed, other draws). */
+ * applies them, and reproducibility (same seed, same draws; other seed, other draws); and a
+ * row's scores (ref_row_logprobs), which scoring takes instead of the logits. */
 #include "config.h"
 #include "cunit_tap.h"
 #include "sampler.h"
+#include "kernels/ref.h"
 
 #include <CUnit/CUnit.h>
 #include <math.h>
@@ -224,6 +226,41 @@ static void test_validation_names_the_field(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "repetition_penalty"));
 }
 
+/* a row's scores (ref_row_logprobs, what the CPU backend runs for ls_engine_score): a slice
+ * of the vocabulary (tokens 10..15 in columns 0..5 of rows of 8), ties listed lower id first,
+ * targets inside and outside the slice, a list longer than the slice padded */
+static void test_row_scores_of_a_slice(void)
+{
+    const float l[16] = {1,  3,  3, -2, 0.5f, 3, 99, 99, /* columns 6, 7: past the slice */
+                         -1, -1, 4, 2,  -1,   4, 99, 99};
+    const int tg[2] = {14, 16}, W = 3 + 2 * 8;
+    double o[2 * (3 + 2 * 8)];
+    ref_row_logprobs(o, l, 2, 6, 8, tg, 10, 8);
+    double sum = 0.0;
+    for (int i = 0; i < 6; i++) sum += exp((double)l[i] - 3.0);
+    CU_ASSERT_EQUAL(o[0], 3.0);
+    CU_ASSERT_EQUAL(o[1], sum);
+    CU_ASSERT_EQUAL(o[2], 0.5);
+    const double vals[8] = {3, 3, 3, 1, 0.5, -2, -INFINITY, -INFINITY},
+                 ids[8] = {11, 12, 15, 10, 14, 13, -1, -1};
+    for (int k = 0; k < 8; k++) {
+        CU_ASSERT_EQUAL(o[3 + k], vals[k]);
+        CU_ASSERT_EQUAL(o[3 + 8 + k], ids[k]);
+    }
+    const double *o1 = o + W; /* row 1: target 16 is past the slice; 4 at 12 and 15 */
+    CU_ASSERT_EQUAL(o1[0], 4.0);
+    CU_ASSERT(isinf(o1[2]) && o1[2] < 0);
+    CU_ASSERT_EQUAL(o1[3 + 8], 12.0);
+    CU_ASSERT_EQUAL(o1[3 + 8 + 1], 15.0);
+    CU_ASSERT_EQUAL(o1[3 + 2], 2.0);
+    double two[3 + 2 * 2];
+    const int none = -1;
+    ref_row_logprobs(two, l, 1, 6, 8, &none, 10, 2); /* N = 2: the first two of the ties */
+    CU_ASSERT(isinf(two[2]) && two[2] < 0);
+    CU_ASSERT_EQUAL(two[3 + 2], 11.0);
+    CU_ASSERT_EQUAL(two[3 + 3], 12.0);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
@@ -241,5 +278,6 @@ int main(void)
     CU_add_test(s, "presence and frequency penalties", test_presence_and_frequency_penalties);
     CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
     CU_add_test(s, "validation names the field", test_validation_names_the_field);
+    CU_add_test(s, "a row's scores over a vocabulary slice", test_row_scores_of_a_slice);
     return ls_cunit_run_tap();
 }
