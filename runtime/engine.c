@@ -38,6 +38,8 @@ struct ls_engine {
     void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
     void *graph[2];              /* captured decode step per backend form, or NULL */
     struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
+    int graph_top[2];               /* the chosen token's scores each takes: -1 none, else top_n */
+    double *dstats;                 /* [SCORE_W] a scored step's (backend memory) */
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
     /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
@@ -146,7 +148,7 @@ void ls_engine_free(struct ls_engine *e)
     drop_graphs(e);
     if (e->u) be->free(e->u);
     if (e->sample_ws) be->free(e->sample_ws);
-    void *sbufs[] = {e->srows, e->sstats, e->sstats_all, e->stargets};
+    void *sbufs[] = {e->srows, e->sstats, e->sstats_all, e->stargets, e->dstats};
     for (size_t i = 0; i < sizeof sbufs / sizeof sbufs[0]; i++)
         if (sbufs[i]) be->free(sbufs[i]);
     free(e->host_targets);
@@ -543,8 +545,9 @@ int ls_engine_score(struct ls_engine *e, const int *ids, int n, int top_n, float
 }
 
 /* the decode step: reads ids[0] at posb[0], writes the next token to ids[0] (argmax at
- * temperature 0, else drawn with the draw in u), advances */
-static void decode_step(struct ls_engine *e, const struct ls_sampling *sp)
+ * temperature 0, else drawn with the draw in u), its scores to dstats where top_n >= 0 (the
+ * whole vocabulary's logits are on every rank), advances */
+static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int top_n)
 {
     const int V = e->m->cfg.vocab;
     chunk_forward(e, 1, e->pos);
@@ -553,6 +556,7 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp)
     else
         e->be->sample(e->ids, e->logits, V, sp->temperature, sp->top_k, sp->top_p, sp->min_p, e->u,
                       e->sample_ws);
+    if (top_n >= 0) e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n);
     e->be->advance(e->posb);
 }
 
@@ -563,12 +567,19 @@ static int same_choice(const struct ls_sampling *a, const struct ls_sampling *b)
            a->min_p == b->min_p;
 }
 
-int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u, int *out)
+int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
+                            int top_n, int *out, struct ls_scores *s, int *top_ids,
+                            double *top_logits)
 {
     const struct ls_backend *be = e->be;
     struct ls_sampling greedy = {0};
     if (!sp) sp = &greedy;
     if (e->pos + 1 > e->max_ctx) return -1;
+    if (top_n > LS_SCORE_TOP_MAX) top_n = LS_SCORE_TOP_MAX;
+    if (top_n >= 0 && !e->dstats) { /* before any capture */
+        e->dstats = be->alloc(SCORE_W * sizeof(double));
+        if (!e->dstats) ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for scores");
+    }
     if (sp->temperature != 0.0f && !e->u) {
         /* first sampled step: the draw's slot and the workspace, before any capture */
         e->u = be->alloc(sizeof(double));
@@ -592,22 +603,35 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
     const int form = decode_form_at(e, e->pos);
     if (be->set_decode_form) be->set_decode_form(form);
     if (be->graph_begin) {
-        if (e->graph[form] && !same_choice(&e->graph_sp[form], sp)) drop_graph(e, form);
+        if (e->graph[form] && (!same_choice(&e->graph_sp[form], sp) || e->graph_top[form] != top_n))
+            drop_graph(e, form);
         if (!e->graph[form]) {
             be->graph_begin();
-            decode_step(e, sp);
+            decode_step(e, sp, top_n);
             e->graph[form] = be->graph_end();
             e->graph_sp[form] = *sp;
+            e->graph_top[form] = top_n;
         }
         be->graph_launch(e->graph[form]);
     } else {
-        decode_step(e, sp);
+        decode_step(e, sp, top_n);
     }
     be->to_host(out, e->ids, sizeof(int));
+    if (top_n >= 0) {
+        double o[SCORE_W];
+        int head;
+        be->to_host(o, e->dstats, (size_t)(3 + 2 * top_n) * sizeof(double));
+        score_combine(o, 1, 1, 0, top_n, s, &head, top_ids, top_logits);
+    }
     ls_watchdog_disarm();
     e->last_out = *out;
     e->pos += 1;
     return 0;
+}
+
+int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u, int *out)
+{
+    return ls_engine_decode_scored(e, in, sp, u, -1, out, NULL, NULL, NULL);
 }
 
 int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out)

@@ -56,5 +56,12 @@ int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out);
  * every rank, given the same u, picks the same token from the same logits. A graph is captured
  * per choice of sampling parameters; u is copied in before each replay. */
 int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u, int *out);
+/* ls_engine_decode, and the chosen token's scores in *s: its logit as the target, the
+ * log-sum-exp and the top_n (0 to LS_SCORE_TOP_MAX) most likely of the step's distribution
+ * (top_ids, top_logits: the caller's arrays of top_n), taken in the backend (in the graph), so
+ * the step still sends only the token and a few numbers to the host. */
+int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
+                            int top_n, int *out, struct ls_scores *s, int *top_ids,
+                            double *top_logits);
 
 #endif

@@ -108,20 +108,30 @@ static void record_top(struct ls_gen_result *r, const struct ls_gen_params *p, c
     r->top_steps++;
 }
 
-/* One position's log-probabilities (see ls_gen_result): id's into *lp, and the N most likely
- * tokens' into ids[0..N), vals[0..N), most likely first, ties lower id first (-1 past the
- * vocabulary): the row's scores as ls_engine_score takes them (ref_row_logprobs), N <= 20. */
+/* One position's log-probabilities (see ls_gen_result) from its scores: the target's into
+ * *lp, and the N most likely tokens' into ids[0..N), vals[0..N), most likely first, ties lower
+ * id first (-1 past the vocabulary) */
+static void scores_logprobs(const struct ls_scores *s, int N, float *lp, int *ids, float *vals)
+{
+    *lp = (float)(s->target - s->lse);
+    for (int k = 0; k < N; k++) {
+        ids[k] = s->top_ids[k];
+        vals[k] = ids[k] >= 0 ? (float)(s->top_logits[k] - s->lse) : -INFINITY;
+    }
+}
+
+/* the same from a row of logits on the host (the row's scores as the backend takes them,
+ * ref_row_logprobs), N <= LS_SCORE_TOP_MAX */
 static void step_logprobs(const float *logits, int V, int id, int N, float *lp, int *ids,
                           float *vals)
 {
-    double o[3 + 2 * LS_SCORE_TOP_MAX];
+    double o[3 + 2 * LS_SCORE_TOP_MAX], tv[LS_SCORE_TOP_MAX];
+    int ti[LS_SCORE_TOP_MAX];
     ref_row_logprobs(o, logits, 1, V, (size_t)V, &id, 0, N);
-    const double lse = o[0] + log(o[1]);
-    *lp = (float)(o[2] - lse);
-    for (int k = 0; k < N; k++) {
-        ids[k] = (int)o[3 + N + k];
-        vals[k] = ids[k] >= 0 ? (float)(o[3 + k] - lse) : -INFINITY;
-    }
+    for (int k = 0; k < N; k++) ti[k] = (int)o[3 + N + k], tv[k] = o[3 + k];
+    const struct ls_scores s = {
+        .lse = o[0] + log(o[1]), .target = o[2], .n_top = N, .top_ids = ti, .top_logits = tv};
+    scores_logprobs(&s, N, lp, ids, vals);
 }
 
 /* the prompt's log-probabilities, position by position of the prefill */
@@ -137,12 +147,8 @@ static void record_prompt_logprobs(void *ctx, int t, const struct ls_scores *s)
     struct prompt_lp *c = ctx;
     if (t + 1 >= c->n) return; /* the last position's logits are the first step's */
     const int N = c->p->top_prompt_logprobs;
-    c->r->plp[t] = (float)(s->target - s->lse);
-    for (int k = 0; k < N; k++) {
-        c->r->plp_ids[(size_t)t * N + k] = s->top_ids[k];
-        c->r->plp_vals[(size_t)t * N + k] =
-            s->top_ids[k] >= 0 ? (float)(s->top_logits[k] - s->lse) : -INFINITY;
-    }
+    scores_logprobs(s, N, &c->r->plp[t], c->r->plp_ids + (size_t)t * N,
+                    c->r->plp_vals + (size_t)t * N);
 }
 
 int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int n_prompt,
@@ -207,15 +213,15 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
 
     /* Without penalties no logits are needed on the host: each step runs in the backend (a
      * graph replay on GPUs), the token is chosen there (argmax, or drawn with the host's next
-     * uniform, the one the host sampler would have used) and only it comes back. Penalties
-     * (which need the history) and --top-logits take the logits to the host and sample there.
+     * uniform, the one the host sampler would have used) and only it comes back, with its
+     * log-probabilities where asked (taken in the step). Penalties (which need the history)
+     * and --top-logits take the logits to the host and sample there.
      * LOCKSTEP_HOST_SAMPLING=1 forces the host path (for comparisons). */
     const struct ls_sampling *sp = &p->sampling;
     const char *hs = getenv("LOCKSTEP_HOST_SAMPLING");
     int device_step = sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
                       sp->frequency_penalty == 0.0f &&
-                      (p->top_logits <= 0 || p->top_logit_steps <= 0) && !p->logprobs &&
-                      !(hs && !strcmp(hs, "1"));
+                      (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
     ls_engine_reset(e);
     double t0 = ls_now_s();
     if (p->prompt_logprobs) {
@@ -246,6 +252,10 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     r->prefill_s = ls_now_s() - t0;
     t0 = ls_now_s();
     int next = -1;
+    /* a device step's token comes with its scores (logprobs: taken in the graph) */
+    struct ls_scores next_sc = {0};
+    int next_ids[LS_SCORE_TOP_MAX];
+    double next_vals[LS_SCORE_TOP_MAX];
     for (int step = 0; step < budget; step++) {
         fault_drill(step);
         int id;
@@ -260,10 +270,15 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             r->finish = "stop";
             break;
         }
-        if (raw)
-            step_logprobs(raw, V, id, p->top_logprobs, &r->lp[r->n_gen],
-                          r->lp_ids + (size_t)r->n_gen * p->top_logprobs,
-                          r->lp_vals + (size_t)r->n_gen * p->top_logprobs);
+        if (p->logprobs) {
+            const int N = p->top_logprobs;
+            float *lp = &r->lp[r->n_gen], *vals = r->lp_vals + (size_t)r->n_gen * N;
+            int *ids = r->lp_ids + (size_t)r->n_gen * N;
+            if (device_step && step > 0)
+                scores_logprobs(&next_sc, N, lp, ids, vals);
+            else
+                step_logprobs(raw, V, id, N, lp, ids, vals);
+        }
         r->ids[r->n_gen++] = id;
         hist[n_prompt + r->n_gen - 1] = id;
         if (ts) {
@@ -285,7 +300,9 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         }
         if (step + 1 == budget) break;
         if (device_step) {
-            if (ls_engine_decode(e, id, sp, ls_sampler_uniform(smp), &next) != 0)
+            if (ls_engine_decode_scored(e, id, sp, ls_sampler_uniform(smp),
+                                        p->logprobs ? p->top_logprobs : -1, &next, &next_sc,
+                                        next_ids, next_vals) != 0)
                 break; /* context full */
         } else if (ls_engine_forward(e, &id, 1, logits) != 0) {
             break; /* context full */

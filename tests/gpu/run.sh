@@ -185,6 +185,23 @@ print("%s: perplexity nll GPU %.6f CPU %.6f (rel %.2e, tol 1e-3); prompt log-pro
       % (sys.argv[5], pg["nll"], pc["nll"], rel, worst, len(common), top, scale, "" if ok else " FAILED"))
 sys.exit(0 if ok else 1)
 PY
+            # the decode step's log-probabilities (reduced in the graph) against the host path's
+            # (every step's logits on the host) of the same greedy run
+            gen_json $tp "$OUT/lpd-dev.json" --gpu -m $m --prompt-ids "$ids" -n 16 --logprobs 5 &&
+                gen_json $tp "$OUT/lpd-host.json" -x LOCKSTEP_HOST_SAMPLING=1 --gpu -m $m --prompt-ids "$ids" -n 16 --logprobs 5 &&
+                python3 - "$OUT"/lpd-dev.json "$OUT"/lpd-host.json "$m TP=$tp" <<'PY' || ok=1
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+ca, cb = a["logprobs"]["content"], b["logprobs"]["content"]
+same = a["ids"] == b["ids"] and [[t["id"] for t in x["top_logprobs"]] for x in ca] == \
+    [[t["id"] for t in x["top_logprobs"]] for x in cb]
+worst = max(max([abs(x["logprob"] - y["logprob"])] + [abs(s["logprob"] - t["logprob"])
+                for s, t in zip(x["top_logprobs"], y["top_logprobs"])]) for x, y in zip(ca, cb))
+ok = same and worst <= 1e-4
+print("%s: 16 steps' log-probabilities in the graph vs on the host: tokens and top-5 ids %s, values "
+      "within %.2e (tol 1e-4)%s" % (sys.argv[3], "equal" if same else "DIFFER", worst, "" if ok else " FAILED"))
+sys.exit(0 if ok else 1)
+PY
         done
     done
     return $ok
@@ -193,7 +210,7 @@ PY
 # scoring's speed on the 8B shape: perplexity (windows of 512 and 128) and a prompt's
 # log-probabilities with 5 alternatives, at each TP size that fits; tok/s as the commands print
 stage_scorespeed() {
-    local tp ids c ok=0
+    local tp ids c mode ok=0 x a
     ids=$(python3 -c "import random; random.seed(1); print(','.join(str(random.randrange(1000, 100000)) for _ in range(4096)))")
     for tp in 1 2; do
         fits $tp || continue
@@ -207,6 +224,18 @@ stage_scorespeed() {
             --prompt-logprobs 5 --json -n 1 --ignore-eos >"$OUT/plp-8b.json" 2>"$OUT/plp-8b.err" &&
             python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(len(d['prompt_logprobs']), 'positions scored in', d['prefill_s'], 's')" "$OUT/plp-8b.json" || ok=1
         cat "$OUT/plp-8b.err"
+        # decode with log-probabilities: in the graph (default), on the host path (as before)
+        for mode in none graph host; do
+            case $mode in
+            none) x=() a=() ;;
+            graph) x=() a=(--logprobs 5) ;;
+            host) x=(-x LOCKSTEP_HOST_SAMPLING=1) a=(--logprobs 5) ;;
+            esac
+            echo -n "8B TP=$tp decode, log-probabilities $mode: "
+            gen_json $tp "$OUT/lp8.json" "${x[@]}" --gpu --dummy llama-3.1-8b \
+                --prompt-ids "$(echo "$ids" | cut -d, -f1-128)" -n 256 "${a[@]}" &&
+                python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('%.3f ms/token' % (1e3 * d['decode_s'] / max(1, len(d['ids']) - 1)))" "$OUT/lp8.json" || ok=1
+        done
     done
     return $ok
 }

@@ -124,6 +124,24 @@ check "sampled run: every step's log-probabilities are the logits' log_softmax w
 run_mpi 2 "$LOCKSTEP" generate "${args[@]}"
 check "asking for log-probabilities leaves the tokens as they were" \
     eval '[ "$rc" -eq 0 ] && [ "$(jq -c .ids "$tmp/out")" = "$(jq -c .ids "$tmp/lp.json")" ]'
+# ---- the log-probabilities taken in the decode step (the backend reduces the step's logits to
+# the chosen token's scores: no logits to the host) against the host path's
+# (LOCKSTEP_HOST_SAMPLING=1: every step's logits on the host) on one sampled run: the same
+# tokens, the same top 3 ids, the same values (the same reduction of the same logits here)
+dargs=(--cpu -m "$tiny" --prompt-ids 60,7,300 -n 8 --ignore-eos --json --quiet --temperature 0.9 --top-k 20 --seed 3
+    --logprobs 3)
+for tp in 1 2; do
+    run_mpi $tp "$LOCKSTEP" generate "${dargs[@]}"
+    cp "$tmp/out" "$tmp/dev.json"
+    run_mpi $tp -x LOCKSTEP_HOST_SAMPLING=1 "$LOCKSTEP" generate "${dargs[@]}"
+    e=$(jq -n --slurpfile a "$tmp/dev.json" --slurpfile b "$tmp/out" '
+        if ($a[0].ids != $b[0].ids) or ([$a[0].logprobs.content[].top_logprobs[].id] != [$b[0].logprobs.content[].top_logprobs[].id])
+        then 1e9 else
+        [range(0; 8) as $i | ($a[0].logprobs.content[$i] as $x | $b[0].logprobs.content[$i] as $y |
+            [($x.logprob - $y.logprob | fabs)] + [range(0; 3) as $k | ($x.top_logprobs[$k].logprob - $y.top_logprobs[$k].logprob | fabs)])] | flatten | max end')
+    check "TP=$tp: the decode step's log-probabilities equal the host path's on a sampled run (8 steps, top 3; worst $e)" \
+        num_le "${e:-1e9}" 1e-6
+done
 run_mpi 1 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 60 -n 2 --ignore-eos --json --quiet --logprobs 0
 check "--logprobs 0: the chosen tokens' only" \
     jq_ok '.logprobs.content | length == 2 and all(.[]; .top_logprobs == [] and .logprob <= 0)'
