@@ -597,6 +597,11 @@ static __device__ double block_sum_f64(double v, double *sm)
     return v;
 }
 
+// One pass over the row (each_candidate: SP_BATCH loads in flight a thread, in increasing i):
+// each thread's largest logit, its sum of exp(l - that) rescaled when the largest moves (an
+// online log-sum-exp, in double), and its N largest; then the block's largest, the threads'
+// sums rescaled to it and added, and N rounds of the block's largest list head, whose owner
+// (i % LP_THREADS) moves past it.
 static __global__ void __launch_bounds__(LP_THREADS)
     row_logprobs_kernel(double *__restrict__ out, const float *__restrict__ logits, int n,
                         size_t ld, const int *__restrict__ targets, int first, int N)
@@ -607,29 +612,18 @@ static __global__ void __launch_bounds__(LP_THREADS)
     const int r = blockIdx.x, W = 3 + 2 * N;
     const float *l = logits + (size_t)r * ld;
     double *o = out + (size_t)r * W;
-    // the largest logit (block_argmax's order; the index is not needed)
-    float m = -INFINITY;
-    int mi = INT_MAX;
-    for (int i = threadIdx.x; i < n; i += LP_THREADS) argmax_merge(m, mi, l[i], i);
-    block_argmax(m, mi, redv, redi);
+    float m = -INFINITY, tv[LS_SCORE_TOP_MAX];
     double s = 0.0;
-    for (int i = threadIdx.x; i < n; i += LP_THREADS) s += exp((double)l[i] - (double)m);
-    s = block_sum_f64(s, reds);
-    if (threadIdx.x == 0) {
-        const int t = targets ? targets[r] - first : -1;
-        o[0] = m;
-        o[1] = s;
-        o[2] = t >= 0 && t < n ? (double)l[t] : -INFINITY;
-    }
-    if (N <= 0) return;
-    // each thread's N largest of its own columns (i = tid + j * LP_THREADS, in increasing i:
-    // the strict > keeps the lower id first on ties), then N rounds of the block's largest
-    // head, whose owner (i % LP_THREADS) moves past it
-    float tv[LS_SCORE_TOP_MAX];
     int ti[LS_SCORE_TOP_MAX], kept = 0;
-    for (int i = threadIdx.x; i < n; i += LP_THREADS) {
-        const float v = l[i];
-        if (kept == N && !(v > tv[N - 1])) continue;
+    for (int k = 0; k < N; k++) tv[k] = -INFINITY, ti[k] = INT_MAX;
+    each_candidate(l, n, [&](float v, int i) {
+        if (v > m) {
+            s = m == -INFINITY ? 0.0 : s * exp((double)m - (double)v);
+            m = v;
+        }
+        s += exp((double)v - (double)m);
+        // the N largest in increasing i: the strict > keeps the lower id first on ties
+        if (N == 0 || (kept == N && !(v > tv[N - 1]))) return;
         int k = kept < N ? kept++ : N - 1;
         while (k > 0 && v > tv[k - 1]) {
             tv[k] = tv[k - 1];
@@ -638,6 +632,16 @@ static __global__ void __launch_bounds__(LP_THREADS)
         }
         tv[k] = v;
         ti[k] = i;
+    });
+    float bm = m;
+    int bmi = m == -INFINITY ? INT_MAX : 0;
+    block_argmax(bm, bmi, redv, redi);
+    s = block_sum_f64(m == -INFINITY ? 0.0 : s * exp((double)m - (double)bm), reds);
+    if (threadIdx.x == 0) {
+        const int t = targets ? targets[r] - first : -1;
+        o[0] = bm;
+        o[1] = s;
+        o[2] = t >= 0 && t < n ? (double)l[t] : -INFINITY;
     }
     int head = 0;
     for (int k = 0; k < N; k++) {
