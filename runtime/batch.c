@@ -625,13 +625,20 @@ int cmd_batch(int argc, char **argv)
                 good = 0;
             }
         }
-        /* n completions: the i-th drawn with seed + i (the prompt's log-probabilities once); the
-         * first's fields at the top of the result, all of them in "choices" when n > 1 */
+        /* n completions: the i-th drawn with seed + i (the prompt's log-probabilities once), all
+         * from one prefill of the prompt; the first's fields at the top of the result, all of
+         * them in "choices" when n > 1 */
         json_t *choices = n_choices > 1 ? json_array() : NULL;
+        struct ls_prefill_reuse reuse = {0};
+        if (n_choices > 1) {
+            reuse.logits = malloc((size_t)j.model->cfg.vocab * sizeof *reuse.logits);
+            CHECK_ALLOC(reuse.logits);
+        }
         for (int c = 0; good && c < n_choices; c++) {
             struct ls_gen_params pc = p;
             pc.sampling.seed = p.sampling.seed + (uint64_t)c;
             if (c > 0) pc.prompt_logprobs = 0;
+            if (n_choices > 1) pc.reuse = &reuse;
             struct ls_gen_result r;
             char e2[900];
             if (ls_generate(j.engine, j.model, ids, n_ids, &pc, &r, e2, sizeof e2) != 0) {
@@ -676,6 +683,7 @@ int cmd_batch(int argc, char **argv)
         json_decref(res);
         json_decref(req);
         free(ids);
+        free(reuse.logits);
     }
     const double dt = ls_now_s() - t0;
     if (j.ctx.rank == 0) {

@@ -191,6 +191,14 @@ void ls_engine_reset(struct ls_engine *e)
     e->graph_synced = 0;
 }
 
+int ls_engine_rewind(struct ls_engine *e, int pos)
+{
+    if (pos < 0 || pos > e->pos) return -1;
+    e->pos = pos;
+    e->graph_synced = 0;
+    return 0;
+}
+
 int ls_engine_pos(const struct ls_engine *e)
 {
     return e->pos;

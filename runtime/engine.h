@@ -24,6 +24,9 @@ void ls_engine_free(struct ls_engine *e);
 struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm);
 /* forget the context: the next token goes to position 0 */
 void ls_engine_reset(struct ls_engine *e);
+/* forget the positions from pos on (the cache keeps [0, pos), as they were computed): the next
+ * token goes to position pos. 0, or -1 when pos is past the current position. */
+int ls_engine_rewind(struct ls_engine *e, int pos);
 int ls_engine_pos(const struct ls_engine *e);
 int ls_engine_max_ctx(const struct ls_engine *e);
 /* Runs ids[0..n) at the current position (in chunks of max_batch), leaves the logits of the

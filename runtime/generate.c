@@ -222,9 +222,14 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     int device_step = sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
                       sp->frequency_penalty == 0.0f &&
                       (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
-    ls_engine_reset(e);
     double t0 = ls_now_s();
-    if (p->prompt_logprobs) {
+    struct ls_prefill_reuse *ru = p->reuse;
+    if (ru && ru->valid && ru->n_prompt == n_prompt && !p->prompt_logprobs &&
+        ls_engine_rewind(e, n_prompt) == 0) {
+        /* the prompt's cache as the first call left it, and its last logits */
+        memcpy(logits, ru->logits, (size_t)V * sizeof *logits);
+    } else if (p->prompt_logprobs) {
+        ls_engine_reset(e);
         /* every position's scores, the last position's logits left in logits */
         const int N = p->top_prompt_logprobs;
         r->plp = malloc((size_t)n_prompt * sizeof *r->plp);
@@ -247,7 +252,13 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             return -1;
         }
     } else {
+        ls_engine_reset(e);
         ls_engine_forward(e, prompt, n_prompt, logits);
+    }
+    if (ru && !ru->valid) {
+        memcpy(ru->logits, logits, (size_t)V * sizeof *logits);
+        ru->n_prompt = n_prompt;
+        ru->valid = 1;
     }
     r->prefill_s = ls_now_s() - t0;
     t0 = ls_now_s();

@@ -26,6 +26,16 @@ struct ls_gen_params {
     int top_logprobs;    /* ... and those of the N most likely tokens at its step (0..20) */
     int prompt_logprobs; /* record each prompt token's (but the first) given the ones before ... */
     int top_prompt_logprobs; /* ... with the N most likely at its position (0..20) */
+    /* NULL, or a prefill shared by calls on the same prompt (batch "n"): the call that finds it
+     * not valid runs the prefill and keeps the last position's logits in it; a later one, with
+     * nothing else run on the engine in between, goes back to the prompt's end (the KV cache
+     * of the prompt stays) and starts from those logits */
+    struct ls_prefill_reuse *reuse;
+};
+
+struct ls_prefill_reuse {
+    float *logits; /* [vocab] */
+    int n_prompt, valid;
 };
 
 /* the most alternatives a step's log-probabilities carry (OpenAI's top_logprobs bound) */

@@ -357,7 +357,7 @@ check "batch: the missing input file is named" err_has "nope.jsonl"
 cat >"$tmp/n.jsonl" <<'JSONL'
 {"id": "n3", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 5, "n": 3, "logprobs": true}
 {"id": "s5", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 5}
-{"id": "s7", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 7}
+{"id": "s7", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 7, "logprobs": true}
 {"id": "n1", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 1.0, "seed": 5, "n": 1}
 {"id": "n0", "prompt": "x", "n": 0}
 {"id": "n65", "prompt": "x", "n": 65}
@@ -371,6 +371,10 @@ check "batch n=3: choice 0 is the line with seed 5, choice 2 the line with seed 
     eval '[ "$(nsel n3 | jq -r ".choices[0].text")" = "$(nsel s5 | jq -r .text)" ] &&
           [ "$(nsel n3 | jq -r ".choices[2].text")" = "$(nsel s7 | jq -r .text)" ] &&
           [ "$(nsel n3 | jq -r .text)" = "$(nsel s5 | jq -r .text)" ]'
+# choices 1 and 2 start from choice 0's prefill (the prompt's cache kept, the engine back at
+# its end): the same log-probabilities as the line that ran its own prefill
+check "batch n=3: choice 2, from the shared prefill, has the log-probabilities of the line with seed 7" \
+    eval '[ "$(nsel n3 | jq -c ".choices[2].logprobs")" = "$(nsel s7 | jq -c .logprobs)" ]'
 check "batch n=1: no choices, the same text" \
     eval '[ "$(nsel n1 | jq "has(\"choices\")")" = false ] && [ "$(nsel n1 | jq -r .text)" = "$(nsel s5 | jq -r .text)" ]'
 check "batch: n out of range is an error for its line" \
