@@ -35,7 +35,8 @@ void ref_add(float *x, const float *y, size_t n);
 /* Scores of rows of logits (a rank's vocabulary slice, tokens first .. first + n - 1 in
  * columns [0, n) of rows of ld): see ls_row_logprobs (kernels/sample.h) for out's layout
  * (3 + 2 N doubles a row). The sum of exp(l - m) runs in column order in double. */
-#define LS_SCORE_TOP_MAX 20 /* the most likely tokens a row's scores can list */
+#define LS_SCORE_TOP_MAX   20 /* the most likely tokens a row's scores can list */
+#define LS_SCORE_SPLIT_MAX 64 /* the most slices a backend cuts a row into (ls_row_logprobs) */
 void ref_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
                       const int *targets, int first, int N);
 /* RoPE inverse frequencies, with llama3 or linear scaling applied as Hugging Face does */

@@ -603,15 +603,18 @@ static __device__ double block_sum_f64(double v, double *sm)
 // sums rescaled to it and added, and N rounds of the block's largest list head, whose owner
 // (i % LP_THREADS) moves past it.
 static __global__ void __launch_bounds__(LP_THREADS)
-    row_logprobs_kernel(double *__restrict__ out, const float *__restrict__ logits, int n,
-                        size_t ld, const int *__restrict__ targets, int first, int N)
+    row_logprobs_kernel(double *__restrict__ out, const float *__restrict__ logits, int nrow,
+                        size_t ld, const int *__restrict__ targets, int first_row, int N, int split)
 {
     __shared__ float redv[32];
     __shared__ int redi[32];
     __shared__ double reds[LP_THREADS / 32];
-    const int r = blockIdx.x, W = 3 + 2 * N;
-    const float *l = logits + (size_t)r * ld;
-    double *o = out + (size_t)r * W;
+    // block = row r's slice: columns [c0, c0 + n) of the row, tokens first ..
+    const int r = blockIdx.x / split, chunk = (nrow + split - 1) / split,
+              c0 = (blockIdx.x % split) * chunk, n = max(0, min(chunk, nrow - c0)),
+              first = first_row + c0, W = 3 + 2 * N;
+    const float *l = logits + (size_t)r * ld + c0;
+    double *o = out + (size_t)blockIdx.x * W;
     float m = -INFINITY, tv[LS_SCORE_TOP_MAX];
     double s = 0.0;
     int ti[LS_SCORE_TOP_MAX], kept = 0;
@@ -656,14 +659,23 @@ static __global__ void __launch_bounds__(LP_THREADS)
     }
 }
 
+extern "C" int ls_row_logprobs_split(int rows, int n)
+{
+    if (rows <= 0) return 1;
+    const int want = (2 * ls_device_get().sms + rows - 1) / rows, most = (n + 2047) / 2048;
+    int s = want < most ? want : most;
+    if (s > LS_SCORE_SPLIT_MAX) s = LS_SCORE_SPLIT_MAX;
+    return s < 1 ? 1 : s;
+}
+
 extern "C" void ls_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
-                                const int *targets, int first, int N, void *stream)
+                                const int *targets, int first, int N, int split, void *stream)
 {
     if (rows <= 0) return;
-    if (N < 0 || N > LS_SCORE_TOP_MAX || n < 0 || (size_t)n > ld)
-        ls_die(__FILE__, __LINE__, "ls_row_logprobs", "N must be in [0, 20] and n <= ld");
-    row_logprobs_kernel<<<rows, LP_THREADS, 0, (cudaStream_t)stream>>>(out, logits, n, ld, targets,
-                                                                       first, N);
+    if (N < 0 || N > LS_SCORE_TOP_MAX || n < 0 || (size_t)n > ld || split < 1)
+        ls_die(__FILE__, __LINE__, "ls_row_logprobs", "N must be in [0, 20], n <= ld, split >= 1");
+    row_logprobs_kernel<<<rows * split, LP_THREADS, 0, (cudaStream_t)stream>>>(
+        out, logits, n, ld, targets, first, N, split);
     CHECK_CUDA(cudaGetLastError());
 }
 

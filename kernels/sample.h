@@ -47,15 +47,20 @@ int ls_sample_set_small(int on);
 
 /* Scores of rows of logits without taking them to the host (a prompt's log-probabilities,
  * perplexity): logits[rows][ld] holds, in columns [0, n), the logits of tokens first ..
- * first + n - 1 (a rank's vocabulary slice). Row r's out[r * (3 + 2 N) ...] (doubles, device
- * memory) gets: the largest logit m; the sum of exp(l - m) over the row, in double (so the
+ * first + n - 1 (a rank's vocabulary slice). Each row is cut into `split` slices of
+ * ceil(n / split) columns, one block each (ls_row_logprobs_split: enough blocks for the GPU),
+ * and slice s of row r's out[(r * split + s) * (3 + 2 N) ...] (doubles, device memory) gets,
+ * over its columns: the largest logit m; the sum of exp(l - m) over the row, in double (so the
  * slices' sums combine to the log-sum-exp of the whole vocabulary); the logit of token
  * targets[r] (a global id) where the slice holds it, else -inf; the N largest logits, most
  * likely first and the lower id first on ties (-inf past n), then their global ids (-1 past
  * n). N <= LS_SCORE_TOP_MAX (kernels/ref.h). As ref_row_logprobs, with the sum added in
  * another order. */
 void ls_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
-                     const int *targets, int first, int N, void *stream);
+                     const int *targets, int first, int N, int split, void *stream);
+/* the slices a row of n is cut into for rows rows: about two blocks a multiprocessor, slices of
+ * at least 2048 columns, at most LS_SCORE_SPLIT_MAX (kernels/ref.h) */
+int ls_row_logprobs_split(int rows, int n);
 
 #ifdef __cplusplus
 }

@@ -100,9 +100,11 @@ struct ls_backend {
                    float min_p, const double *u, void *ws);
     size_t (*sample_ws)(int n);
     /* each row's scores of rows of logits (a rank's vocabulary slice): ref_row_logprobs in
-     * kernels/ref.h; out and targets in backend memory */
+     * kernels/ref.h, each row cut into split slices (out[row][slice][3 + 2 N]), split as
+     * score_split gives it for rows rows of n (NULL: 1); out and targets in backend memory */
     void (*row_logprobs)(double *out, const float *logits, int rows, int n, size_t ld,
-                         const int *targets, int first, int N);
+                         const int *targets, int first, int N, int split);
+    int (*score_split)(int rows, int n);
     /* pos[0] += 1 */
     void (*advance)(int *pos);
 

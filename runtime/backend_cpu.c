@@ -181,6 +181,14 @@ static void cpu_allreduce_add_rmsnorm(struct ls_comm *comm, float *partial, floa
     cpu_add_rmsnorm(normed, x, partial, w, rows, dim, eps);
 }
 
+/* one slice a row (no score_split) */
+static void cpu_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
+                             const int *targets, int first, int N, int split)
+{
+    (void)split;
+    ref_row_logprobs(out, logits, rows, n, ld, targets, first, N);
+}
+
 static void cpu_argmax(int *out, const float *x, int n)
 {
     int best = 0;
@@ -294,7 +302,7 @@ const struct ls_backend ls_backend_cpu = {
     .add = ref_add,
     .allreduce_add_rmsnorm = cpu_allreduce_add_rmsnorm,
     .argmax = cpu_argmax,
-    .row_logprobs = ref_row_logprobs,
+    .row_logprobs = cpu_row_logprobs,
     .sample = cpu_sample,
     .sample_ws = cpu_sample_ws,
     .advance = cpu_advance,

@@ -433,9 +433,9 @@ static void cu_argmax(int *out, const float *x, int n)
 }
 
 static void cu_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
-                            const int *targets, int first, int N)
+                            const int *targets, int first, int N, int split)
 {
-    ls_row_logprobs(out, logits, rows, n, ld, targets, first, N, stream_get());
+    ls_row_logprobs(out, logits, rows, n, ld, targets, first, N, split, stream_get());
 }
 
 static void cu_sample(int *out, const float *logits, int n, float temperature, int top_k,
@@ -515,6 +515,7 @@ const struct ls_backend ls_backend_cuda = {
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,
     .argmax = cu_argmax,
     .row_logprobs = cu_row_logprobs,
+    .score_split = ls_row_logprobs_split,
     .sample = cu_sample,
     .sample_ws = ls_sample_workspace,
     .advance = cu_advance,

@@ -39,7 +39,7 @@ struct ls_engine {
     void *graph[2];              /* captured decode step per backend form, or NULL */
     struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
     int graph_top[2];               /* the chosen token's scores each takes: -1 none, else top_n */
-    double *dstats;                 /* [SCORE_W] a scored step's (backend memory) */
+    double *dstats;                 /* [S][SCORE_W] a scored step's (backend memory) */
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
     /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
@@ -47,10 +47,10 @@ struct ls_engine {
      * sstats_all), then on the host (shost) */
     int score_rows;
     float *srows;                 /* [score_rows][vocab_rows] this rank's slice of the logits */
-    double *sstats, *sstats_all;  /* [score_rows][SCORE_W], [tp][score_rows][SCORE_W] */
+    double *sstats, *sstats_all;  /* [score_rows][S][SCORE_W], [tp][...]: S slices a row */
     int *stargets, *host_targets; /* [score_rows]: the token after each position, or -1 */
-    double *shost;                /* [tp][score_rows][SCORE_W] */
-    int *shead;                   /* [tp] the ranks' lists' heads in a merge */
+    double *shost;                /* [tp][score_rows][S][SCORE_W] */
+    int *shead;                   /* [tp][S] the slices' lists' heads in a merge */
 };
 
 /* doubles of a position's scores (ref_row_logprobs' layout at the most tokens listed) */
@@ -385,7 +385,7 @@ static int score_alloc(struct ls_engine *e, char *err, size_t errlen)
     const struct ls_backend *be = e->be;
     const int tp = e->m->tp, R = e->max_batch < SCORE_ROWS ? e->max_batch : SCORE_ROWS;
     const size_t rows_b = (size_t)R * e->m->shard.vocab_rows * sizeof(float),
-                 stat_b = (size_t)R * SCORE_W * sizeof(double);
+                 stat_b = (size_t)R * LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double);
     e->score_rows = R;
     e->srows = be->alloc(rows_b);
     e->sstats = be->alloc(stat_b);
@@ -393,7 +393,7 @@ static int score_alloc(struct ls_engine *e, char *err, size_t errlen)
     e->stargets = be->alloc((size_t)R * sizeof(int));
     e->host_targets = malloc((size_t)R * sizeof(int));
     e->shost = malloc(stat_b * tp);
-    e->shead = malloc((size_t)tp * sizeof(int));
+    e->shead = malloc((size_t)tp * LS_SCORE_SPLIT_MAX * sizeof(int));
     CHECK_ALLOC(e->host_targets);
     CHECK_ALLOC(e->shost);
     CHECK_ALLOC(e->shead);
@@ -422,43 +422,56 @@ static int score_alloc(struct ls_engine *e, char *err, size_t errlen)
     return -1;
 }
 
-/* one position's scores from every rank's (r: the row in the head product of R rows): the
- * slices' sums of exp combined at the largest logit (at one rank: the row's own log-sum-exp),
- * the target's logit from the rank that holds it, the most likely by a merge of the ranks'
- * lists (ties: the lower id first) */
-static void score_combine(const double *st, int tp, int R, int r, int N, struct ls_scores *s,
+/* slice j (of tp x S: rank j / S, its slice j % S) of row r's scores in st[tp][R][S][W] */
+static const double *score_entry(const double *st, int R, int S, int W, int r, int j)
+{
+    return st + (((size_t)(j / S) * R + r) * S + j % S) * W;
+}
+
+/* one position's scores from every rank's slices (r: the row in the head product of R rows,
+ * each row in S slices a rank): the slices' sums of exp combined at the largest logit (one
+ * slice: the row's own log-sum-exp), the target's logit from the slice that holds it, the most
+ * likely by a merge of the slices' lists (ties: the lower id first) */
+static void score_combine(const double *st, int tp, int R, int S, int r, int N, struct ls_scores *s,
                           int *head, int *ids, double *vals)
 {
-    const int W = 3 + 2 * N;
+    const int W = 3 + 2 * N, J = tp * S;
     double mx = -INFINITY, sum = 0.0, target = -INFINITY;
-    for (int k = 0; k < tp; k++) {
-        const double *o = st + ((size_t)k * R + r) * W;
+    for (int j = 0; j < J; j++) {
+        const double *o = score_entry(st, R, S, W, r, j);
         if (o[0] > mx) mx = o[0];
         if (o[2] > target) target = o[2];
     }
-    for (int k = 0; k < tp; k++) {
-        const double *o = st + ((size_t)k * R + r) * W;
-        sum += tp == 1 ? o[1] : o[1] * exp(o[0] - mx);
+    for (int j = 0; j < J; j++) {
+        const double *o = score_entry(st, R, S, W, r, j);
+        if (o[1] > 0.0) sum += J == 1 ? o[1] : o[1] * exp(o[0] - mx);
     }
-    memset(head, 0, (size_t)tp * sizeof *head);
-    for (int j = 0; j < N; j++) {
+    memset(head, 0, (size_t)J * sizeof *head);
+    for (int k = 0; k < N; k++) {
         int best = -1;
         double bv = -INFINITY, bid = -1.0;
-        for (int k = 0; k < tp; k++) {
-            const double *o = st + ((size_t)k * R + r) * W;
-            if (head[k] >= N || o[3 + N + head[k]] < 0.0) continue;
-            const double v = o[3 + head[k]], id = o[3 + N + head[k]];
-            if (best < 0 || v > bv || (v == bv && id < bid)) best = k, bv = v, bid = id;
+        for (int j = 0; j < J; j++) {
+            const double *o = score_entry(st, R, S, W, r, j);
+            if (head[j] >= N || o[3 + N + head[j]] < 0.0) continue;
+            const double v = o[3 + head[j]], id = o[3 + N + head[j]];
+            if (best < 0 || v > bv || (v == bv && id < bid)) best = j, bv = v, bid = id;
         }
         if (best >= 0) head[best]++;
-        ids[j] = best >= 0 ? (int)bid : -1;
-        vals[j] = best >= 0 ? bv : -INFINITY;
+        ids[k] = best >= 0 ? (int)bid : -1;
+        vals[k] = best >= 0 ? bv : -INFINITY;
     }
     s->lse = mx + log(sum);
     s->target = target;
     s->n_top = N;
     s->top_ids = ids;
     s->top_logits = vals;
+}
+
+/* the slices the backend cuts each of rows rows of n logits into for their scores */
+static int score_split(const struct ls_engine *e, int rows, int n)
+{
+    const int s = e->be->score_split ? e->be->score_split(rows, n) : 1;
+    return s < 1 ? 1 : s > LS_SCORE_SPLIT_MAX ? LS_SCORE_SPLIT_MAX : s;
 }
 
 /* the scores of the chunk's T positions (its first at done of ids[0..n)), from the layers'
@@ -485,18 +498,20 @@ static void score_chunk(struct ls_engine *e, const int *ids, int n, int done, in
             e->host_targets[i] = t + 1 < n ? ids[t + 1] : -1;
         }
         be->to_device(e->stargets, e->host_targets, (size_t)R * sizeof(int));
-        be->row_logprobs(e->sstats, e->srows, R, rows, (size_t)rows, e->stargets, first, N);
+        /* the same slices on every rank: from the largest vocabulary slice */
+        const int S = score_split(e, R, e->vpad);
+        be->row_logprobs(e->sstats, e->srows, R, rows, (size_t)rows, e->stargets, first, N, S);
         const double *st = e->sstats;
         if (tp > 1) {
             /* doubles moved as pairs of 32-bit words: a copy, no arithmetic */
-            e->comm->allgather(e->comm, e->sstats, e->sstats_all, (size_t)R * W * 2, LS_I32,
+            e->comm->allgather(e->comm, e->sstats, e->sstats_all, (size_t)R * S * W * 2, LS_I32,
                                e->stream);
             st = e->sstats_all;
         }
-        be->to_host(e->shost, st, (size_t)tp * R * W * sizeof(double));
+        be->to_host(e->shost, st, (size_t)tp * R * S * W * sizeof(double));
         for (int i = 0; i < R; i++) {
             struct ls_scores sc;
-            score_combine(e->shost, tp, R, i, N, &sc, e->shead, top_ids, top_vals);
+            score_combine(e->shost, tp, R, S, i, N, &sc, e->shead, top_ids, top_vals);
             q->each(q->ctx, done + r0 + i, &sc);
         }
     }
@@ -564,7 +579,9 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     else
         e->be->sample(e->ids, e->logits, V, sp->temperature, sp->top_k, sp->top_p, sp->min_p, e->u,
                       e->sample_ws);
-    if (top_n >= 0) e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n);
+    if (top_n >= 0)
+        e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n,
+                            score_split(e, 1, V));
     e->be->advance(e->posb);
 }
 
@@ -585,7 +602,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     if (e->pos + 1 > e->max_ctx) return -1;
     if (top_n > LS_SCORE_TOP_MAX) top_n = LS_SCORE_TOP_MAX;
     if (top_n >= 0 && !e->dstats) { /* before any capture */
-        e->dstats = be->alloc(SCORE_W * sizeof(double));
+        e->dstats = be->alloc((size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double));
         if (!e->dstats) ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for scores");
     }
     if (sp->temperature != 0.0f && !e->u) {
@@ -626,10 +643,11 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     }
     be->to_host(out, e->ids, sizeof(int));
     if (top_n >= 0) {
-        double o[SCORE_W];
-        int head;
-        be->to_host(o, e->dstats, (size_t)(3 + 2 * top_n) * sizeof(double));
-        score_combine(o, 1, 1, 0, top_n, s, &head, top_ids, top_logits);
+        const int S = score_split(e, 1, e->m->cfg.vocab);
+        double o[LS_SCORE_SPLIT_MAX * SCORE_W];
+        int head[LS_SCORE_SPLIT_MAX];
+        be->to_host(o, e->dstats, (size_t)S * (3 + 2 * top_n) * sizeof(double));
+        score_combine(o, 1, 1, S, 0, top_n, s, head, top_ids, top_logits);
     }
     ls_watchdog_disarm();
     e->last_out = *out;
