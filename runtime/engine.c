@@ -415,6 +415,10 @@ static int score_alloc(struct ls_engine *e, char *err, size_t errlen)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     e->srows = NULL, e->sstats = e->sstats_all = NULL, e->stargets = NULL;
+    free(e->host_targets);
+    free(e->shost);
+    free(e->shead);
+    e->host_targets = e->shead = NULL, e->shost = NULL;
     snprintf(err, errlen,
              "out of %s memory for scoring on %d rank%s (%.3f GB a rank for the LM head's logits "
              "of %d positions at once); lower --max-context",

@@ -2,12 +2,14 @@
  * checkpoint is held to (llama.cpp's llama-perplexity, Hugging Face's perplexity guide).
  *
  * The text's tokens (with the tokenizer's BOS when it adds one) are cut into windows of --ctx
- * tokens, the last one shorter; each window runs from an empty context, and every token of a
- * window but its first is scored by the model given the ones before it in the window:
- * nll = logsumexp(logits) - logit(token), in double. Perplexity = exp(mean nll) over all scored
- * tokens, with its standard error from the nll's spread (exp(mean) * sd / sqrt(n), as
- * llama-perplexity prints it). Windows without overlap, so a token's context is what precedes it
- * in its window: Hugging Face's guide with stride = window. */
+ * tokens, one starting every --stride tokens (default: --ctx, no overlap), the last one
+ * shorter; each window runs from an empty context, and each token of a window is scored by the
+ * model given the ones before it in the window: nll = logsumexp(logits) - logit(token), in
+ * double. A token is scored once: where windows overlap, by the first window past the tokens
+ * an earlier one scored (Hugging Face's strided evaluation), and never from fewer than
+ * --score-from tokens of its window (llama-perplexity scores each window's second half:
+ * --score-from ctx/2). Perplexity = exp(mean nll) over all scored tokens, with its standard
+ * error from the nll's spread (exp(mean) * sd / sqrt(n), as llama-perplexity prints it). */
 #include "config.h"
 #include "args.h"
 #include "check.h"
@@ -25,26 +27,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_DUMMY = LS_OPT_FIRST_FREE, OPT_PROMPT_IDS, OPT_CTX, OPT_JSON };
+enum {
+    OPT_DUMMY = LS_OPT_FIRST_FREE,
+    OPT_PROMPT_IDS,
+    OPT_CTX,
+    OPT_STRIDE,
+    OPT_SCORE_FROM,
+    OPT_JSON
+};
 
 static const char help[] =
     "usage: lockstep perplexity (-m MODEL | --dummy PRESET) (-f FILE | --prompt-ids LIST)\n"
-    "       [--ctx N] [--json]\n"
+    "       [--ctx N] [--stride S] [--score-from K] [--json]\n"
     "Perplexity of a text: its tokens cut into windows of --ctx tokens, each run from an empty\n"
-    "context, every token but a window's first scored given the ones before it in the window.\n"
-    "Prints the running perplexity per window on stderr, then the result on stdout.\n"
+    "context, each token scored once given the ones before it in its window. Prints the running\n"
+    "perplexity per window on stderr, then the result on stdout.\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
     "  --dummy PRESET|FILE  random weights of a preset shape (see generate)\n"
     "  -f, --file FILE      the text ('-' for stdin), tokenized with the tokenizer's BOS\n"
     "  --prompt-ids LIST    the tokens as ids, \"1,2,3\" (models without a tokenizer)\n"
     "  --ctx N              tokens per window (default 512; at least 2)\n"
+    "  --stride S           a window every S tokens (1..ctx; default ctx: no overlap); each\n"
+    "                       scores the tokens past the previous window's end (Hugging Face's\n"
+    "                       strided perplexity: more context a token, more windows)\n"
+    "  --score-from K       score only tokens with at least K of their window before them\n"
+    "                       (0..ctx-2, default 0; llama-perplexity scores from ctx/2)\n"
     "  --json               one JSON object: tokens, windows, nll, perplexity and its error, and\n"
-    "                       each window's tokens and nll\n" LS_COMMON_HELP;
+    "                       each window's start, scored tokens and nll\n" LS_COMMON_HELP;
 
-/* one window's scoring, fed each position's scores */
+/* one window's scoring, fed each position's scores: the predictions from position first on
+ * (of the tokens after them) */
 struct window {
     const int *ids;
-    int n;
+    int n, first;
     double sum, sum2; /* of the scored tokens' nll */
     int scored;
 };
@@ -52,7 +67,7 @@ struct window {
 static void score(void *ctx, int t, const struct ls_scores *s)
 {
     struct window *w = ctx;
-    if (t + 1 >= w->n) return; /* the window's last position predicts nothing in it */
+    if (t < w->first || t + 1 >= w->n) return; /* scored elsewhere, or predicts nothing here */
     const double nll = s->lse - s->target;
     w->sum += nll;
     w->sum2 += nll * nll;
@@ -61,19 +76,22 @@ static void score(void *ctx, int t, const struct ls_scores *s)
 
 int cmd_perplexity(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"model", required_argument, NULL, 'm'},
-                                             {"dummy", required_argument, NULL, OPT_DUMMY},
-                                             {"file", required_argument, NULL, 'f'},
-                                             {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
-                                             {"ctx", required_argument, NULL, OPT_CTX},
-                                             {"json", no_argument, NULL, OPT_JSON},
-                                             {"help", no_argument, NULL, 'h'},
-                                             LS_COMMON_LONGOPTS,
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"dummy", required_argument, NULL, OPT_DUMMY},
+        {"file", required_argument, NULL, 'f'},
+        {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
+        {"ctx", required_argument, NULL, OPT_CTX},
+        {"stride", required_argument, NULL, OPT_STRIDE},
+        {"score-from", required_argument, NULL, OPT_SCORE_FROM},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"help", no_argument, NULL, 'h'},
+        LS_COMMON_LONGOPTS,
+        {NULL, 0, NULL, 0}};
     struct ls_common_opts common;
     ls_common_defaults(&common);
     const char *model = NULL, *file = NULL, *ids_arg = NULL;
-    int ctx = 512, json = 0, reset = 1, opt, rc;
+    int ctx = 512, stride = 0, score_from = 0, json = 0, reset = 1, opt, rc;
     long v;
     char err[1024], dummy[4200];
     while ((opt = ls_getopt(argc, argv, "m:f:h", longopts, &reset, err, sizeof err)) != -1) {
@@ -96,6 +114,16 @@ int cmd_perplexity(int argc, char **argv)
                 return ls_usage_error("perplexity", err);
             ctx = (int)v;
             break;
+        case OPT_STRIDE:
+            if (ls_parse_long("--stride", optarg, 1, RC_MAX_CONTEXT, &v, err, sizeof err))
+                return ls_usage_error("perplexity", err);
+            stride = (int)v;
+            break;
+        case OPT_SCORE_FROM:
+            if (ls_parse_long("--score-from", optarg, 0, RC_MAX_CONTEXT, &v, err, sizeof err))
+                return ls_usage_error("perplexity", err);
+            score_from = (int)v;
+            break;
         case OPT_JSON:
             json = 1;
             break;
@@ -116,6 +144,18 @@ int cmd_perplexity(int argc, char **argv)
     if (!model) return ls_usage_error("perplexity", "missing --model (-m) or --dummy");
     if (!file == !ids_arg)
         return ls_usage_error("perplexity", "give exactly one of --file (-f) and --prompt-ids");
+    if (stride == 0) stride = ctx;
+    if (stride > ctx) {
+        snprintf(err, sizeof err, "--stride %d is past --ctx %d: windows would skip tokens", stride,
+                 ctx);
+        return ls_usage_error("perplexity", err);
+    }
+    if (score_from > ctx - 2) {
+        snprintf(err, sizeof err,
+                 "--score-from %d leaves no token of a %d-token window to score (at most %d)",
+                 score_from, ctx, ctx - 2);
+        return ls_usage_error("perplexity", err);
+    }
 
     struct rc_job j;
     rc_job_start(&j, &argc, &argv, &common, model, ctx, RC_PREFILL_CHUNK);
@@ -158,9 +198,10 @@ int cmd_perplexity(int argc, char **argv)
                      V);
             ok = 0;
         }
-    if (ok && n < 2) {
-        snprintf(err, sizeof err, "the text has %d token%s: nothing to score (at least 2)", n,
-                 n == 1 ? "" : "s");
+    if (ok && n < score_from + 2) {
+        snprintf(err, sizeof err,
+                 "the text has %d token%s: nothing to score (at least %d with --score-from %d)", n,
+                 n == 1 ? "" : "s", score_from + 2, score_from);
         ok = 0;
     }
     if (!ok && j.ctx.rank == 0) ls_error("perplexity: %s", err);
@@ -174,9 +215,15 @@ int cmd_perplexity(int argc, char **argv)
     long scored = 0;
     const double t0 = ls_now_s();
     int nw = 0;
-    for (int at = 0; at < n; at += ctx) {
-        struct window w = {.ids = ids + at, .n = n - at < ctx ? n - at : ctx};
-        if (w.n < 2) break; /* a last window of one token scores nothing */
+    /* tokens [0, done_to) are scored or cannot be (the first has no context) */
+    for (int at = 0, done_to = 1; done_to < n; at += stride) {
+        const int end = n - at < ctx ? n : at + ctx;
+        struct window w = {.ids = ids + at, .n = end - at, .first = done_to - 1 - at};
+        if (w.first < score_from) w.first = score_from;
+        if (w.first + 1 >= w.n) { /* a last window with nothing left to score in it */
+            if (end == n) break;
+            continue;
+        }
         ls_engine_reset(j.engine);
         ok = ls_engine_score(j.engine, w.ids, w.n, 0, logits, score, &w, err, sizeof err) == 0;
         if (!ok && j.ctx.rank == 0) ls_error("perplexity: %s", err);
@@ -184,12 +231,12 @@ int cmd_perplexity(int argc, char **argv)
         sum += w.sum;
         sum2 += w.sum2;
         scored += w.scored;
+        done_to = end;
         nw++;
         json_array_append_new(windows, json_pack("{s:i, s:i, s:f}", "start", at, "scored",
                                                  w.scored, "nll", w.sum / w.scored));
         if (j.ctx.rank == 0 && !json)
-            fprintf(stderr, "[%d]%.4f%s", nw, exp(sum / (double)scored),
-                    at + ctx < n ? " " : "\n");
+            fprintf(stderr, "[%d]%.4f%s", nw, exp(sum / (double)scored), end < n ? " " : "\n");
     }
     const double dt = ls_now_s() - t0;
     const double mean = sum / (double)scored;
@@ -197,10 +244,11 @@ int cmd_perplexity(int argc, char **argv)
     const double ppl = exp(mean), ppl_err = ppl * sqrt(var > 0 ? var : 0) / sqrt((double)scored);
     if (j.ctx.rank == 0) {
         if (json) {
-            json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:o}", "tokens", n,
-                                  "scored", (int)scored, "ctx", ctx, "windows_run", nw, "nll",
-                                  mean, "perplexity", ppl, "perplexity_error", ppl_err, "seconds",
-                                  dt, "windows", windows);
+            json_t *o =
+                json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:o}", "tokens", n,
+                          "scored", (int)scored, "ctx", ctx, "stride", stride, "score_from",
+                          score_from, "windows_run", nw, "nll", mean, "perplexity", ppl,
+                          "perplexity_error", ppl_err, "seconds", dt, "windows", windows);
             CHECK_ALLOC(o);
             json_dumpf(o, stdout, JSON_COMPACT);
             printf("\n");
@@ -208,8 +256,8 @@ int cmd_perplexity(int argc, char **argv)
             windows = NULL;
         } else {
             printf("perplexity: %.4f +/- %.4f (mean nll %.6f) over %ld tokens in %d windows of "
-                   "up to %d\n",
-                   ppl, ppl_err, mean, scored, nw, ctx);
+                   "up to %d (stride %d, scored from %d)\n",
+                   ppl, ppl_err, mean, scored, nw, ctx, stride, score_from);
         }
         fflush(stdout);
         fprintf(stderr, "lockstep: %d ranks (%s): %d tokens in %.2f s (%.1f tok/s)\n", j.ctx.size,

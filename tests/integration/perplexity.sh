@@ -2,7 +2,8 @@
 # lockstep perplexity on CPU ranks: a window's nll against transformers' fp32 logits
 # (tests/fixtures/tiny-llama/reference.json: the whole vocabulary after the one-token prompt),
 # a window of 16 scored tokens against generate's log-probabilities of the same tokens, the
-# windows cut and run from an empty context each, TP = 1 and 2 alike on SmolLM2 over a text
+# windows cut and run from an empty context each, overlapping windows (--stride) and windows
+# scored from a position on (--score-from) against their definitions, TP = 1 and 2 alike on SmolLM2 over a text
 # file (and the same from stdin), and the errors of flags and input.
 . "$(dirname "$0")/lib.sh"
 fx=$SRCDIR/tests/fixtures
@@ -29,6 +30,63 @@ check "one token: nothing to score, non-zero" eval '[ "$rc" -ne 0 ] && [ "$rc" -
 run_mpi 2 "$LOCKSTEP" perplexity --cpu -m "$tiny" --prompt-ids 5,512
 check "an id outside the vocabulary: non-zero, the token named" \
     eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "token 1: id 512 is outside the vocabulary \[0, 512)"'
+
+run "$LOCKSTEP" perplexity -m x --prompt-ids 1,2 --stride 0
+check "--stride 0: a usage error naming the range" eval '[ "$rc" -eq 2 ] && err_has "stride" && err_has "found 0"'
+run "$LOCKSTEP" perplexity -m x --prompt-ids 1,2 --ctx 8 --stride 9
+check "--stride past --ctx: a usage error with both" eval '[ "$rc" -eq 2 ] && err_has "--stride 9 is past --ctx 8"'
+run "$LOCKSTEP" perplexity -m x --prompt-ids 1,2 --ctx 8 --score-from 7
+check "--score-from leaving nothing to score: a usage error with the bound" \
+    eval '[ "$rc" -eq 2 ] && err_has "--score-from 7 leaves no token of a 8-token window to score (at most 6)"'
+run_mpi 2 "$LOCKSTEP" perplexity --cpu -m "$tiny" --prompt-ids 5,6,7 --ctx 8 --score-from 2
+check "a text shorter than --score-from + 2: nothing to score, non-zero" \
+    eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "the text has 3 tokens: nothing to score (at least 4 with --score-from 2)"'
+
+# ---- overlapping windows (--stride, Hugging Face's strided perplexity) and scoring only the
+# tokens with --score-from of their window before them (llama-perplexity's second half): the
+# windows and the tokens each scores follow the two definitions written out here, and the nll
+# is the mean of generate's prompt log-probabilities of those tokens in those windows
+ids40=$(seq -s, 100 139)
+for args in "--ctx 16 --stride 8" "--ctx 16 --score-from 8" "--ctx 12 --stride 5 --score-from 3"; do
+    # shellcheck disable=SC2086
+    run_mpi 2 "$LOCKSTEP" perplexity --cpu -m "$tiny" --prompt-ids "$ids40" $args --json
+    cp "$tmp/out" "$tmp/ps.json"
+    # shellcheck disable=SC2086
+    e=$(MPIRUN=$MPIRUN LOCKSTEP=$LOCKSTEP TINY=$tiny python3 - "$tmp/ps.json" "$ids40" $args <<'PY'
+import json, subprocess, sys, os
+d = json.load(open(sys.argv[1]))
+ids = [int(x) for x in sys.argv[2].split(",")]
+a = sys.argv[3:]
+opt = dict(zip(a[::2], map(int, a[1::2])))
+ctx, stride, k = opt["--ctx"], opt.get("--stride", opt["--ctx"]), opt.get("--score-from", 0)
+# Hugging Face: for begin in range(0, n, stride): end = min(begin + ctx, n), the window scores
+# its tokens from max(prev_end, begin + k + 1) on (a token needs one before it), until end = n
+plan, prev = [], 0
+for b in range(0, len(ids), stride):
+    e = min(b + ctx, len(ids))
+    lo = max(prev, b + k + 1, b + 1)
+    if lo < e:
+        plan.append((b, e, lo))
+        prev = e
+    if e == len(ids):
+        break
+mpirun, lockstep, tiny = os.environ["MPIRUN"], os.environ["LOCKSTEP"], os.environ["TINY"]
+nll = []
+for b, e, lo in plan:
+    out = subprocess.run([mpirun, "-np", "1", "--oversubscribe", lockstep, "generate", "--cpu", "-m", tiny,
+                          "--prompt-ids", ",".join(map(str, ids[b:e])), "-n", "1", "--ignore-eos", "--json",
+                          "--quiet", "--prompt-logprobs", "0"], capture_output=True, text=True, check=True).stdout
+    pl = json.loads(out)["prompt_logprobs"]
+    nll += [-pl[t - b]["logprob"] for t in range(lo, e)]
+ok = [w["start"] for w in d["windows"]] == [p[0] for p in plan] and \
+    [w["scored"] for w in d["windows"]] == [p[1] - p[2] for p in plan] and d["scored"] == len(nll)
+# relative: the log-probabilities come as floats (these nll are ~35: 2e-6 of rounding)
+print(abs(d["nll"] - sum(nll) / len(nll)) / abs(d["nll"]) if ok else 1e9)
+PY
+    )
+    check "perplexity $args over 40 tokens: the windows and scored tokens as defined, nll within 1e-6 relative of the prompt log-probabilities' ($e)" \
+        num_le "${e:-1e9}" 1e-6
+done
 
 # ---- against transformers: the window [60, g0] scores g0 after the prompt [60], whose logits
 # over the whole vocabulary the reference holds; two such windows give the same
