@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,6 +253,58 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
     int r;
     if ((r = num_field(req, "max_tokens", 0, 1 << 24, 1, &d, err, errlen)) < 0) return -1;
     if (r) p->max_tokens = (int)d;
+    /* OpenAI's newer name for it; both given must agree */
+    const int had_max = r;
+    if ((r = num_field(req, "max_completion_tokens", 0, 1 << 24, 1, &d, err, errlen)) < 0)
+        return -1;
+    if (r && had_max && (int)d != p->max_tokens) {
+        snprintf(err, errlen,
+                 "fields \"max_tokens\" (%d) and \"max_completion_tokens\" (%d) disagree: give one",
+                 p->max_tokens, (int)d);
+        return -1;
+    }
+    if (r) p->max_tokens = (int)d;
+    /* vLLM's: EOS does not end the generation; a floor under its length; more ending ids */
+    json_t *ie = json_object_get(req, "ignore_eos");
+    if (ie && !json_is_boolean(ie)) {
+        snprintf(err, errlen, "field \"ignore_eos\": expected true or false, found %s",
+                 ls_json_type_name(ie));
+        return -1;
+    }
+    if (ie) p->ignore_eos = json_is_true(ie);
+    if ((r = num_field(req, "min_tokens", 0, 1 << 24, 1, &d, err, errlen)) < 0) return -1;
+    if (r) p->min_tokens = (int)d;
+    if (p->min_tokens > p->max_tokens) {
+        snprintf(err, errlen, "field \"min_tokens\": %d is past max_tokens (%d)", p->min_tokens,
+                 p->max_tokens);
+        return -1;
+    }
+    json_t *sti = json_object_get(req, "stop_token_ids");
+    if (sti && !json_is_null(sti)) {
+        char found[48];
+        if (!json_is_array(sti) || json_array_size(sti) > LS_MAX_STOP_IDS) {
+            snprintf(err, errlen,
+                     "field \"stop_token_ids\": expected a list of at most %d token ids, found %s",
+                     LS_MAX_STOP_IDS, list_or_type(sti, found, sizeof found));
+            return -1;
+        }
+        size_t i;
+        json_t *x;
+        p->n_stop_ids = 0;
+        json_array_foreach(sti, i, x)
+        {
+            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                json_integer_value(x) > INT_MAX) {
+                snprintf(err, errlen,
+                         "field \"stop_token_ids\"[%zu]: expected a token id (an integer >= 0), "
+                         "found %s",
+                         i,
+                         json_is_integer(x) ? "a negative or too large one" : ls_json_type_name(x));
+                return -1;
+            }
+            p->stop_ids[p->n_stop_ids++] = (int)json_integer_value(x);
+        }
+    }
     if ((r = num_field(req, "n", 1, BATCH_MAX_N, 1, &d, err, errlen)) < 0) return -1;
     if (r) *n_choices = (int)d;
     if ((r = float_field(req, LS_TEMPERATURE, &d, err, errlen)) < 0) return -1;
@@ -361,6 +414,10 @@ static size_t ignored_fields(json_t *req, char *buf, size_t len)
                                         "prompt",
                                         "messages",
                                         "max_tokens",
+                                        "max_completion_tokens",
+                                        "ignore_eos",
+                                        "min_tokens",
+                                        "stop_token_ids",
                                         "n",
                                         "temperature",
                                         "top_k",

@@ -80,6 +80,24 @@ static int is_eos(const struct ls_model *m, int id)
     return 0;
 }
 
+/* a token that ends the generation: the model's EOS (unless ignored) or one of the stop ids */
+static int ends(const struct ls_model *m, const struct ls_gen_params *p, int id)
+{
+    if (!p->ignore_eos && is_eos(m, id)) return 1;
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] == id) return 1;
+    return 0;
+}
+
+/* before min_tokens: the tokens that would end the generation cannot be drawn (vLLM's
+ * min_tokens), their logits -inf for the sampler */
+static void mask_ends(const struct ls_model *m, const struct ls_gen_params *p, float *logits)
+{
+    if (!p->ignore_eos)
+        for (int i = 0; i < m->cfg.n_eos; i++) logits[m->cfg.eos_ids[i]] = -INFINITY;
+    for (int i = 0; i < p->n_stop_ids; i++) logits[p->stop_ids[i]] = -INFINITY;
+}
+
 static int by_logit_desc(const void *a, const void *b, void *ctx)
 {
     const float *l = ctx;
@@ -172,6 +190,16 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         if (prompt[i] < 0 || prompt[i] >= V) {
             snprintf(err, errlen, "prompt token %d: id %d is outside the vocabulary [0, %d)", i,
                      prompt[i], V);
+            return -1;
+        }
+    if (p->min_tokens > p->max_tokens) {
+        snprintf(err, errlen, "min_tokens %d is past max_tokens %d", p->min_tokens, p->max_tokens);
+        return -1;
+    }
+    for (int i = 0; i < p->n_stop_ids; i++)
+        if (p->stop_ids[i] < 0 || p->stop_ids[i] >= V) {
+            snprintf(err, errlen, "stop token %d: id %d is outside the vocabulary [0, %d)", i,
+                     p->stop_ids[i], V);
             return -1;
         }
     struct ls_sampler *smp = ls_sampler_new(&p->sampling, V);
@@ -269,15 +297,20 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     double next_vals[LS_SCORE_TOP_MAX];
     for (int step = 0; step < budget; step++) {
         fault_drill(step);
+        /* the step's token: drawn in the backend by the previous step, or here from its logits
+         * (the first step; every step on the host path; and the steps before min_tokens, where
+         * the ending tokens are masked out first) */
+        const int from_device = device_step && step > 0 && step >= p->min_tokens;
         int id;
-        if (device_step && step > 0) {
+        if (from_device) {
             id = next;
         } else {
             record_top(r, p, logits, V);
             if (raw) memcpy(raw, logits, (size_t)V * sizeof *raw);
+            if (step < p->min_tokens) mask_ends(m, p, logits);
             id = ls_sampler_sample(smp, logits, hist, n_prompt + r->n_gen);
         }
-        if (!p->ignore_eos && is_eos(m, id)) {
+        if (ends(m, p, id)) {
             r->finish = "stop";
             break;
         }
@@ -285,7 +318,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             const int N = p->top_logprobs;
             float *lp = &r->lp[r->n_gen], *vals = r->lp_vals + (size_t)r->n_gen * N;
             int *ids = r->lp_ids + (size_t)r->n_gen * N;
-            if (device_step && step > 0)
+            if (from_device)
                 scores_logprobs(&next_sc, N, lp, ids, vals);
             else
                 step_logprobs(raw, V, id, N, lp, ids, vals);
@@ -310,7 +343,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             if (stop >= 0) break;
         }
         if (step + 1 == budget) break;
-        if (device_step) {
+        if (device_step && step + 1 >= p->min_tokens) {
             if (ls_engine_decode_scored(e, id, sp, ls_sampler_uniform(smp),
                                         p->logprobs ? p->top_logprobs : -1, &next, &next_sc,
                                         next_ids, next_vals) != 0)

@@ -12,6 +12,7 @@ struct tokenizer;
 struct json_t;
 
 #define LS_MAX_STOPS 16
+#define LS_MAX_STOP_IDS 64 /* token ids that end a generation besides the model's EOS */
 
 struct ls_gen_params {
     struct ls_sampling sampling;
@@ -19,6 +20,9 @@ struct ls_gen_params {
     int ignore_eos;
     int n_stops;
     const char *stops[LS_MAX_STOPS];
+    int n_stop_ids; /* tokens that end the generation as EOS does (not ignore_eos's) ... */
+    int stop_ids[LS_MAX_STOP_IDS];
+    int min_tokens;      /* ... and that, with EOS, cannot be drawn before this many tokens */
     FILE *stream;        /* text is written here as it is generated (rank 0), or NULL */
     int top_logits;      /* record the top-K logits ... */
     int top_logit_steps; /* ... of the first S steps */

@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
@@ -107,6 +108,16 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
         break;
     case RC_OPT_IGNORE_EOS:
         p->ignore_eos = 1;
+        break;
+    case RC_OPT_MIN_TOKENS:
+        rc = ls_parse_long("--min-tokens", arg, 0, 1 << 24, &v, err, errlen);
+        p->min_tokens = (int)v;
+        break;
+    case RC_OPT_STOP_ID:
+        if (p->n_stop_ids >= LS_MAX_STOP_IDS)
+            return ls_errf(err, errlen, "--stop-token-id: at most %d stop tokens", LS_MAX_STOP_IDS);
+        rc = ls_parse_long("--stop-token-id", arg, 0, INT_MAX, &v, err, errlen);
+        p->stop_ids[p->n_stop_ids++] = (int)v;
         break;
     default:
         return 1;

@@ -24,6 +24,8 @@ enum {
     RC_OPT_STOP,
     RC_OPT_MAX_CTX,
     RC_OPT_IGNORE_EOS,
+    RC_OPT_MIN_TOKENS,
+    RC_OPT_STOP_ID,
 };
 
 #define RC_SAMPLING_LONGOPTS                                                                       \
@@ -39,6 +41,8 @@ enum {
         {"seed", required_argument, NULL, RC_OPT_SEED},                                            \
         {"stop", required_argument, NULL, RC_OPT_STOP},                                            \
         {"max-context", required_argument, NULL, RC_OPT_MAX_CTX},                                  \
+        {"min-tokens", required_argument, NULL, RC_OPT_MIN_TOKENS},                                \
+        {"stop-token-id", required_argument, NULL, RC_OPT_STOP_ID},                                \
     {                                                                                              \
         "ignore-eos", no_argument, NULL, RC_OPT_IGNORE_EOS                                         \
     }
@@ -54,6 +58,8 @@ enum {
     "  --seed N             random seed (default 0); same seed, same text, at any TP size\n"       \
     "  --stop S             stop before the string S (repeatable, up to 16)\n"                     \
     "  --ignore-eos         keep going past end-of-sequence tokens\n"                              \
+    "  --stop-token-id N    stop at token N as at end-of-sequence (repeatable, up to 64)\n"        \
+    "  --min-tokens N       end-of-sequence and stop tokens cannot come before N tokens\n"         \
     "  --max-context N      KV cache length (default: the model's, at most 4096)\n"
 
 /* handles an RC_OPT_* option: 0 handled, -1 bad value (err), 1 not ours */

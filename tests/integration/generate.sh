@@ -381,4 +381,82 @@ check "batch: n out of range is an error for its line" \
     eval '[ "$(nsel n0 | jq -r .error)" = "line 5: field \"n\": expected 1..64, found 0" ] &&
           [ "$(nsel n65 | jq -r .error)" = "line 6: field \"n\": expected 1..64, found 65" ]'
 check "batch: n is read, not said to be ignored" eval '! err_has "ignored fields"'
+
+# ---- vLLM's ignore_eos, min_tokens and stop_token_ids, OpenAI's max_completion_tokens: a greedy
+# line's ids (from its log-probabilities) give the ids to stop on
+cat >"$tmp/g.jsonl" <<'JSONL'
+{"id": "g", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "logprobs": true}
+{"id": "hi", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 48, "temperature": 0}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/g.jsonl" --output "$tmp/g.out"
+g=$(jq -c 'select(.id == "g") | [.logprobs.content[].id]' "$tmp/g.out")
+g3=$(jq -r '.[3]' <<<"$g")
+hi=$(jq -r 'select(.id == "hi") | .completion_tokens' "$tmp/g.out")
+check "the greedy line gives 8 ids, the chat line ends by EOS before 48 tokens ($hi)" \
+    eval '[ "$(jq length <<<"$g")" -eq 8 ] && [ "$hi" -lt 48 ]'
+cat >"$tmp/s.jsonl" <<JSONL
+{"id": "st", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "logprobs": true, "stop_token_ids": [$g3]}
+{"id": "mt", "prompt": "Once upon a time", "max_tokens": 8, "temperature": 0, "logprobs": true, "stop_token_ids": [$g3], "min_tokens": 5}
+{"id": "ie", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 48, "temperature": 0, "ignore_eos": true}
+{"id": "me", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 48, "temperature": 0, "min_tokens": $((hi + 3))}
+{"id": "mc", "prompt": "Once upon a time", "max_completion_tokens": 3, "temperature": 0}
+{"id": "both", "prompt": "x", "max_tokens": 4, "max_completion_tokens": 3}
+{"id": "e1", "prompt": "x", "stop_token_ids": "2"}
+{"id": "e2", "prompt": "x", "stop_token_ids": [2, -1]}
+{"id": "e3", "prompt": "x", "stop_token_ids": [99999999]}
+{"id": "e4", "prompt": "x", "max_tokens": 8, "min_tokens": 9}
+{"id": "e5", "prompt": "x", "ignore_eos": 1}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/s.jsonl" --output "$tmp/s.out"
+ssel() { jq -c "select(.id == \"$1\")" "$tmp/s.out"; }
+check "stop_token_ids: the greedy line stops before its 4th token ($g3), finish stop, the 3 tokens before it" \
+    eval '[ "$(ssel st | jq -c "[.completion_tokens, .finish_reason, [.logprobs.content[].id]]")" = "[3,\"stop\",$(jq -c ".[0:3]" <<<"$g")]" ]'
+check "min_tokens 5: the stop id cannot be drawn before 5 tokens (another 4th token, at least 5)" \
+    eval '[ "$(ssel mt | jq -c "[.logprobs.content[].id][0:3]")" = "$(jq -c ".[0:3]" <<<"$g")" ] &&
+          [ "$(ssel mt | jq "[.logprobs.content[].id][0:5] | index($g3)")" = null ] &&
+          [ "$(ssel mt | jq .completion_tokens)" -ge 5 ]'
+check "ignore_eos: the chat line runs to max_tokens (48, length)" \
+    eval '[ "$(ssel ie | jq -c "[.completion_tokens, .finish_reason]")" = "[48,\"length\"]" ]'
+check "min_tokens past where EOS came ($((hi + 3))): at least that many tokens" \
+    eval '[ "$(ssel me | jq .completion_tokens)" -ge $((hi + 3)) ]'
+check "max_completion_tokens 3: three tokens" eval '[ "$(ssel mc | jq .completion_tokens)" -eq 3 ]'
+check "max_tokens and max_completion_tokens that disagree: the line's error names both" \
+    eval '[ "$(ssel both | jq -r .error)" = "line 6: fields \"max_tokens\" (4) and \"max_completion_tokens\" (3) disagree: give one" ]'
+check "stop_token_ids not a list, a negative id, an id past the vocabulary: each line's error" \
+    eval 'ssel e1 | jq -e ".error | contains(\"field \\\"stop_token_ids\\\": expected a list of at most 64 token ids\")" >/dev/null &&
+          ssel e2 | jq -e ".error | contains(\"stop_token_ids\\\"[1]: expected a token id\")" >/dev/null &&
+          ssel e3 | jq -e ".error | contains(\"stop token 0: id 99999999 is outside the vocabulary\")" >/dev/null'
+check "min_tokens past max_tokens, ignore_eos not a boolean: each line's error" \
+    eval '[ "$(ssel e4 | jq -r .error)" = "line 10: field \"min_tokens\": 9 is past max_tokens (8)" ] &&
+          [ "$(ssel e5 | jq -r .error)" = "line 11: field \"ignore_eos\": expected true or false, found an integer" ]'
+check "batch: the new fields are read, not said to be ignored" eval '! err_has "ignored fields"'
+
+# ---- generate --stop-token-id and --min-tokens (the same parameters), on tiny-llama at TP=1
+# and 2: a sampled run's ids give the id to stop on; min_tokens takes the steps before it on the
+# host (the ending tokens masked), then the graph's steps: where the mask changes nothing the
+# tokens are the plain run's (the host's and the step's draws are the same draws)
+for tp in 1 2; do
+    sargs=(--cpu -m "$tiny" --prompt-ids 60,7,300 -n 10 --json --quiet --temperature 0.9 --seed 3)
+    run_mpi $tp "$LOCKSTEP" generate "${sargs[@]}"
+    s=$(jq -c .ids "$tmp/out")
+    s3=$(jq -r '.[3]' <<<"$s")
+    run_mpi $tp "$LOCKSTEP" generate "${sargs[@]}" --stop-token-id "$s3" --stop-token-id 1
+    check "TP=$tp --stop-token-id $s3: the 3 tokens before it, finish stop" \
+        eval '[ "$(jq -c "[.ids, .finish_reason]" "$tmp/out")" = "[$(jq -c ".[0:3]" <<<"$s"),\"stop\"]" ]'
+    run_mpi $tp "$LOCKSTEP" generate "${sargs[@]}" --stop-token-id 1 --min-tokens 6
+    check "TP=$tp --min-tokens 6 with a stop id the run never draws: the plain run's 10 tokens" \
+        eval '[ "$(jq -c .ids "$tmp/out")" = "$s" ]'
+    run_mpi $tp "$LOCKSTEP" generate "${sargs[@]}" --stop-token-id "$s3" --min-tokens 5
+    check "TP=$tp --min-tokens 5 with the stop id $s3: not drawn before 5 tokens, the first 3 as before" \
+        eval '[ "$(jq -c ".ids[0:3]" "$tmp/out")" = "$(jq -c ".[0:3]" <<<"$s")" ] &&
+              [ "$(jq ".ids[0:5] | index($s3)" "$tmp/out")" = null ] && [ "$(jq ".ids | length" "$tmp/out")" -ge 5 ]'
+done
+run "$LOCKSTEP" generate -m x --prompt-ids 1 --min-tokens -1
+check "--min-tokens -1: a usage error naming the range" eval '[ "$rc" -eq 2 ] && err_has "min-tokens" && err_has "found -1"'
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 60 -n 4 --stop-token-id 512
+check "--stop-token-id past the vocabulary: non-zero on every rank, the id named" \
+    eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "stop token 0: id 512 is outside the vocabulary \[0, 512)"'
+run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 60 -n 4 --min-tokens 5
+check "--min-tokens past -n: non-zero, both named" \
+    eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "min_tokens 5 is past max_tokens 4"'
 done_testing
