@@ -141,6 +141,19 @@ static void drop_graphs(struct ls_engine *e)
     for (int f = 0; f < 2; f++) drop_graph(e, f);
 }
 
+/* ls_engine_score's buffers (score_alloc's), back to none */
+static void score_free(struct ls_engine *e)
+{
+    void *bufs[] = {e->srows, e->sstats, e->sstats_all, e->stargets};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) e->be->free(bufs[i]);
+    free(e->host_targets);
+    free(e->shost);
+    free(e->shead);
+    e->srows = NULL, e->sstats = e->sstats_all = NULL, e->stargets = NULL;
+    e->host_targets = e->shead = NULL, e->shost = NULL;
+}
+
 void ls_engine_free(struct ls_engine *e)
 {
     if (!e) return;
@@ -148,12 +161,8 @@ void ls_engine_free(struct ls_engine *e)
     drop_graphs(e);
     if (e->u) be->free(e->u);
     if (e->sample_ws) be->free(e->sample_ws);
-    void *sbufs[] = {e->srows, e->sstats, e->sstats_all, e->stargets, e->dstats};
-    for (size_t i = 0; i < sizeof sbufs / sizeof sbufs[0]; i++)
-        if (sbufs[i]) be->free(sbufs[i]);
-    free(e->host_targets);
-    free(e->shost);
-    free(e->shead);
+    score_free(e);
+    if (e->dstats) be->free(e->dstats);
     void *bufs[] = {e->ids,
                     e->posb,
                     e->x,
@@ -411,14 +420,7 @@ static int score_alloc(struct ls_engine *e, char *err, size_t errlen)
         be->to_host(&failed, e->ids, sizeof failed);
     }
     if (!failed) return 0;
-    void *bufs[] = {e->srows, e->sstats, e->sstats_all, e->stargets};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i]) be->free(bufs[i]);
-    e->srows = NULL, e->sstats = e->sstats_all = NULL, e->stargets = NULL;
-    free(e->host_targets);
-    free(e->shost);
-    free(e->shead);
-    e->host_targets = e->shead = NULL, e->shost = NULL;
+    score_free(e);
     snprintf(err, errlen,
              "out of %s memory for scoring on %d rank%s (%.3f GB a rank for the LM head's logits "
              "of %d positions at once); lower --max-context",
@@ -432,12 +434,9 @@ static const double *score_entry(const double *st, int R, int S, int W, int r, i
     return st + (((size_t)(j / S) * R + r) * S + j % S) * W;
 }
 
-/* one position's scores from every rank's slices (r: the row in the head product of R rows,
- * each row in S slices a rank): the slices' sums of exp combined at the largest logit (one
- * slice: the row's own log-sum-exp), the target's logit from the slice that holds it, the most
- * likely by a merge of the slices' lists (ties: the lower id first) */
-static void score_combine(const double *st, int tp, int R, int S, int r, int N, struct ls_scores *s,
-                          int *head, int *ids, double *vals)
+/* see engine.h */
+void ls_scores_combine(const double *st, int tp, int R, int S, int r, int N, struct ls_scores *s,
+                       int *head, int *ids, double *vals)
 {
     const int W = 3 + 2 * N, J = tp * S;
     double mx = -INFINITY, sum = 0.0, target = -INFINITY;
@@ -515,7 +514,7 @@ static void score_chunk(struct ls_engine *e, const int *ids, int n, int done, in
         be->to_host(e->shost, st, (size_t)tp * R * S * W * sizeof(double));
         for (int i = 0; i < R; i++) {
             struct ls_scores sc;
-            score_combine(e->shost, tp, R, S, i, N, &sc, e->shead, top_ids, top_vals);
+            ls_scores_combine(e->shost, tp, R, S, i, N, &sc, e->shead, top_ids, top_vals);
             q->each(q->ctx, done + r0 + i, &sc);
         }
     }
@@ -651,7 +650,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         double o[LS_SCORE_SPLIT_MAX * SCORE_W];
         int head[LS_SCORE_SPLIT_MAX];
         be->to_host(o, e->dstats, (size_t)S * (3 + 2 * top_n) * sizeof(double));
-        score_combine(o, 1, 1, S, 0, top_n, s, head, top_ids, top_logits);
+        ls_scores_combine(o, 1, 1, S, 0, top_n, s, head, top_ids, top_logits);
     }
     ls_watchdog_disarm();
     e->last_out = *out;

@@ -40,6 +40,13 @@ struct ls_scores {
     const int *top_ids;       /* [n_top] most likely first, ties lower id first; -1 past V */
     const double *top_logits; /* [n_top] their logits; -inf past V */
 };
+/* One position's scores from a backend's row_logprobs output st[tp][R][S][3 + 2 N] (tp
+ * ranks' vocabulary slices, R rows, S slices a row; r: the row): the slices' sums of exp
+ * combined at the largest logit (one slice: its own log-sum-exp, the same bits), the target's
+ * logit from the slice that holds it, the n most likely by a merge of the slices' lists (ties:
+ * the lower id first) into ids, vals; head: tp x S ints of scratch */
+void ls_scores_combine(const double *st, int tp, int R, int S, int r, int N, struct ls_scores *s,
+                       int *head, int *ids, double *vals);
 /* The forward of ids[0..n) (the last position's logits left in logits[vocab] as
  * ls_engine_forward leaves them) with every position's scores: each(ctx, t, s) for t = 0 ..
  * n - 1 in order, s the distribution after ids[0..t] with ids[t + 1] as the target and its

@@ -144,11 +144,10 @@ static void step_logprobs(const float *logits, int V, int id, int N, float *lp, 
                           float *vals)
 {
     double o[3 + 2 * LS_SCORE_TOP_MAX], tv[LS_SCORE_TOP_MAX];
-    int ti[LS_SCORE_TOP_MAX];
+    int ti[LS_SCORE_TOP_MAX], head;
+    struct ls_scores s;
     ref_row_logprobs(o, logits, 1, V, (size_t)V, &id, 0, N);
-    for (int k = 0; k < N; k++) ti[k] = (int)o[3 + N + k], tv[k] = o[3 + k];
-    const struct ls_scores s = {
-        .lse = o[0] + log(o[1]), .target = o[2], .n_top = N, .top_ids = ti, .top_logits = tv};
+    ls_scores_combine(o, 1, 1, 1, 0, N, &s, &head, ti, tv);
     scores_logprobs(&s, N, lp, ids, vals);
 }
 
