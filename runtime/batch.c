@@ -37,19 +37,20 @@ enum {
 
 static const char batch_help[] =
     "usage: lockstep batch -m MODEL --input prompts.jsonl --output out.jsonl [defaults]\n"
-    "Each input line: {\"id\": ..., \"prompt\": \"...\"} or {\"id\": ..., \"messages\": "
-    "[{\"role\":\n"
-    "\"user\", \"content\": \"...\"}]}, optionally with max_tokens, temperature, top_k, top_p, "
-    "min_p,\n"
-    "repetition_penalty, presence_penalty, frequency_penalty, seed, stop (string or list),\n"
+    "Each input line: {\"id\": ..., \"prompt\": \"...\"}, {\"id\": ..., \"prompt\": [token ids]}\n"
+    "(taken as given: no template, no BOS added) or {\"id\": ..., \"messages\": [{\"role\":\n"
+    "\"user\", \"content\": \"...\"}]}, optionally with max_tokens (or max_completion_tokens),\n"
+    "temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,\n"
+    "frequency_penalty, seed, stop (string or list), stop_token_ids, min_tokens, ignore_eos,\n"
     "logprobs (true with top_logprobs N, or N: 0..20), prompt_logprobs (N: 0..20), n (1..64\n"
     "completions, the i-th drawn with seed + i: all of them in \"choices\", the first's fields\n"
-    "also at the top).\n"
+    "also at the top), return_token_ids (true: \"prompt_token_ids\" and \"token_ids\" too).\n"
     "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", "
     "\"finish_reason\"}\n"
     "(and \"logprobs\": {\"content\": [{\"id\", \"token\", \"logprob\", \"top_logprobs\"}]},\n"
     "\"prompt_logprobs\": [null, {\"id\", \"token\", ...}, ...] when asked)\n"
-    "or {\"id\", \"error\"} for a line that could not be run.\n"
+    "or {\"id\", \"error\"} for a line that could not be run. A model without a tokenizer\n"
+    "takes prompts as token ids and gives \"text\": null and the \"token_ids\".\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
     "  --input FILE         JSONL prompts ('-' for stdin)\n"
     "  --output FILE        JSONL results, written as they finish ('-' for stdout)\n"
@@ -65,7 +66,7 @@ static const char batch_help[] =
     "reasoning_content, name...) reach it too. Chat lines may also carry \"tools\" (a list of\n"
     "tool schemas), \"chat_template_kwargs\" (an object), \"add_generation_prompt\" (default\n"
     "true) and \"continue_final_message\" (end inside the last message, for the model to go\n"
-    "on). Other fields (model, n, stream...) are ignored, and said on stderr line by "
+    "on). Other fields (model, stream...) are ignored, and said on stderr line by "
     "line.\n" RC_SAMPLING_HELP LS_COMMON_HELP;
 
 /* what a message says was found in place of a list of the right length: "a list of 3", or the
@@ -117,20 +118,64 @@ static int chat_turn_fields(json_t *req, int chat, struct chat_turn *t, char *er
     return 0;
 }
 
+/* "prompt": [ids] as OpenAI's completions take it: the tokens as given (no template, no BOS
+ * added); each id's range is ls_generate's to check (against the vocabulary) */
+static int prompt_id_list(json_t *prompt, int **out, int *n, char *err, size_t errlen)
+{
+    const size_t count = json_array_size(prompt);
+    if (count == 0 || count > RC_MAX_CONTEXT) {
+        snprintf(err, errlen, "field \"prompt\": expected 1 to %d token ids, found %zu",
+                 RC_MAX_CONTEXT, count);
+        return -1;
+    }
+    int *ids = malloc(count * sizeof *ids);
+    CHECK_ALLOC(ids);
+    size_t i;
+    json_t *x;
+    json_array_foreach(prompt, i, x)
+    {
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT_MAX) {
+            snprintf(err, errlen,
+                     "field \"prompt\"[%zu]: expected a token id (an integer >= 0), found %s", i,
+                     json_is_integer(x) ? "a negative or too large one" : ls_json_type_name(x));
+            free(ids);
+            return -1;
+        }
+        ids[i] = (int)json_integer_value(x);
+    }
+    *out = ids;
+    *n = (int)count;
+    return 0;
+}
+
+/* a list of token ids as JSON (a new reference) */
+static json_t *ids_json(const int *ids, int n)
+{
+    json_t *a = json_array();
+    CHECK_ALLOC(a);
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
 /* ids of the request's prompt; -1 with err naming the field */
 static int request_ids(const struct ls_model *m, const struct chat_env *env, json_t *req,
                        int chat_default, int **out, int *n, char *err, size_t errlen)
 {
     json_t *prompt = json_object_get(req, "prompt"), *messages = json_object_get(req, "messages");
-    if (!m->tok) {
-        snprintf(err, errlen, "the model has no tokenizer");
-        return -1;
-    }
     if (!prompt == !messages) {
         snprintf(err, errlen,
-                 "expected exactly one of \"prompt\" (a string) and \"messages\" (a list), "
-                 "found %s",
+                 "expected exactly one of \"prompt\" (a string or a list of token ids) and "
+                 "\"messages\" (a list), found %s",
                  prompt ? "both" : "neither");
+        return -1;
+    }
+    if (json_is_array(prompt)) {
+        struct chat_turn none;
+        if (chat_turn_fields(req, 0, &none, err, errlen)) return -1;
+        return prompt_id_list(prompt, out, n, err, errlen);
+    }
+    if (!m->tok) {
+        snprintf(err, errlen, "the model has no tokenizer: give \"prompt\" as a list of token ids");
         return -1;
     }
     char *text = NULL;
@@ -241,13 +286,20 @@ static int float_field(json_t *req, enum ls_sampling_param p, double *out, char 
 /* the most completions a line may ask for ("n") */
 #define BATCH_MAX_N 64
 
-/* the request's parameters over the defaults, and its number of completions; stop strings
- * point into req */
+/* the request's parameters over the defaults, its number of completions and whether it asks
+ * for token ids (vLLM's "return_token_ids"); stop strings point into req */
 static int request_params(json_t *req, const struct ls_gen_params *dflt, struct ls_gen_params *p,
-                          int *n_choices, char *err, size_t errlen)
+                          int *n_choices, int *return_ids, char *err, size_t errlen)
 {
     *p = *dflt;
     *n_choices = 1;
+    json_t *rti = json_object_get(req, "return_token_ids");
+    if (rti && !json_is_boolean(rti) && !json_is_null(rti)) {
+        snprintf(err, errlen, "field \"return_token_ids\": expected true or false, found %s",
+                 ls_json_type_name(rti));
+        return -1;
+    }
+    *return_ids = json_is_true(rti);
     struct ls_sampling *s = &p->sampling;
     double d;
     int r;
@@ -419,6 +471,7 @@ static size_t ignored_fields(json_t *req, char *buf, size_t len)
                                         "min_tokens",
                                         "stop_token_ids",
                                         "n",
+                                        "return_token_ids",
                                         "temperature",
                                         "top_k",
                                         "top_p",
@@ -656,7 +709,7 @@ int cmd_batch(int argc, char **argv)
         json_t *res = json_object();
         json_object_set(res, "id", id ? id : json_null());
         struct ls_gen_params p;
-        int n_choices = 1;
+        int n_choices = 1, return_ids = 0;
         int *ids = NULL, n_ids = 0;
         int good = 1;
         if (too_long) {
@@ -676,7 +729,7 @@ int cmd_batch(int argc, char **argv)
             char e2[900];
             if (j.ctx.rank == 0 && ignored_fields(req, e2, sizeof e2))
                 ls_warn("batch: line %ld: ignored fields (not read by lockstep): %s", lineno, e2);
-            if (request_params(req, &dflt, &p, &n_choices, e2, sizeof e2) != 0 ||
+            if (request_params(req, &dflt, &p, &n_choices, &return_ids, e2, sizeof e2) != 0 ||
                 request_ids(j.model, &env, req, chat, &ids, &n_ids, e2, sizeof e2) != 0) {
                 snprintf(err, sizeof err, "line %ld: %s", lineno, e2);
                 good = 0;
@@ -704,8 +757,13 @@ int cmd_batch(int argc, char **argv)
                 break;
             }
             json_t *lp = ls_logprobs_json(j.model->tok, &r, &pc);
+            /* without a tokenizer there is no text: the ids are the result */
+            json_t *text = j.model->tok ? json_string(r.text) : json_null();
+            json_t *gen_ids = return_ids || !j.model->tok ? ids_json(r.ids, r.n_gen) : NULL;
             if (c == 0) {
-                json_object_set_new(res, "text", json_string(r.text));
+                if (return_ids) json_object_set_new(res, "prompt_token_ids", ids_json(ids, n_ids));
+                json_object_set(res, "text", text);
+                if (gen_ids) json_object_set(res, "token_ids", gen_ids);
                 json_object_set_new(res, "prompt_tokens", json_integer(r.n_prompt));
                 json_object_set_new(res, "completion_tokens", json_integer(r.n_gen));
                 json_object_set_new(res, "finish_reason", json_string(r.finish));
@@ -714,12 +772,15 @@ int cmd_batch(int argc, char **argv)
                 if (plp) json_object_set_new(res, "prompt_logprobs", plp);
             }
             if (choices) {
-                json_t *ch = json_pack("{s:i, s:s, s:i, s:s}", "index", c, "text", r.text,
+                json_t *ch = json_pack("{s:i, s:O, s:i, s:s}", "index", c, "text", text,
                                        "completion_tokens", r.n_gen, "finish_reason", r.finish);
                 CHECK_ALLOC(ch);
+                if (gen_ids) json_object_set(ch, "token_ids", gen_ids);
                 if (lp) json_object_set(ch, "logprobs", lp);
                 json_array_append_new(choices, ch);
             }
+            json_decref(gen_ids);
+            json_decref(text);
             json_decref(lp);
             toks += r.n_gen;
             ls_gen_result_free(&r);

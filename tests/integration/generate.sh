@@ -459,4 +459,57 @@ check "--stop-token-id past the vocabulary: non-zero on every rank, the id named
 run_mpi 2 "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 60 -n 4 --min-tokens 5
 check "--min-tokens past -n: non-zero, both named" \
     eval '[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && err_has "min_tokens 5 is past max_tokens 4"'
+
+# ---- batch "prompt" as a list of token ids (OpenAI's completions take it), on a model without
+# a tokenizer (tiny-llama: "text" null, the ids given) and with one (the ids of a text prompt,
+# fed back as a list, give the same completion); vLLM's return_token_ids
+cat >"$tmp/ids.jsonl" <<'JSONL'
+{"id": "n3", "prompt": [60, 7, 300], "max_tokens": 6, "temperature": 1.5, "seed": 3, "n": 3, "logprobs": 2}
+{"id": "s5", "prompt": [60, 7, 300], "max_tokens": 6, "temperature": 1.5, "seed": 5, "logprobs": 2}
+{"id": "text", "prompt": "hello"}
+{"id": "empty", "prompt": []}
+{"id": "str", "prompt": [1, "x"]}
+{"id": "neg", "prompt": [1, -2]}
+{"id": "big", "prompt": [1, 512]}
+{"id": "tools", "prompt": [1, 2], "tools": []}
+{"id": "rti", "prompt": [1, 2], "return_token_ids": 1}
+JSONL
+for tp in 1 2; do
+    run_mpi $tp "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/ids.jsonl" --output "$tmp/ids.out"
+    isel() { jq -c "select(.id == \"$1\")" "$tmp/ids.out"; }
+    run_mpi $tp "$LOCKSTEP" generate --cpu -m "$tiny" --prompt-ids 60,7,300 -n 6 --temperature 1.5 --seed 3 --json --quiet
+    check "TP=$tp batch prompt ids without a tokenizer: text null, the ids of generate --prompt-ids with the seed" \
+        eval '[ "$(isel n3 | jq -c "[.text, .token_ids, .choices[0].token_ids]")" = "[null,$(jq -c .ids "$tmp/out"),$(jq -c .ids "$tmp/out")]" ]'
+    check "TP=$tp batch prompt ids, n=3: choice 2 (from the shared prefill) is the line with seed 5, ids and log-probabilities" \
+        eval '[ "$(isel n3 | jq -c ".choices[2] | [.token_ids, .logprobs]")" = "$(isel s5 | jq -c "[.token_ids, .logprobs]")" ] &&
+              [ "$(isel s5 | jq ".token_ids | length")" -eq 6 ]'
+    check "TP=$tp batch prompt ids: each bad line's error" \
+        eval '[ "$(isel text | jq -r .error)" = "line 3: the model has no tokenizer: give \"prompt\" as a list of token ids" ] &&
+              [ "$(isel empty | jq -r .error)" = "line 4: field \"prompt\": expected 1 to 4194304 token ids, found 0" ] &&
+              [ "$(isel str | jq -r .error)" = "line 5: field \"prompt\"[1]: expected a token id (an integer >= 0), found a string" ] &&
+              [ "$(isel neg | jq -r .error)" = "line 6: field \"prompt\"[1]: expected a token id (an integer >= 0), found a negative or too large one" ] &&
+              [ "$(isel big | jq -r .error)" = "line 7: prompt token 1: id 512 is outside the vocabulary [0, 512)" ] &&
+              [ "$(isel tools | jq -r .error)" = "line 8: field \"tools\": only for chat lines (\"messages\", or --chat)" ] &&
+              [ "$(isel rti | jq -r .error)" = "line 9: field \"return_token_ids\": expected true or false, found an integer" ]'
+done
+cat >"$tmp/rt.jsonl" <<'JSONL'
+{"id": "t", "prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "return_token_ids": true}
+{"id": "c", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 6, "temperature": 0, "return_token_ids": true}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/rt.jsonl" --output "$tmp/rt.out"
+rsel() { jq -c "select(.id == \"$1\")" "$tmp/rt.out"; }
+pt=$(rsel t | jq -c .prompt_token_ids)
+pc=$(rsel c | jq -c .prompt_token_ids)
+check "return_token_ids: the prompt's ids (as many as prompt_tokens) and the completion's" \
+    eval '[ "$(rsel t | jq ".prompt_token_ids | length")" = "$(rsel t | jq .prompt_tokens)" ] &&
+          [ "$(rsel c | jq ".prompt_token_ids | length")" = "$(rsel c | jq .prompt_tokens)" ] &&
+          [ "$(rsel t | jq ".token_ids | length")" -eq 6 ]'
+cat >"$tmp/rt2.jsonl" <<JSONL
+{"id": "t", "prompt": $pt, "max_tokens": 6, "temperature": 0, "return_token_ids": true}
+{"id": "c", "prompt": $pc, "max_tokens": 6, "temperature": 0}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/rt2.jsonl" --output "$tmp/rt2.out"
+check "a text prompt's and a chat line's ids fed back as lists: the same completions" \
+    eval '[ "$(jq -c "select(.id == \"t\") | [.text, .token_ids]" "$tmp/rt2.out")" = "$(rsel t | jq -c "[.text, .token_ids]")" ] &&
+          [ "$(jq -r "select(.id == \"c\") | .text" "$tmp/rt2.out")" = "$(rsel c | jq -r .text)" ]'
 done_testing
