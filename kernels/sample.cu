@@ -572,10 +572,91 @@ static __global__ void __launch_bounds__(SP_THREADS)
     if (threadIdx.x == 0) *out = bi == INT_MAX ? 0 : bi;
 }
 
+// ---- argmax over the grid (ls_sample_set_argmax_split): each block reduces a slice of the row
+// to one 64-bit key, folds it into one device word with atomicMax, and the last block to count
+// itself in writes the index and clears the word and the count for the next call. One block
+// over a 128K row was ~125 dependent scalar loads a thread (~8.6 us alone); here each thread
+// loads one or two float4s.
+#define AM_THREADS 256
+static __device__ unsigned long long g_am_key;
+static __device__ unsigned g_am_done;
+
+// the key's unsigned order is argmax_merge's: the larger value first, then the lower index
+// (-0 and +0 are one value there, so one key); 0 is below every value's key
+static __device__ __forceinline__ unsigned long long am_key(float v, int i)
+{
+    unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (0xFFFFFFFFu - (unsigned)i);
+}
+
+static __global__ void __launch_bounds__(AM_THREADS)
+    argmax_split_kernel(int *out, const float *__restrict__ x, int n)
+{
+    __shared__ unsigned long long red[AM_THREADS / 32];
+    pdl_launch_dependents();
+    pdl_wait();
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    const int n4 = n >> 2, stride = (int)gridDim.x * AM_THREADS;
+    const int first = (int)blockIdx.x * AM_THREADS + (int)threadIdx.x;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x);
+#pragma unroll 2
+    for (int j = first; j < n4; j += stride) {
+        const float4 v = x4[j];
+        argmax_merge(bv, bi, v.x, 4 * j);
+        argmax_merge(bv, bi, v.y, 4 * j + 1);
+        argmax_merge(bv, bi, v.z, 4 * j + 2);
+        argmax_merge(bv, bi, v.w, 4 * j + 3);
+    }
+    for (int i = 4 * n4 + first; i < n; i += stride) argmax_merge(bv, bi, x[i], i);
+    // NaN never enters argmax_merge's pick, so a thread with no value keeps INT_MAX: key 0
+    unsigned long long k = bi == INT_MAX ? 0ull : am_key(bv, bi);
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long t = __shfl_xor_sync(FULL, k, o);
+        k = t > k ? t : k;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) red[warp] = k;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 1; w < AM_THREADS / 32; w++) k = red[w] > k ? red[w] : k;
+    if (k) atomicMax(&g_am_key, k);
+    __threadfence(); // the key is in before the count says so
+    if (atomicAdd(&g_am_done, 1u) != gridDim.x - 1) return;
+    __threadfence(); // every block's key is in: read it after the count
+    const unsigned long long best = atomicExch(&g_am_key, 0ull);
+    g_am_done = 0;
+    *out = best ? (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFull)) : 0;
+}
+
+static int g_argmax_split = -1; // -1: not read yet (LOCKSTEP_ARGMAX_SPLIT=0 turns it off)
+
+extern "C" int ls_sample_set_argmax_split(int on)
+{
+    if (g_argmax_split < 0) {
+        const char *e = getenv("LOCKSTEP_ARGMAX_SPLIT");
+        g_argmax_split = !(e && !strcmp(e, "0"));
+    }
+    int old = g_argmax_split;
+    if (on >= 0) g_argmax_split = on != 0;
+    return old;
+}
+
 extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
 {
     if (n < 1) ls_die(__FILE__, __LINE__, "ls_sample_argmax", "n must be >= 1");
-    pdl_launch(argmax_kernel, 1, SP_THREADS, 0, (cudaStream_t)stream, out, x, n);
+    // the grid form's float4 loads need x on a 16-byte boundary (every buffer the engine
+    // allocates is); one block is enough below a few thousand
+    if (ls_sample_set_argmax_split(-1) && n >= 4096 && ((uintptr_t)x & 15) == 0) {
+        const int n4 = n / 4, sms = ls_device_get().sms;
+        int blocks = (n4 + AM_THREADS - 1) / AM_THREADS;
+        if (blocks > 2 * sms) blocks = 2 * sms;
+        pdl_launch(argmax_split_kernel, (unsigned)blocks, AM_THREADS, 0, (cudaStream_t)stream, out,
+                   x, n);
+    } else {
+        pdl_launch(argmax_kernel, 1, SP_THREADS, 0, (cudaStream_t)stream, out, x, n);
+    }
     CHECK_CUDA(cudaGetLastError());
 }
 

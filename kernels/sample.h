@@ -22,6 +22,13 @@ extern "C" {
  * device memory */
 void ls_sample_argmax(int *out, const float *x, int n, void *stream);
 
+/* Rows of 4096 or more on a 16-byte boundary: ls_sample_argmax runs over a grid of blocks, each
+ * a slice, the last block to finish writing the index (through two words of device memory that
+ * it clears again: one call at a time on a device); else one block. The same index. On by
+ * default (LOCKSTEP_ARGMAX_SPLIT=0: off); for tests and benchmarks. Negative: read only.
+ * Returns the previous setting. */
+int ls_sample_set_argmax_split(int on);
+
 /* bytes of device workspace ls_sample needs for a vocabulary of n */
 size_t ls_sample_workspace(int n);
 

@@ -1412,27 +1412,43 @@ static void tests_row_logprobs(void)
 
 static void tests_sample(void)
 {
-    { // argmax: ties go to the lowest index
-        std::vector<int> sizes = {1, 1000, 49152};
+    { // argmax: ties go to the lowest index; one block and the grid form (rows of 4096 or
+      // more on a 16-byte boundary; at an odd offset the grid form falls back to one block)
+        static const char *names[] = {"random", "ties", "all equal", "signed zeros, NaN, -inf",
+                                      "the last is largest"};
+        std::vector<int> sizes = {1, 1000, 4095, 4096, 4099, 49152, 64127};
         if (!g_quick) sizes.push_back(128256);
-        for (int V : sizes) {
-            for (int variant = 0; variant < 3; variant++) {
-                std::vector<float> x = randv(V, 10.0f);
-                if (variant == 1 && V > 200) x[5] = x[200] = x[V - 1] = 20.0f;
-                if (variant == 2) std::fill(x.begin(), x.end(), -3.0f);
-                dev<float> dx(V);
-                dev<int> dout(1);
-                dx.up(x);
-                dout.poison();
-                ls_sample_argmax(dout.p, dx.p, V, nullptr);
-                int got = dout.down()[0], want = ls_argmax(x.data(), V);
-                report(got == want, "argmax V=%d %s: %d (expected %d)", V,
-                       variant == 0   ? "random"
-                       : variant == 1 ? "ties"
-                                      : "all equal",
-                       got, want);
+        const int was = ls_sample_set_argmax_split(-1);
+        for (int split = 0; split < 2; split++) {
+            ls_sample_set_argmax_split(split);
+            for (int V : sizes) {
+                for (int variant = 0; variant < 5; variant++) {
+                    for (int off = 0; off < (V >= 4096 && variant == 0 ? 2 : 1); off++) {
+                        std::vector<float> x = randv(V, 10.0f);
+                        if (variant == 1 && V > 200) x[5] = x[200] = x[V - 1] = 20.0f;
+                        if (variant == 2) std::fill(x.begin(), x.end(), -3.0f);
+                        if (variant == 3) {
+                            for (int i = 0; i < V; i++)
+                                x[i] = i % 3 == 0 ? -INFINITY : i % 3 == 1 ? NAN : -0.0f;
+                            if (V > 10) x[V - 2] = 0.0f, x[V / 2] = NAN;
+                        }
+                        if (variant == 4) x[V - 1] = 30.0f;
+                        dev<float> dx(V + 1);
+                        dev<int> dout(1);
+                        dx.poison();
+                        CHECK_CUDA(cudaMemcpy(dx.p + off, x.data(), (size_t)V * sizeof(float),
+                                              cudaMemcpyHostToDevice));
+                        dout.poison();
+                        ls_sample_argmax(dout.p, dx.p + off, V, nullptr);
+                        int got = dout.down()[0], want = ls_argmax(x.data(), V);
+                        report(got == want, "argmax %s V=%d%s %s: %d (expected %d)",
+                               split ? "grid" : "one block", V, off ? " (offset 4 bytes)" : "",
+                               names[variant], got, want);
+                    }
+                }
             }
         }
+        ls_sample_set_argmax_split(was);
     }
     struct cfg {
         float temp;
@@ -1967,6 +1983,9 @@ static void benchmarks(void)
         fill_f32<<<64, 256>>>(l.p, V, 9);
         CHECK_CUDA(cudaDeviceSynchronize());
         float am = time_batch(60, 10, [&](int) { ls_sample_argmax(out.p, l.p, V, nullptr); });
+        const int was = ls_sample_set_argmax_split(0);
+        float am1 = time_batch(60, 10, [&](int) { ls_sample_argmax(out.p, l.p, V, nullptr); });
+        ls_sample_set_argmax_split(was);
         float sp = time_batch(60, 10, [&](int) {
             ls_sample(out.p, l.p, V, 0.8f, 50, 0.9f, 0.0f, u.p, ws.p, nullptr);
         });
@@ -1983,10 +2002,10 @@ static void benchmarks(void)
             ls_sample(out.p, l.p, V, 0.8f, 50, 0.9f, 0.0f, u.p, ws.p, nullptr);
         });
         ls_sample_set_prefilter(1);
-        printf("argmax V=%d: %.2f us; sample top_k=50 top_p=0.9: %.2f us (without the small-set "
-               "end %.2f us, without the top-k prefilter %.2f us); sample top_p=0.95: %.2f us "
-               "(logits uniform in [-1, 1): every token a candidate)\n",
-               V, am * 1e3, sp * 1e3, sps * 1e3, sp0 * 1e3, sp2 * 1e3);
+        printf("argmax V=%d: %.2f us (one block: %.2f us); sample top_k=50 top_p=0.9: %.2f us "
+               "(without the small-set end %.2f us, without the top-k prefilter %.2f us); sample "
+               "top_p=0.95: %.2f us (logits uniform in [-1, 1): every token a candidate)\n",
+               V, am * 1e3, am1 * 1e3, sp * 1e3, sps * 1e3, sp0 * 1e3, sp2 * 1e3);
         // top-p alone on logits spread like a model's (N(0, 3): the top-p set is small, most
         // of the row still has weight > 0), with the prefilter and without
         {
