@@ -142,6 +142,34 @@ stage_e2e() {
     done
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
         --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet || ok=1
+    e2e_paths || ok=1
+    return $ok
+}
+# the engine paths that leave and rejoin the decode graph, on GPUs: min_tokens' first steps on
+# the host (the ending tokens masked) then the graph's (where the mask changes nothing, the
+# plain run's tokens: the host's and the graph's draws line up), and batch "n" (choices after
+# the first rewind to the prompt's end and start from its kept logits: choice 2 equals the line
+# drawn with its seed alone, ids and log-probabilities)
+e2e_paths() {
+    local ok=0 tp m=tests/fixtures/tiny-llama a
+    a=(--gpu -m $m --prompt-ids 60,7,300 -n 10 --temperature 0.9 --seed 3)
+    printf '%s\n' '{"id": "n3", "prompt": [60, 7, 300], "max_tokens": 6, "temperature": 1.5, "seed": 3, "n": 3, "logprobs": 2}' \
+        '{"id": "s5", "prompt": [60, 7, 300], "max_tokens": 6, "temperature": 1.5, "seed": 5, "logprobs": 2}' >"$OUT/paths.jsonl"
+    for tp in 1 2; do
+        fits $tp || continue
+        gen_json $tp "$OUT/paths-plain.json" "${a[@]}" &&
+            gen_json $tp "$OUT/paths-min.json" "${a[@]}" --stop-token-id 1 --min-tokens 6 &&
+            echo "TP=$tp sampled: $(ids_of "$OUT/paths-plain.json"); with min_tokens 6: $(ids_of "$OUT/paths-min.json")" &&
+            [ "$(ids_of "$OUT/paths-plain.json")" = "$(ids_of "$OUT/paths-min.json")" ] || { echo "TP=$tp min_tokens' host steps then graph steps != the graph's"; ok=1; }
+        mpi -np $tp build-gpu/lockstep batch --gpu -m $m --input "$OUT/paths.jsonl" --output "$OUT/paths.out" &&
+            python3 - "$OUT/paths.out" "$tp" <<'PY' || ok=1
+import json, sys
+r = {x["id"]: x for x in map(json.loads, open(sys.argv[1]))}
+c2, s5 = r["n3"]["choices"][2], r["s5"]
+print(f"TP={sys.argv[2]} batch n=3 choice 2: {c2['token_ids']}; the line with seed 5: {s5['token_ids']}")
+sys.exit(0 if (c2["token_ids"], c2["logprobs"]) == (s5["token_ids"], s5["logprobs"]) else 1)
+PY
+    done
     return $ok
 }
 
