@@ -5,7 +5,7 @@
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring,
 # scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, pflong, longctx, attbench,
-# attforms, shapes, ab, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
+# attforms, shapes, layers, ab, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
 # table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
@@ -435,6 +435,36 @@ stage_longctx() {
 # that many times, interleaved (A B A B ...), so drift in the machine shows as spread, not as a
 # difference; lines and JSON names then carry the round. AB_ARGS: more bench arguments for every
 # setting (e.g. "--temperature 0.8 --top-k 50 --top-p 0.95": the sampled step)
+# The weights' footprint: the 8B shape with 8, 16, 32 and 64 layers (3.5 to 28 GB of weights, the
+# same LM head), so that the per-layer slope says whether a larger footprint makes each layer
+# slower (the GPU's TLB reach: the probe and the lab stream 3.5-4 GiB, the step 15 GB); then the
+# read probe itself at 4, 16 and 64 GiB. LAYERS_BW="4 16 64" (GiB) and LAYERS_N="8 16 32 64".
+stage_layers() {
+    local l g
+    for l in ${LAYERS_N:-8 16 32 64}; do
+        python3 - "$l" >"$OUT/layers-$l.json" <<'PY'
+import json, sys
+print(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_hidden_layers": int(sys.argv[1]), "num_attention_heads": 32,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu", "tie_word_embeddings": False,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192}, "bos_token_id": 128000, "eos_token_id": 128001}))
+PY
+        echo -n "layers $l: "
+        mpi -np 1 build-gpu/lockstep bench --gpu --dummy "$OUT/layers-$l.json" --prompt-len 128 --gen 256 \
+            --json "$OUT/layers-$l-bench.json" >"$OUT/layers-$l.log" 2>&1 || { echo failed; tail -5 "$OUT/layers-$l.log"; return 1; }
+        grep -E "^ *(read bandwidth|bytes read|decode  )" "$OUT/layers-$l.log" | tr -s ' ' | tr '\n' ' '
+        echo
+    done
+    for g in ${LAYERS_BW:-4 16 64}; do
+        echo -n "probe $g GiB: "
+        mpi -np 1 build-gpu/lockstep bench --gpu --dummy smollm2-135m --gen 16 --bw-bytes $((g << 30)) \
+            >"$OUT/probe-$g.log" 2>&1 || { echo failed; tail -5 "$OUT/probe-$g.log"; return 1; }
+        grep -E "^ *(read bandwidth|copy)" "$OUT/probe-$g.log" | tr -s ' ' | tr '\n' ' '
+        echo
+    done
+}
 stage_ab() {
     local v tp n x kv a r rounds=${AB_ROUNDS:-1} tag bin name
     n=$(ngpus)
