@@ -8,7 +8,6 @@
 #include "config.h"
 #include "backend.h"
 #include "check.h"
-#include "log.h"
 #include "comm_custom.h"
 #include "kernels/attention.h"
 #include "kernels/bandwidth.h"
@@ -50,17 +49,6 @@ static cudaStream_t stream_get(void)
         /* LOCKSTEP_CARVEOUT=PCT: one shared-memory carveout for every kernel (experiment) */
         const char *co = getenv("LOCKSTEP_CARVEOUT");
         if (co && *co) ls_kernels_set_carveout(atoi(co));
-        /* LOCKSTEP_L2_FETCH=BYTES: the L2's fetch granularity from DRAM, a hint of 0-128 bytes
-         * (cudaLimitMaxL2FetchGranularity; experiment: the GEMVs read whole 128-byte lines) */
-        const char *fg = getenv("LOCKSTEP_L2_FETCH");
-        if (fg && *fg) {
-            size_t was = 0, now = 0;
-            CHECK_CUDA(cudaDeviceGetLimit(&was, cudaLimitMaxL2FetchGranularity));
-            CHECK_CUDA(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, (size_t)atoi(fg)));
-            CHECK_CUDA(cudaDeviceGetLimit(&now, cudaLimitMaxL2FetchGranularity));
-            ls_eprint0("lockstep: LOCKSTEP_L2_FETCH: L2 fetch granularity %zu -> %zu bytes\n", was,
-                       now);
-        }
     }
     return cu.stream;
 }
