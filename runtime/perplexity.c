@@ -9,7 +9,10 @@
  * an earlier one scored (Hugging Face's strided evaluation), and never from fewer than
  * --score-from tokens of its window (llama-perplexity scores each window's second half:
  * --score-from ctx/2). Perplexity = exp(mean nll) over all scored tokens, with its standard
- * error from the nll's spread (exp(mean) * sd / sqrt(n), as llama-perplexity prints it). */
+ * error from the nll's spread (exp(mean) * sd / sqrt(n), as llama-perplexity prints it).
+ * --llama-cpp runs llama-perplexity's own cut (whole windows only, each starting from BOS where
+ * the tokenizer adds one, the second half scored), so the two figures can be compared; the
+ * tests compare them on SmolLM2 (tests/fixtures/perplexity). */
 #include "config.h"
 #include "args.h"
 #include "check.h"
@@ -33,12 +36,16 @@ enum {
     OPT_CTX,
     OPT_STRIDE,
     OPT_SCORE_FROM,
+    OPT_WHOLE,
+    OPT_WINDOW_BOS,
+    OPT_LLAMA_CPP,
     OPT_JSON
 };
 
 static const char help[] =
     "usage: lockstep perplexity (-m MODEL | --dummy PRESET) (-f FILE | --prompt-ids LIST)\n"
-    "       [--ctx N] [--stride S] [--score-from K] [--json]\n"
+    "       [--ctx N] [--stride S] [--score-from K] [--whole-windows] [--window-bos]\n"
+    "       [--llama-cpp] [--json]\n"
     "Perplexity of a text: its tokens cut into windows of --ctx tokens, each run from an empty\n"
     "context, each token scored once given the ones before it in its window. Prints the running\n"
     "perplexity per window on stderr, then the result on stdout.\n"
@@ -52,6 +59,14 @@ static const char help[] =
     "                       strided perplexity: more context a token, more windows)\n"
     "  --score-from K       score only tokens with at least K of their window before them\n"
     "                       (0..ctx-2, default 0; llama-perplexity scores from ctx/2)\n"
+    "  --whole-windows      only windows of --ctx tokens: the tokens past the last whole one\n"
+    "                       are not scored (llama-perplexity's chunks)\n"
+    "  --window-bos         each window's first token replaced by BOS (the tokenizer's, else\n"
+    "                       the config's bos_token_id), as llama-perplexity does when its\n"
+    "                       tokenizer adds one\n"
+    "  --llama-cpp          as llama-perplexity -c N: --whole-windows, --score-from ctx/2\n"
+    "                       (unless given), --window-bos when the tokenizer adds BOS, and a\n"
+    "                       file's one final newline dropped; not with --stride\n"
     "  --json               one JSON object: tokens, windows, nll, perplexity and its error, and\n"
     "                       each window's start, scored tokens and nll\n" LS_COMMON_HELP;
 
@@ -84,6 +99,9 @@ int cmd_perplexity(int argc, char **argv)
         {"ctx", required_argument, NULL, OPT_CTX},
         {"stride", required_argument, NULL, OPT_STRIDE},
         {"score-from", required_argument, NULL, OPT_SCORE_FROM},
+        {"whole-windows", no_argument, NULL, OPT_WHOLE},
+        {"window-bos", no_argument, NULL, OPT_WINDOW_BOS},
+        {"llama-cpp", no_argument, NULL, OPT_LLAMA_CPP},
         {"json", no_argument, NULL, OPT_JSON},
         {"help", no_argument, NULL, 'h'},
         LS_COMMON_LONGOPTS,
@@ -91,7 +109,8 @@ int cmd_perplexity(int argc, char **argv)
     struct ls_common_opts common;
     ls_common_defaults(&common);
     const char *model = NULL, *file = NULL, *ids_arg = NULL;
-    int ctx = 512, stride = 0, score_from = 0, json = 0, reset = 1, opt, rc;
+    int ctx = 512, stride = 0, score_from = -1, json = 0, reset = 1, opt, rc;
+    int whole = 0, window_bos = 0, llama_cpp = 0;
     long v;
     char err[1024], dummy[4200];
     while ((opt = ls_getopt(argc, argv, "m:f:h", longopts, &reset, err, sizeof err)) != -1) {
@@ -124,6 +143,15 @@ int cmd_perplexity(int argc, char **argv)
                 return ls_usage_error("perplexity", err);
             score_from = (int)v;
             break;
+        case OPT_WHOLE:
+            whole = 1;
+            break;
+        case OPT_WINDOW_BOS:
+            window_bos = 1;
+            break;
+        case OPT_LLAMA_CPP:
+            llama_cpp = 1;
+            break;
         case OPT_JSON:
             json = 1;
             break;
@@ -144,6 +172,18 @@ int cmd_perplexity(int argc, char **argv)
     if (!model) return ls_usage_error("perplexity", "missing --model (-m) or --dummy");
     if (!file == !ids_arg)
         return ls_usage_error("perplexity", "give exactly one of --file (-f) and --prompt-ids");
+    if (llama_cpp && stride) {
+        snprintf(err, sizeof err,
+                 "--llama-cpp runs llama-perplexity's windows, which do not overlap: not with "
+                 "--stride %d",
+                 stride);
+        return ls_usage_error("perplexity", err);
+    }
+    if (llama_cpp) {
+        whole = 1;
+        if (score_from < 0) score_from = ctx / 2;
+    }
+    if (score_from < 0) score_from = 0;
     if (stride == 0) stride = ctx;
     if (stride > ctx) {
         snprintf(err, sizeof err, "--stride %d is past --ctx %d: windows would skip tokens", stride,
@@ -187,9 +227,23 @@ int cmd_perplexity(int argc, char **argv)
             if (j.ctx.rank == 0) free(text);
         } else {
             text = rc_bcast_string(text, &len); /* rank 0's bytes and length, for every rank */
+            /* llama-perplexity's -f drops one final newline */
+            if (llama_cpp && len > 0 && text[len - 1] == '\n') len--;
             ok = rc_encode(j.model->tok, text, len, 1, 0, &ids, &n, err, sizeof err) == 0;
             free(text);
         }
+    }
+    /* the id each window starts with under --window-bos (llama-cpp: where the tokenizer adds
+     * one, as llama-perplexity asks its vocabulary) */
+    const struct tokenizer *tok = j.model->tok;
+    if (llama_cpp && tok && tok_add_bos(tok)) window_bos = 1;
+    const int bos = tok && tok_bos(tok) >= 0 ? tok_bos(tok) : j.model->cfg.bos_id;
+    if (ok && window_bos && bos < 0) {
+        snprintf(err, sizeof err,
+                 "--window-bos: %.900s has no BOS token (neither the tokenizer nor the config's "
+                 "bos_token_id names one)",
+                 j.model->path);
+        ok = 0;
     }
     const int V = j.model->cfg.vocab;
     for (int i = 0; ok && i < n; i++)
@@ -198,6 +252,12 @@ int cmd_perplexity(int argc, char **argv)
                      V);
             ok = 0;
         }
+    if (ok && whole && n < ctx) {
+        snprintf(err, sizeof err,
+                 "the text has %d token%s: not one whole window of --ctx %d (--whole-windows)", n,
+                 n == 1 ? "" : "s", ctx);
+        ok = 0;
+    }
     if (ok && n < score_from + 2) {
         snprintf(err, sizeof err,
                  "the text has %d token%s: nothing to score (at least %d with --score-from %d)", n,
@@ -208,7 +268,9 @@ int cmd_perplexity(int argc, char **argv)
     if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
 
     float *logits = malloc((size_t)V * sizeof *logits);
+    int *wids = window_bos ? malloc((size_t)ctx * sizeof *wids) : NULL;
     CHECK_ALLOC(logits);
+    if (window_bos) CHECK_ALLOC(wids);
     json_t *windows = json_array();
     CHECK_ALLOC(windows);
     double sum = 0.0, sum2 = 0.0;
@@ -218,7 +280,13 @@ int cmd_perplexity(int argc, char **argv)
     /* tokens [0, done_to) are scored or cannot be (the first has no context) */
     for (int at = 0, done_to = 1; done_to < n; at += stride) {
         const int end = n - at < ctx ? n : at + ctx;
+        if (whole && end - at < ctx) break; /* the tail past the last whole window */
         struct window w = {.ids = ids + at, .n = end - at, .first = done_to - 1 - at};
+        if (window_bos) {
+            memcpy(wids, ids + at, (size_t)w.n * sizeof *wids);
+            wids[0] = bos;
+            w.ids = wids;
+        }
         if (w.first < score_from) w.first = score_from;
         if (w.first + 1 >= w.n) { /* a last window with nothing left to score in it */
             if (end == n) break;
@@ -236,19 +304,20 @@ int cmd_perplexity(int argc, char **argv)
         json_array_append_new(windows, json_pack("{s:i, s:i, s:f}", "start", at, "scored",
                                                  w.scored, "nll", w.sum / w.scored));
         if (j.ctx.rank == 0 && !json)
-            fprintf(stderr, "[%d]%.4f%s", nw, exp(sum / (double)scored), end < n ? " " : "\n");
+            fprintf(stderr, "%s[%d]%.4f", nw > 1 ? " " : "", nw, exp(sum / (double)scored));
     }
+    if (j.ctx.rank == 0 && !json && nw > 0) fprintf(stderr, "\n");
     const double dt = ls_now_s() - t0;
     const double mean = sum / (double)scored;
     const double var = scored > 1 ? (sum2 / (double)scored - mean * mean) * scored / (scored - 1) : 0;
     const double ppl = exp(mean), ppl_err = ppl * sqrt(var > 0 ? var : 0) / sqrt((double)scored);
     if (j.ctx.rank == 0) {
         if (json) {
-            json_t *o =
-                json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:o}", "tokens", n,
-                          "scored", (int)scored, "ctx", ctx, "stride", stride, "score_from",
-                          score_from, "windows_run", nw, "nll", mean, "perplexity", ppl,
-                          "perplexity_error", ppl_err, "seconds", dt, "windows", windows);
+            json_t *o = json_pack(
+                "{s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:i, s:f, s:f, s:f, s:f, s:o}", "tokens", n,
+                "scored", (int)scored, "ctx", ctx, "stride", stride, "score_from", score_from,
+                "whole_windows", whole, "window_bos", window_bos, "windows_run", nw, "nll", mean,
+                "perplexity", ppl, "perplexity_error", ppl_err, "seconds", dt, "windows", windows);
             CHECK_ALLOC(o);
             json_dumpf(o, stdout, JSON_COMPACT);
             printf("\n");
@@ -256,8 +325,9 @@ int cmd_perplexity(int argc, char **argv)
             windows = NULL;
         } else {
             printf("perplexity: %.4f +/- %.4f (mean nll %.6f) over %ld tokens in %d windows of "
-                   "up to %d (stride %d, scored from %d)\n",
-                   ppl, ppl_err, mean, scored, nw, ctx, stride, score_from);
+                   "%s%d (stride %d, scored from %d%s)\n",
+                   ppl, ppl_err, mean, scored, nw, whole ? "" : "up to ", ctx, stride, score_from,
+                   window_bos ? ", each window from BOS" : "");
         }
         fflush(stdout);
         fprintf(stderr, "lockstep: %d ranks (%s): %d tokens in %.2f s (%.1f tok/s)\n", j.ctx.size,
@@ -265,6 +335,7 @@ int cmd_perplexity(int argc, char **argv)
     }
     json_decref(windows);
     free(logits);
+    free(wids);
     free(ids);
     rc_job_end(&j);
     return 0;

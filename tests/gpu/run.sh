@@ -152,7 +152,7 @@ stage_e2e() {
 # drawn with its seed alone, ids and log-probabilities)
 e2e_paths() {
     local ok=0 tp m=tests/fixtures/tiny-llama a
-    a=(--gpu -m $m --prompt-ids 60,7,300 -n 10 --temperature 0.9 --seed 3)
+    a=(--gpu -m "$m" --prompt-ids 60,7,300 -n 10 --temperature 0.9 --seed 3)
     printf '%s\n' '{"id": "n3", "prompt": [60, 7, 300], "max_tokens": 6, "temperature": 1.5, "seed": 3, "n": 3, "logprobs": 2}' \
         '{"id": "s5", "prompt": [60, 7, 300], "max_tokens": 6, "temperature": 1.5, "seed": 5, "logprobs": 2}' >"$OUT/paths.jsonl"
     for tp in 1 2; do
