@@ -236,6 +236,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     CHECK_ALLOC(piece);
     struct ls_strbuf text = {0};
     size_t emitted = 0; /* bytes of text already written to p->stream */
+    int rc = 0;
     r->finish = "length";
 
     /* Without penalties no logits are needed on the host: each step runs in the backend (a
@@ -268,15 +269,8 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         struct prompt_lp c = {.r = r, .p = p, .prompt = prompt, .n = n_prompt};
         if (ls_engine_score(e, prompt, n_prompt, N, logits, record_prompt_logprobs, &c, err,
                             errlen) != 0) {
-            if (ts) tok_stream_free(ts);
-            free(piece);
-            free(hist);
-            free(raw);
-            free(logits);
-            ls_sampler_free(smp);
-            ls_gen_result_free(r);
-            memset(r, 0, sizeof *r);
-            return -1;
+            rc = -1; /* err says why; nothing was generated */
+            goto out;
         }
     } else {
         ls_engine_reset(e);
@@ -359,15 +353,20 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         }
         if (p->stream && text.n > emitted) fwrite(text.p + emitted, 1, text.n - emitted, p->stream);
         if (p->stream) fflush(p->stream);
-        tok_stream_free(ts);
     }
     r->text = text.p ? text.p : strdup("");
+out:
+    if (ts) tok_stream_free(ts);
     free(piece);
     free(hist);
     free(raw);
     free(logits);
     ls_sampler_free(smp);
-    return 0;
+    if (rc != 0) {
+        ls_gen_result_free(r);
+        memset(r, 0, sizeof *r);
+    }
+    return rc;
 }
 
 /* {"id", "token", "logprob"} of one token */

@@ -172,7 +172,7 @@ check "batch: \"prompt_logprobs\": 21 is out of range" \
 check "batch: \"prompt_logprobs\" takes a count, not true" \
     test "$(bsel ps)" = 'line 7: field "prompt_logprobs": expected an integer, found a boolean'
 check "batch: \"logprobs\": false reaches the prompt, not ignored" \
-    eval 'test "$(bsel ok)" = "line 5: the model has no tokenizer" && ! err_has "ignored fields"'
+    eval 'test "$(bsel ok)" = "line 5: the model has no tokenizer: give \"prompt\" as a list of token ids" && ! err_has "ignored fields"'
 
 # ---- batch on SmolLM2: chat's form and completions' form give the same log-probabilities, with
 # the tokens' text; a line without them has none
