@@ -119,7 +119,7 @@ check "batch: an integer out of range is printed exactly" \
     test "$(bsel m)" = 'line 2: field "max_tokens": expected 0..16777216, found 16777217'
 check "batch: a number just past its bound is not printed as the bound" \
     test "$(bsel t)" = 'line 3: field "temperature": expected 0..100, found 100.0000001'
-check "batch: a good line still reaches the prompt" test "$(bsel p)" = 'line 4: the model has no tokenizer'
+check "batch: a good line still reaches the prompt" test "$(bsel p)" = 'line 4: the model has no tokenizer: give "prompt" as a list of token ids'
 check "batch: fields lockstep does not read are said on stderr, once, and the line still runs" \
     eval 'err_has "line 4: ignored fields (not read by lockstep): \"model\", \"max_token\"" && [ "$(count_in_err "ignored fields")" -eq 1 ]'
 # a wrong type is named as what was found; a line that is JSON but no object too
@@ -151,7 +151,7 @@ check "batch: a line that is a JSON number or array is named as such" \
   printf '{"id": "after", "prompt": "x"}\n'; } >"$tmp/big.jsonl"
 run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/big.jsonl" --output "$tmp/big.out"
 check "batch: a line over 256 MiB is an error for that line, and the next line runs" \
-    eval '[ "$rc" -eq 0 ] && [ "$(jq -r ".error" "$tmp/big.out" | tr "\n" "|")" = "line 1: over 256 MiB; a request is one line, of at most 4194304 positions|line 2: the model has no tokenizer|" ]'
+    eval '[ "$rc" -eq 0 ] && [ "$(jq -r ".error" "$tmp/big.out" | tr "\n" "|")" = "line 1: over 256 MiB; a request is one line, of at most 4194304 positions|line 2: the model has no tokenizer: give \"prompt\" as a list of token ids|" ]'
 rm -f "$tmp/big.jsonl"
 mkdir -p "$tmp/sub"
 ln "$tmp/bf.jsonl" "$tmp/bf.hard"
