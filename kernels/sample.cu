@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -760,20 +761,225 @@ extern "C" void ls_row_logprobs(double *out, const float *logits, int rows, int 
     CHECK_CUDA(cudaGetLastError());
 }
 
+// ---- top-p alone over a grid (ls_sample_set_grid): the two selects of sample_kernel (the top-p
+// cut, then the draw below it) as radix selects whose histograms are built by every block of a
+// grid, each block a slice of at most SP_THREADS tokens in id order, one token a thread.
+// A pass: each block histograms its tokens' weights by a digit of the order key (11, 11, then
+// 10 bits, from the top) into shared memory and adds its bins to a global histogram; the last
+// block to count itself in finds the digit at which the running weight (from the top key down)
+// reaches the target, and the next pass keeps only that prefix. After three passes the key is
+// exact; the ties pass finds, in id order across the slices, the token at which the running
+// weight reaches the target: the same integers, order and targets as select, so the same token.
+// Used where every token may be a candidate (flat logits take the whole row there, where one
+// block's passes took ~0.5 ms).
+#define TP_PASSES     3
+#define TP_BINS       2048
+#define TP_MAX_BLOCKS 1024 // n <= 2^20
+
+struct tp_state {
+    unsigned long long hist[2][TP_PASSES][TP_BINS]; // [phase][pass], zeroed before each call
+    unsigned done[2][TP_PASSES + 1];                // blocks counted in, each kernel its own
+    unsigned long long tsum[TP_MAX_BLOCKS];         // the ties pass: each block's weight
+    unsigned long long above, target;               // weight before the prefix; the target
+    uint32_t prefix, mask;
+    cut c; // phase 0's result: the last token of the top-p set
+    int max_idx;
+};
+
+static __device__ __forceinline__ int tp_shift(int pass)
+{
+    return pass == 0 ? 21 : pass == 1 ? 10 : 0;
+}
+static __device__ __forceinline__ int tp_nbins(int pass)
+{
+    return pass == 2 ? 1024 : 2048;
+}
+
+// the token a thread holds in its block's slice, its weight (0: not a candidate of this pass)
+// and key
+struct tp_tok {
+    int i;
+    uint32_t key;
+    uint64_t w;
+};
+static __device__ tp_tok tp_load(const float *logits, int n, samp sp, const tp_state *st, int phase)
+{
+    const int s0 = (int)((long long)blockIdx.x * n / gridDim.x);
+    const int s1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
+    tp_tok t = {s0 + (int)threadIdx.x, 0u, 0};
+    if (t.i >= s1) return t;
+    const float l = logits[t.i];
+    t.key = order_key(l);
+    t.w = sp.w(l);
+    if ((t.key & st->mask) != st->prefix || (phase == 1 && !kept(t.key, t.i, st->c))) t.w = 0;
+    return t;
+}
+
+// the target of a phase's first pass: phase 0 the top-p share of the row's weight (total, from
+// the first histogram), phase 1 the draw below the cut (set by phase 0's ties pass)
+static __global__ void __launch_bounds__(SP_THREADS)
+    tp_hist_kernel(const float *__restrict__ logits, int n, float temp, float top_p, tp_state *st,
+                   int phase, int pass)
+{
+    __shared__ unsigned hh[TP_BINS], hl[TP_BINS];
+    __shared__ uint64_t scan[32];
+    __shared__ int last, pick;
+    __shared__ unsigned long long pick_above;
+    pdl_launch_dependents();
+    const int tid = threadIdx.x, nb = tp_nbins(pass), shift = tp_shift(pass);
+    for (int b = tid; b < nb; b += SP_THREADS) hh[b] = hl[b] = 0;
+    pdl_wait();
+    const samp sp = {logits[st->max_idx], temp};
+    __syncthreads();
+    const tp_tok t = tp_load(logits, n, sp, st, phase);
+    if (t.w > 0) {
+        const int b = (int)((t.key >> shift) & (uint32_t)(nb - 1));
+        atomicAdd(&hh[b], (unsigned)(t.w >> 16));
+        atomicAdd(&hl[b], (unsigned)(t.w & 0xffffu));
+    }
+    __syncthreads();
+    unsigned long long *gh = st->hist[phase][pass];
+    for (int b = tid; b < nb; b += SP_THREADS) {
+        const unsigned long long v = ((unsigned long long)hh[b] << 16) + hl[b];
+        if (v) atomicAdd(&gh[b], v);
+    }
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&st->done[phase][pass], 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // thread tid holds bins nb - 1 - k * tid ... (k = nb / SP_THREADS of them, from the top)
+    const int k = nb / SP_THREADS; // 1 or 2
+    const uint64_t b0 = __ldcg(&gh[nb - 1 - k * tid]),
+                   b1 = k > 1 ? __ldcg(&gh[nb - 2 - k * tid]) : 0;
+    const uint64_t part = b0 + b1;
+    uint64_t total;
+    const uint64_t incl = block_scan(part, &total, scan);
+    uint64_t above = st->above, target = st->target;
+    if (phase == 0 && pass == 0) {
+        target = (uint64_t)ceil((double)top_p * (double)total);
+        target = target < 1 ? 1 : target > total ? total : target;
+    }
+    if (tid == 0) pick = -1;
+    __syncthreads();
+    if (above + incl >= target && above + incl - part < target) {
+        const uint64_t acc = above + incl - part;
+        const int j = k > 1 && acc + b0 < target; // the second bin where the first falls short
+        pick = nb - 1 - (k * tid + j);
+        pick_above = j ? acc + b0 : acc;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        const int b = pick >= 0 ? pick : 0; // cannot be missing: the weights reach the target
+        st->prefix |= (uint32_t)b << shift;
+        st->mask |= (uint32_t)(nb - 1) << shift;
+        st->above = pick >= 0 ? pick_above : above;
+        st->target = target;
+    }
+}
+
+// the ties pass: the token with the exact key at which the running weight, in id order, reaches
+// the target. Phase 0 records it as the cut and sets phase 1's target from the draw u; phase 1
+// writes it to out.
+static __global__ void __launch_bounds__(SP_THREADS)
+    tp_ties_kernel(int *out, const float *__restrict__ logits, int n, float temp,
+                   const double *__restrict__ u, tp_state *st, int phase)
+{
+    __shared__ uint64_t scan[32];
+    __shared__ int last, blk;
+    __shared__ unsigned long long blk_above;
+    pdl_launch_dependents();
+    pdl_wait();
+    const int tid = threadIdx.x;
+    const samp sp = {logits[st->max_idx], temp};
+    tp_tok t = tp_load(logits, n, sp, st, phase); // the key is exact now: the mask is all bits
+    uint64_t total;
+    block_scan(t.w, &total, scan);
+    if (tid == 0) st->tsum[blockIdx.x] = total;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) last = atomicAdd(&st->done[phase][TP_PASSES], 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const uint64_t above = st->above, target = st->target;
+    // the block whose ties reach the target (blocks in id order; at most TP_MAX_BLOCKS)
+    uint64_t running = 0;
+    if (tid == 0) blk = -1;
+    __syncthreads();
+    for (int base = 0; base < (int)gridDim.x; base += SP_THREADS) {
+        const int b = base + tid;
+        const uint64_t v = b < (int)gridDim.x ? __ldcg(&st->tsum[b]) : 0;
+        uint64_t tile;
+        const uint64_t incl = above + running + block_scan(v, &tile, scan);
+        if (v > 0 && incl >= target && incl - v < target) blk = b, blk_above = incl - v;
+        running += tile;
+        __syncthreads();
+        if (blk >= 0) break;
+    }
+    const int b = blk;
+    if (b < 0) return; // cannot happen: the prefix's weight reaches the target
+    // that block's slice, again, in id order
+    const int s0 = (int)((long long)b * n / gridDim.x),
+              s1 = (int)((long long)(b + 1) * n / gridDim.x);
+    uint64_t w = 0;
+    const int i = s0 + tid;
+    uint32_t key = 0;
+    if (i < s1) {
+        const float l = logits[i];
+        key = order_key(l);
+        w = key == st->prefix && (phase == 0 || kept(key, i, st->c)) ? sp.w(l) : 0;
+    }
+    const uint64_t incl = blk_above + block_scan(w, &total, scan);
+    if (w > 0 && incl >= target && incl - w < target) {
+        if (phase == 1) {
+            *out = i;
+        } else {
+            // the cut, and the draw's target below it: r + 1, r = floor(u * kept weight)
+            st->c = {key, i};
+            uint64_t r = (uint64_t)(*u * (double)incl);
+            if (r >= incl) r = incl - 1;
+            st->target = r + 1;
+            st->above = 0;
+            st->prefix = 0;
+            st->mask = 0;
+        }
+    }
+}
+
 // entries each block of the prefilter keeps for top-p alone (its cut must hold the top-p set:
 // usually tens of tokens per block with a model's logits; flat logits take the whole row)
 #define SP_TOPP_KEEP 64
 
 // the sampler's lists (cl, cid: n each), then the prefilter's scratch (n each), survivors (at
 // most n / 4 each) and cuts (one per block, at most n / (4 * SP_TOPP_KEEP))
-extern "C" size_t ls_sample_workspace(int n)
+static size_t lists_bytes(int n)
 {
     const size_t m = (size_t)(n > 0 ? n : 0);
     return (m + m + m / 4 + 4) * (sizeof(float) + sizeof(int)) +
            (m / (4 * SP_TOPP_KEEP) + 1) * sizeof(cut) + 7 * 16;
 }
 
+// then the grid select's state (tp_state), from a 16-byte boundary
+extern "C" size_t ls_sample_workspace(int n)
+{
+    return (lists_bytes(n) + 15) / 16 * 16 + sizeof(tp_state);
+}
+
 static int g_prefilter = 1;
+static int g_grid = -1; // -1: not read yet (LOCKSTEP_SAMPLE_GRID=0 turns it off)
+
+extern "C" int ls_sample_set_grid(int on)
+{
+    if (g_grid < 0) {
+        const char *e = getenv("LOCKSTEP_SAMPLE_GRID");
+        g_grid = !(e && !strcmp(e, "0"));
+    }
+    int old = g_grid;
+    if (on >= 0) g_grid = on != 0;
+    return old;
+}
 static int g_small = 1; // sample_small where it applies (ls_sample_set_small)
 
 // LOCKSTEP_SAMPLE_SMALL=0: the selects throughout (for an A/B of the whole step)
@@ -822,6 +1028,24 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
                "0 <= min_p <= 1");
     if (temperature == 0.0f) {
         ls_sample_argmax(out, logits, n, stream);
+        return;
+    }
+    if (top_k == 0 && top_p < 1.0f && min_p == 0.0f && n >= 8192 && ls_sample_set_grid(-1)) {
+        // top-p alone over a large vocabulary: the selects over the grid (tp_hist_kernel)
+        tp_state *st = (tp_state *)((char *)workspace + (lists_bytes(n) + 15) / 16 * 16);
+        const cudaStream_t cs = (cudaStream_t)stream;
+        const unsigned blocks = (unsigned)((n + SP_THREADS - 1) / SP_THREADS);
+        CHECK_CUDA(cudaMemsetAsync(st, 0, offsetof(tp_state, tsum), cs));
+        CHECK_CUDA(cudaMemsetAsync(&st->above, 0, sizeof *st - offsetof(tp_state, above), cs));
+        ls_sample_argmax(&st->max_idx, logits, n, stream);
+        for (int phase = 0; phase < 2; phase++) {
+            for (int pass = 0; pass < TP_PASSES; pass++)
+                pdl_launch(tp_hist_kernel, blocks, SP_THREADS, 0, cs, logits, n, temperature, top_p,
+                           st, phase, pass);
+            pdl_launch(tp_ties_kernel, blocks, SP_THREADS, 0, cs, out, logits, n, temperature, u,
+                       st, phase);
+        }
+        CHECK_CUDA(cudaGetLastError());
         return;
     }
     small_from_env();

@@ -140,6 +140,22 @@ stage_e2e() {
                 [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "device sampling != host sampling"; ok=1; }
         done
     done
+    # top-p alone over a 49152 vocabulary (the grid selects: the random model's logits are
+    # nearly flat, so the top-p set is a large share of it), in the graph against the host
+    for tp in 1 2; do
+        [ $tp -gt "$(ngpus)" ] && continue
+        for t in 0.6 1.5; do
+            gen_json $tp "$OUT/e2e-dev.json" --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 16 \
+                --temperature $t --top-p 0.9 --seed 5 &&
+                LOCKSTEP_HOST_SAMPLING=1 gen_json $tp "$OUT/e2e-host.json" -x LOCKSTEP_HOST_SAMPLING --gpu \
+                    --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 16 --temperature $t --top-p 0.9 --seed 5 &&
+                echo "smollm2-135m TP=$tp temperature $t top-p 0.9 in the graph: $(ids_of "$OUT/e2e-dev.json")" &&
+                echo "smollm2-135m TP=$tp temperature $t top-p 0.9 on the host:  $(ids_of "$OUT/e2e-host.json")" &&
+                [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "device sampling != host sampling"; ok=1; }
+        done
+    done
+    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
+        --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet --temperature 1.0 --top-p 0.9 || ok=1
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
         --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet || ok=1
     e2e_paths || ok=1

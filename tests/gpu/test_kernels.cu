@@ -1467,9 +1467,15 @@ static void tests_sample(void)
                         {1.0f, 1024, 0.9f, 0.02f},
                         {1.0f, 1025, 0.9f, 0.0f},
                         {0.3f, 0, 0.9f, 0.0f},
-                        {0.5f, 8, 1.0f, 0.3f}};
-    // quick (compute-sanitizer) mode: a small vocabulary, few draws
-    std::vector<int> sizes = {1000};
+                        {0.5f, 8, 1.0f, 0.3f},
+                        // top-p alone (the grid selects from 8192 logits): Llama-3.1's
+                        // generation_config, a wide and a narrow set
+                        {0.6f, 0, 0.9f, 0.0f},
+                        {2.0f, 0, 0.99f, 0.0f},
+                        {1.0f, 0, 0.05f, 0.0f}};
+    // quick (compute-sanitizer) mode: a small vocabulary (and one past the grid selects'
+    // threshold), few draws
+    std::vector<int> sizes = {1000, 9001};
     if (!g_quick) sizes.push_back(49152), sizes.push_back(128256);
     const int NU = g_quick ? 4 : 32;
     for (int V : sizes) {
@@ -1499,23 +1505,31 @@ static void tests_sample(void)
                     du.up(&u);
                     int got = -1, first = -1;
                     // with the prefilter (top-k, or top-p alone, where it applies) and
-                    // without, the small-set end and the selects: the same token, every u
-                    // (near a boundary too, where the host's double precision may differ)
-                    for (int pf = 1; pf >= 0; pf--) {
-                        if (!pf && c.top_k == 0 && c.top_p >= 1.0f) break;
-                        for (int sm = 1; sm >= 0; sm--) {
-                            ls_sample_set_prefilter(pf);
-                            ls_sample_set_small(sm);
-                            dout.poison();
-                            ws.poison();
-                            ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p, du.p,
-                                      ws.p, nullptr);
-                            int g = dout.down()[0];
-                            if (first < 0) first = g;
-                            split += g != first;
-                            if ((pf && sm) || g != want) got = g;
+                    // without, the small-set end and the selects, and for top-p alone over a
+                    // grid and in one block: the same token, every u (near a boundary too,
+                    // where the host's double precision may differ)
+                    const bool grid = c.temp > 0.0f && c.top_k == 0 && c.top_p < 1.0f &&
+                                      c.min_p == 0.0f && V >= 8192;
+                    for (int gr = grid; gr >= 0; gr--)
+                        for (int pf = 1; pf >= 0; pf--) {
+                            if (!pf && c.top_k == 0 && c.top_p >= 1.0f) break;
+                            if (gr && !pf) break; // the grid path has no prefilter
+                            for (int sm = 1; sm >= 0; sm--) {
+                                if (gr && !sm) break;
+                                ls_sample_set_grid(gr);
+                                ls_sample_set_prefilter(pf);
+                                ls_sample_set_small(sm);
+                                dout.poison();
+                                ws.poison();
+                                ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p, du.p,
+                                          ws.p, nullptr);
+                                int g = dout.down()[0];
+                                if (first < 0) first = g;
+                                split += g != first;
+                                if ((pf && sm) || g != want) got = g;
+                            }
                         }
-                    }
+                    ls_sample_set_grid(1);
                     ls_sample_set_prefilter(1);
                     ls_sample_set_small(1);
                     if (want < 0) {
@@ -1530,7 +1544,7 @@ static void tests_sample(void)
                 report(bad == 0 && split == 0,
                        "sample V=%d %s temp=%.1f top_k=%d top_p=%.2f min_p=%.2f: %d of %d draws "
                        "differ from the host (%d near a boundary, skipped); the GPU's paths "
-                       "(prefilter, small-set end, on and off) disagree %d times",
+                       "(grid selects, prefilter, small-set end, on and off) disagree %d times",
                        V,
                        dist == 0   ? "peaked"
                        : dist == 1 ? "flat"
@@ -1992,6 +2006,11 @@ static void benchmarks(void)
         float sp2 = time_batch(60, 10, [&](int) {
             ls_sample(out.p, l.p, V, 1.0f, 0, 0.95f, 0.0f, u.p, ws.p, nullptr);
         });
+        ls_sample_set_grid(0);
+        float sp21 = time_batch(60, 10, [&](int) {
+            ls_sample(out.p, l.p, V, 1.0f, 0, 0.95f, 0.0f, u.p, ws.p, nullptr);
+        });
+        ls_sample_set_grid(1);
         ls_sample_set_small(0);
         float sps = time_batch(60, 10, [&](int) {
             ls_sample(out.p, l.p, V, 0.8f, 50, 0.9f, 0.0f, u.p, ws.p, nullptr);
@@ -2004,8 +2023,9 @@ static void benchmarks(void)
         ls_sample_set_prefilter(1);
         printf("argmax V=%d: %.2f us (one block: %.2f us); sample top_k=50 top_p=0.9: %.2f us "
                "(without the small-set end %.2f us, without the top-k prefilter %.2f us); sample "
-               "top_p=0.95: %.2f us (logits uniform in [-1, 1): every token a candidate)\n",
-               V, am * 1e3, am1 * 1e3, sp * 1e3, sps * 1e3, sp0 * 1e3, sp2 * 1e3);
+               "top_p=0.95: %.2f us over the grid, %.2f us in one block (logits uniform in [-1, "
+               "1): every token a candidate)\n",
+               V, am * 1e3, am1 * 1e3, sp * 1e3, sps * 1e3, sp0 * 1e3, sp2 * 1e3, sp21 * 1e3);
         // top-p alone on logits spread like a model's (N(0, 3): the top-p set is small, most
         // of the row still has weight > 0), with the prefilter and without
         {
@@ -2013,6 +2033,10 @@ static void benchmarks(void)
             for (auto &x : hl) x = R.normal() * 3.0f;
             l.up(hl);
             float pp[2];
+            const float pg = time_batch(60, 10, [&](int) {
+                ls_sample(out.p, l.p, V, 1.0f, 0, 0.9f, 0.0f, u.p, ws.p, nullptr);
+            });
+            ls_sample_set_grid(0);
             for (int pf = 1; pf >= 0; pf--) {
                 ls_sample_set_prefilter(pf);
                 pp[pf] = time_batch(60, 10, [&](int) {
@@ -2020,9 +2044,10 @@ static void benchmarks(void)
                 });
             }
             ls_sample_set_prefilter(1);
-            printf("sample top_p=0.9 alone, logits N(0, 3): %.2f us (without the prefilter "
-                   "%.2f us)\n",
-                   pp[1] * 1e3, pp[0] * 1e3);
+            ls_sample_set_grid(1);
+            printf("sample top_p=0.9 alone, logits N(0, 3): %.2f us over the grid; in one block "
+                   "%.2f us with the prefilter, %.2f us without\n",
+                   pg * 1e3, pp[1] * 1e3, pp[0] * 1e3);
         }
         dev<float> xv(4096), xo(4096), w(4096), r(4096);
         fill_f32<<<16, 256>>>(xv.p, 4096, 10);
