@@ -631,17 +631,24 @@ static __global__ void __launch_bounds__(AM_THREADS)
     *out = best ? (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFull)) : 0;
 }
 
-static int g_argmax_split = -1; // -1: not read yet (LOCKSTEP_ARGMAX_SPLIT=0 turns it off)
+// a switch that is on unless its environment variable is "0" (read at the first use); on >= 0
+// sets it; returns the previous setting
+static int env_switch(int *g, const char *var, int on)
+{
+    if (*g < 0) {
+        const char *e = getenv(var);
+        *g = !(e && !strcmp(e, "0"));
+    }
+    int old = *g;
+    if (on >= 0) *g = on != 0;
+    return old;
+}
+
+static int g_argmax_split = -1; // -1: not read yet
 
 extern "C" int ls_sample_set_argmax_split(int on)
 {
-    if (g_argmax_split < 0) {
-        const char *e = getenv("LOCKSTEP_ARGMAX_SPLIT");
-        g_argmax_split = !(e && !strcmp(e, "0"));
-    }
-    int old = g_argmax_split;
-    if (on >= 0) g_argmax_split = on != 0;
-    return old;
+    return env_switch(&g_argmax_split, "LOCKSTEP_ARGMAX_SPLIT", on);
 }
 
 extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
@@ -968,36 +975,20 @@ extern "C" size_t ls_sample_workspace(int n)
 }
 
 static int g_prefilter = 1;
-static int g_grid = -1; // -1: not read yet (LOCKSTEP_SAMPLE_GRID=0 turns it off)
+static int g_grid = -1; // -1: not read yet
 
 extern "C" int ls_sample_set_grid(int on)
 {
-    if (g_grid < 0) {
-        const char *e = getenv("LOCKSTEP_SAMPLE_GRID");
-        g_grid = !(e && !strcmp(e, "0"));
-    }
-    int old = g_grid;
-    if (on >= 0) g_grid = on != 0;
-    return old;
+    return env_switch(&g_grid, "LOCKSTEP_SAMPLE_GRID", on);
 }
-static int g_small = 1; // sample_small where it applies (ls_sample_set_small)
 
-// LOCKSTEP_SAMPLE_SMALL=0: the selects throughout (for an A/B of the whole step)
-static void small_from_env(void)
-{
-    static int read;
-    if (read) return;
-    read = 1;
-    const char *e = getenv("LOCKSTEP_SAMPLE_SMALL");
-    if (e && !strcmp(e, "0")) g_small = 0;
-}
+// sample_small where it applies; LOCKSTEP_SAMPLE_SMALL=0: the selects throughout (for an A/B of
+// the whole step)
+static int g_small = -1;
 
 extern "C" int ls_sample_set_small(int on)
 {
-    small_from_env();
-    int old = g_small;
-    if (on >= 0) g_small = on != 0;
-    return old;
+    return env_switch(&g_small, "LOCKSTEP_SAMPLE_SMALL", on);
 }
 
 extern "C" int ls_sample_set_prefilter(int on)
@@ -1048,7 +1039,7 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
         CHECK_CUDA(cudaGetLastError());
         return;
     }
-    small_from_env();
+    const int small = ls_sample_set_small(-1);
     const size_t hist_bytes = (size_t)SP_WARPS * 256 * sizeof(unsigned long long);
     ls_func_attr(reinterpret_cast<const void *>(sample_kernel),
                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)hist_bytes);
@@ -1087,6 +1078,6 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     }
     pdl_launch(sample_kernel, 1, SP_THREADS, hist_bytes, (cudaStream_t)stream, out, in, ids, m,
                temperature, top_k, top_p, min_p, u, cl, cid, (const cut *)thr, thr ? blocks : 0,
-               logits, n, g_small);
+               logits, n, small);
     CHECK_CUDA(cudaGetLastError());
 }
