@@ -786,6 +786,9 @@ extern "C" void ls_row_logprobs(double *out, const float *logits, int rows, int 
 struct tp_state {
     unsigned long long hist[2][TP_PASSES][TP_BINS]; // [phase][pass], zeroed before each call
     unsigned done[2][TP_PASSES + 1];                // blocks counted in, each kernel its own
+    unsigned done_mp, done_kw;                      // the same, for the min-p and weight passes
+    unsigned kinv;                                  // the min-p pass: the largest ~key
+    unsigned long long kw;                          // the weight pass: the kept weight
     unsigned long long tsum[TP_MAX_BLOCKS];         // the ties pass: each block's weight
     unsigned long long above, target;               // weight before the prefix; the target
     uint32_t prefix, mask;
@@ -887,11 +890,11 @@ static __global__ void __launch_bounds__(SP_THREADS)
 }
 
 // the ties pass: the token with the exact key at which the running weight, in id order, reaches
-// the target. Phase 0 records it as the cut and sets phase 1's target from the draw u; phase 1
-// writes it to out.
+// the target. Phase 0 records it as the cut (and, with draw, sets phase 1's target from the draw
+// u, as tp_weight_kernel does otherwise); phase 1 writes it to out.
 static __global__ void __launch_bounds__(SP_THREADS)
     tp_ties_kernel(int *out, const float *__restrict__ logits, int n, float temp,
-                   const double *__restrict__ u, tp_state *st, int phase)
+                   const double *__restrict__ u, tp_state *st, int phase, int draw)
 {
     __shared__ uint64_t scan[32];
     __shared__ int last, blk;
@@ -945,14 +948,87 @@ static __global__ void __launch_bounds__(SP_THREADS)
         } else {
             // the cut, and the draw's target below it: r + 1, r = floor(u * kept weight)
             st->c = {key, i};
-            uint64_t r = (uint64_t)(*u * (double)incl);
-            if (r >= incl) r = incl - 1;
-            st->target = r + 1;
-            st->above = 0;
-            st->prefix = 0;
-            st->mask = 0;
+            if (draw) {
+                uint64_t r = (uint64_t)(*u * (double)incl);
+                if (r >= incl) r = incl - 1;
+                st->target = r + 1;
+                st->above = 0;
+                st->prefix = 0;
+                st->mask = 0;
+            }
         }
     }
+}
+
+// the block's tokens as tp_load, with a token kept where all is set (no cut yet) or kept by the
+// cut st->c; w 0 where not kept
+static __device__ tp_tok tp_kept(const float *logits, int n, samp sp, const tp_state *st, int all)
+{
+    const int s0 = (int)((long long)blockIdx.x * n / gridDim.x);
+    const int s1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
+    tp_tok t = {s0 + (int)threadIdx.x, 0u, 0};
+    if (t.i >= s1) return t;
+    const float l = logits[t.i];
+    t.key = order_key(l);
+    t.w = all || kept(t.key, t.i, st->c) ? sp.w(l) : 0;
+    return t;
+}
+
+// min-p over the grid, after the top-p cut (all: none): the smallest key of a kept token whose
+// probability is at least min_p of the top one's (the top token always is); where it lies
+// above the cut, the cut becomes every token with a key at least as large (as sample_kernel)
+static __global__ void __launch_bounds__(SP_THREADS)
+    tp_minp_kernel(const float *__restrict__ logits, int n, float temp, float min_p, tp_state *st,
+                   int all)
+{
+    __shared__ uint64_t scan[32];
+    __shared__ int last;
+    pdl_launch_dependents();
+    pdl_wait();
+    const samp sp = {logits[st->max_idx], temp};
+    const tp_tok t = tp_kept(logits, n, sp, st, all);
+    const float l = t.w > 0 ? logits[t.i] : 0.0f;
+    const uint32_t k = block_max_u32(t.w > 0 && sp.e(l) >= min_p ? ~t.key : 0u, scan);
+    if (threadIdx.x == 0) {
+        if (k) atomicMax(&st->kinv, k);
+        __threadfence();
+        last = atomicAdd(&st->done_mp, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x != 0) return;
+    __threadfence();
+    const uint32_t kmin = ~atomicAdd(&st->kinv, 0u);
+    if (all || kmin > st->c.key) st->c = {kmin, INT_MAX};
+}
+
+// the kept weight over the grid (all: every token), and the draw's target below it: r + 1,
+// r = floor(u * kept weight)
+static __global__ void __launch_bounds__(SP_THREADS)
+    tp_weight_kernel(const float *__restrict__ logits, int n, float temp,
+                     const double *__restrict__ u, tp_state *st, int all)
+{
+    __shared__ uint64_t scan[32];
+    __shared__ int last;
+    pdl_launch_dependents();
+    pdl_wait();
+    const samp sp = {logits[st->max_idx], temp};
+    const uint64_t s = block_sum(tp_kept(logits, n, sp, st, all).w, scan);
+    if (threadIdx.x == 0) {
+        if (s) atomicAdd(&st->kw, s);
+        __threadfence();
+        last = atomicAdd(&st->done_kw, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last || threadIdx.x != 0) return;
+    __threadfence();
+    const uint64_t kw = atomicAdd(&st->kw, 0ull);
+    uint64_t r = (uint64_t)(*u * (double)kw);
+    if (r >= kw) r = kw - 1;
+    if (all) st->c = {0u, INT_MAX};
+    st->target = r + 1;
+    st->above = 0;
+    st->prefix = 0;
+    st->mask = 0;
 }
 
 // entries each block of the prefilter keeps for top-p alone (its cut must hold the top-p set:
@@ -1021,21 +1097,31 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
         ls_sample_argmax(out, logits, n, stream);
         return;
     }
-    if (top_k == 0 && top_p < 1.0f && min_p == 0.0f && n >= 8192 && ls_sample_set_grid(-1)) {
-        // top-p alone over a large vocabulary: the selects over the grid (tp_hist_kernel)
+    if (top_k == 0 && n >= 8192 && ls_sample_set_grid(-1)) {
+        // no top-k over a large vocabulary: the top-p cut (where asked), min-p (where asked), the
+        // kept weight and the draw, each over the grid (tp_hist_kernel)
         tp_state *st = (tp_state *)((char *)workspace + (lists_bytes(n) + 15) / 16 * 16);
         const cudaStream_t cs = (cudaStream_t)stream;
         const unsigned blocks = (unsigned)((n + SP_THREADS - 1) / SP_THREADS);
+        const int topp = top_p<1.0f, minp = min_p> 0.0f;
         CHECK_CUDA(cudaMemsetAsync(st, 0, offsetof(tp_state, tsum), cs));
         CHECK_CUDA(cudaMemsetAsync(&st->above, 0, sizeof *st - offsetof(tp_state, above), cs));
         ls_sample_argmax(&st->max_idx, logits, n, stream);
-        for (int phase = 0; phase < 2; phase++) {
+        auto select = [&](int phase) {
             for (int pass = 0; pass < TP_PASSES; pass++)
                 pdl_launch(tp_hist_kernel, blocks, SP_THREADS, 0, cs, logits, n, temperature, top_p,
                            st, phase, pass);
             pdl_launch(tp_ties_kernel, blocks, SP_THREADS, 0, cs, out, logits, n, temperature, u,
-                       st, phase);
-        }
+                       st, phase, (int)(phase == 0 && !minp));
+        };
+        if (topp) select(0); // the top-p cut (and the draw's target, without min-p)
+        if (minp)
+            pdl_launch(tp_minp_kernel, blocks, SP_THREADS, 0, cs, logits, n, temperature, min_p, st,
+                       !topp);
+        if (minp || !topp) // the kept weight and the draw's target
+            pdl_launch(tp_weight_kernel, blocks, SP_THREADS, 0, cs, logits, n, temperature, u, st,
+                       (int)(!topp && !minp));
+        select(1); // the draw
         CHECK_CUDA(cudaGetLastError());
         return;
     }

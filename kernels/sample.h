@@ -46,11 +46,12 @@ void ls_sample(int *out, const float *logits, int n, float temperature, int top_
  * On by default; for tests and benchmarks. Negative: read only. Returns the previous setting. */
 int ls_sample_set_prefilter(int on);
 
-/* Top-p alone (no top-k, no min-p) over 8192 logits or more: ls_sample runs its two selects (the
- * top-p cut, the draw below it) as radix selects whose histograms every block of a grid builds,
- * in place of one block's passes over the whole row where the prefilter cannot shrink it (flat
- * logits): the same token. On by default (LOCKSTEP_SAMPLE_GRID=0: off); for tests and
- * benchmarks. Negative: read only. Returns the previous setting. */
+/* Without top-k, over 8192 logits or more: ls_sample runs its selects (the top-p cut, the draw
+ * below the kept set) as radix selects whose histograms every block of a grid builds, and
+ * min-p and the kept weight as grid reductions, in place of one block's passes over the whole
+ * row (the prefilter cannot shrink it where the logits are flat, and serves top-p alone only):
+ * the same token. On by default (LOCKSTEP_SAMPLE_GRID=0: off); for tests and benchmarks.
+ * Negative: read only. Returns the previous setting. */
 int ls_sample_set_grid(int on);
 
 /* Where at most 1024 tokens are left to order (the top k of a top-k call, or a short list of

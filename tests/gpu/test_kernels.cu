@@ -1468,11 +1468,14 @@ static void tests_sample(void)
                         {1.0f, 1025, 0.9f, 0.0f},
                         {0.3f, 0, 0.9f, 0.0f},
                         {0.5f, 8, 1.0f, 0.3f},
-                        // top-p alone (the grid selects from 8192 logits): Llama-3.1's
-                        // generation_config, a wide and a narrow set
+                        // top-p alone (the grid selects without top-k from 8192 logits):
+                        // Llama-3.1's generation_config, a wide and a narrow set
                         {0.6f, 0, 0.9f, 0.0f},
                         {2.0f, 0, 0.99f, 0.0f},
-                        {1.0f, 0, 0.05f, 0.0f}};
+                        {1.0f, 0, 0.05f, 0.0f},
+                        // top-p and min-p without top-k (the grid's min-p pass after its cut)
+                        {0.8f, 0, 0.95f, 0.05f},
+                        {1.0f, 0, 0.5f, 0.3f}};
     // quick (compute-sanitizer) mode: a small vocabulary (and one past the grid selects'
     // threshold), few draws
     std::vector<int> sizes = {1000, 9001};
@@ -1508,8 +1511,7 @@ static void tests_sample(void)
                     // without, the small-set end and the selects, and for top-p alone over a
                     // grid and in one block: the same token, every u (near a boundary too,
                     // where the host's double precision may differ)
-                    const bool grid = c.temp > 0.0f && c.top_k == 0 && c.top_p < 1.0f &&
-                                      c.min_p == 0.0f && V >= 8192;
+                    const bool grid = c.temp > 0.0f && c.top_k == 0 && V >= 8192;
                     for (int gr = grid; gr >= 0; gr--)
                         for (int pf = 1; pf >= 0; pf--) {
                             if (!pf && c.top_k == 0 && c.top_p >= 1.0f) break;
@@ -2048,6 +2050,20 @@ static void benchmarks(void)
             printf("sample top_p=0.9 alone, logits N(0, 3): %.2f us over the grid; in one block "
                    "%.2f us with the prefilter, %.2f us without\n",
                    pg * 1e3, pp[1] * 1e3, pp[0] * 1e3);
+            // min-p alone, and plain temperature (no cut), over the grid and in one block
+            float mg[2][2];
+            for (int g = 1; g >= 0; g--) {
+                ls_sample_set_grid(g);
+                for (int mp = 0; mp < 2; mp++)
+                    mg[g][mp] = time_batch(60, 10, [&](int) {
+                        ls_sample(out.p, l.p, V, 1.0f, 0, 1.0f, mp ? 0.05f : 0.0f, u.p, ws.p,
+                                  nullptr);
+                    });
+            }
+            ls_sample_set_grid(1);
+            printf("sample min_p=0.05 alone, logits N(0, 3): %.2f us over the grid, %.2f us in one "
+                   "block; temperature alone: %.2f us over the grid, %.2f us in one block\n",
+                   mg[1][1] * 1e3, mg[0][1] * 1e3, mg[1][0] * 1e3, mg[0][0] * 1e3);
         }
         dev<float> xv(4096), xo(4096), w(4096), r(4096);
         fill_f32<<<16, 256>>>(xv.p, 4096, 10);
