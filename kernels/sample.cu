@@ -768,9 +768,11 @@ extern "C" void ls_row_logprobs(double *out, const float *logits, int rows, int 
     CHECK_CUDA(cudaGetLastError());
 }
 
-// ---- top-p alone over a grid (ls_sample_set_grid): the two selects of sample_kernel (the top-p
-// cut, then the draw below it) as radix selects whose histograms are built by every block of a
-// grid, each block a slice of at most SP_THREADS tokens in id order, one token a thread.
+// ---- draws without top-k over a grid (ls_sample_set_grid): the selects of sample_kernel (the
+// top-p cut, then the draw below the kept set) as radix selects whose histograms are built by
+// every block of a grid, each block a slice of at most SP_THREADS tokens in id order, one token
+// a thread; min-p and the kept weight between them as grid reductions (tp_minp_kernel,
+// tp_weight_kernel).
 // A pass: each block histograms its tokens' weights by a digit of the order key (11, 11, then
 // 10 bits, from the top) into shared memory and adds its bins to a global histogram; the last
 // block to count itself in finds the digit at which the running weight (from the top key down)
