@@ -106,7 +106,7 @@ e2e_one() { # TP VOCAB MODEL-ARGS...
         [ "$(ids_of "$OUT/e2e-graph.json")" = "$(ids_of "$OUT/e2e-gpu.json")" ] || { echo "graph != eager"; return 1; }
 }
 stage_e2e() {
-    local ok=0 v tp m
+    local ok=0 v tp m f
     for m in "--dummy smollm2-135m" "-m tests/fixtures/tiny-llama" "-m tests/fixtures/tiny-qwen2" "-m tests/fixtures/tiny-qwen3"; do
         v=$(case $m in *smollm2*) echo 49152 ;; *) echo 512 ;; esac)
         for tp in 1 2; do
@@ -140,17 +140,20 @@ stage_e2e() {
                 [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "device sampling != host sampling"; ok=1; }
         done
     done
-    # top-p alone over a 49152 vocabulary (the grid selects: the random model's logits are
-    # nearly flat, so the top-p set is a large share of it), in the graph against the host
+    # draws without top-k over a 49152 vocabulary (the grid selects and reductions: the random
+    # model's logits are nearly flat, so the kept set is a large share of it), in the graph
+    # against the host: top-p alone at two temperatures, top-p with min-p, min-p alone, and
+    # temperature alone
     for tp in 1 2; do
         [ $tp -gt "$(ngpus)" ] && continue
-        for t in 0.6 1.5; do
+        for f in "0.6 --top-p 0.9" "1.5 --top-p 0.9" "0.8 --top-p 0.95 --min-p 0.05" "1.0 --min-p 0.1" "1.0"; do
+            # shellcheck disable=SC2086
             gen_json $tp "$OUT/e2e-dev.json" --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 16 \
-                --temperature $t --top-p 0.9 --seed 5 &&
+                --seed 5 --temperature $f &&
                 LOCKSTEP_HOST_SAMPLING=1 gen_json $tp "$OUT/e2e-host.json" -x LOCKSTEP_HOST_SAMPLING --gpu \
-                    --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 16 --temperature $t --top-p 0.9 --seed 5 &&
-                echo "smollm2-135m TP=$tp temperature $t top-p 0.9 in the graph: $(ids_of "$OUT/e2e-dev.json")" &&
-                echo "smollm2-135m TP=$tp temperature $t top-p 0.9 on the host:  $(ids_of "$OUT/e2e-host.json")" &&
+                    --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 16 --seed 5 --temperature $f &&
+                echo "smollm2-135m TP=$tp --temperature $f in the graph: $(ids_of "$OUT/e2e-dev.json")" &&
+                echo "smollm2-135m TP=$tp --temperature $f on the host:  $(ids_of "$OUT/e2e-host.json")" &&
                 [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "device sampling != host sampling"; ok=1; }
         done
     done
