@@ -118,6 +118,25 @@ static int chat_turn_fields(json_t *req, int chat, struct chat_turn *t, char *er
     return 0;
 }
 
+/* the ids of a JSON list (its length checked by the caller) into dst; -1 with err naming the
+ * first element that is not a token id */
+static int token_ids_from(json_t *list, const char *field, int *dst, char *err, size_t errlen)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(list, i, x)
+    {
+        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT_MAX) {
+            snprintf(err, errlen,
+                     "field \"%s\"[%zu]: expected a token id (an integer >= 0), found %s", field, i,
+                     json_is_integer(x) ? "a negative or too large one" : ls_json_type_name(x));
+            return -1;
+        }
+        dst[i] = (int)json_integer_value(x);
+    }
+    return 0;
+}
+
 /* "prompt": [ids] as OpenAI's completions take it: the tokens as given (no template, no BOS
  * added); each id's range is ls_generate's to check (against the vocabulary) */
 static int prompt_id_list(json_t *prompt, int **out, int *n, char *err, size_t errlen)
@@ -130,31 +149,13 @@ static int prompt_id_list(json_t *prompt, int **out, int *n, char *err, size_t e
     }
     int *ids = malloc(count * sizeof *ids);
     CHECK_ALLOC(ids);
-    size_t i;
-    json_t *x;
-    json_array_foreach(prompt, i, x)
-    {
-        if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) > INT_MAX) {
-            snprintf(err, errlen,
-                     "field \"prompt\"[%zu]: expected a token id (an integer >= 0), found %s", i,
-                     json_is_integer(x) ? "a negative or too large one" : ls_json_type_name(x));
-            free(ids);
-            return -1;
-        }
-        ids[i] = (int)json_integer_value(x);
+    if (token_ids_from(prompt, "prompt", ids, err, errlen)) {
+        free(ids);
+        return -1;
     }
     *out = ids;
     *n = (int)count;
     return 0;
-}
-
-/* a list of token ids as JSON (a new reference) */
-static json_t *ids_json(const int *ids, int n)
-{
-    json_t *a = json_array();
-    CHECK_ALLOC(a);
-    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
-    return a;
 }
 
 /* ids of the request's prompt; -1 with err naming the field */
@@ -340,22 +341,8 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
                      LS_MAX_STOP_IDS, list_or_type(sti, found, sizeof found));
             return -1;
         }
-        size_t i;
-        json_t *x;
-        p->n_stop_ids = 0;
-        json_array_foreach(sti, i, x)
-        {
-            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
-                json_integer_value(x) > INT_MAX) {
-                snprintf(err, errlen,
-                         "field \"stop_token_ids\"[%zu]: expected a token id (an integer >= 0), "
-                         "found %s",
-                         i,
-                         json_is_integer(x) ? "a negative or too large one" : ls_json_type_name(x));
-                return -1;
-            }
-            p->stop_ids[p->n_stop_ids++] = (int)json_integer_value(x);
-        }
+        if (token_ids_from(sti, "stop_token_ids", p->stop_ids, err, errlen)) return -1;
+        p->n_stop_ids = (int)json_array_size(sti);
     }
     if ((r = num_field(req, "n", 1, BATCH_MAX_N, 1, &d, err, errlen)) < 0) return -1;
     if (r) *n_choices = (int)d;
@@ -759,9 +746,17 @@ int cmd_batch(int argc, char **argv)
             json_t *lp = ls_logprobs_json(j.model->tok, &r, &pc);
             /* without a tokenizer there is no text: the ids are the result */
             json_t *text = j.model->tok ? json_string(r.text) : json_null();
-            json_t *gen_ids = return_ids || !j.model->tok ? ids_json(r.ids, r.n_gen) : NULL;
+            json_t *gen_ids = NULL;
+            if (return_ids || !j.model->tok) {
+                gen_ids = ls_json_ids(r.ids, r.n_gen);
+                CHECK_ALLOC(gen_ids);
+            }
             if (c == 0) {
-                if (return_ids) json_object_set_new(res, "prompt_token_ids", ids_json(ids, n_ids));
+                if (return_ids) {
+                    json_t *pids = ls_json_ids(ids, n_ids);
+                    CHECK_ALLOC(pids);
+                    json_object_set_new(res, "prompt_token_ids", pids);
+                }
                 json_object_set(res, "text", text);
                 if (gen_ids) json_object_set(res, "token_ids", gen_ids);
                 json_object_set_new(res, "prompt_tokens", json_integer(r.n_prompt));

@@ -7,6 +7,7 @@
 #include "chat.h"
 #include "check.h"
 #include "commands.h"
+#include "json_util.h"
 #include "log.h"
 #include "run_common.h"
 #include "tokenizer.h"
@@ -89,11 +90,9 @@ static int prompt_ids(const struct ls_model *m, const char *prompt, int chat, co
 static void print_json(const struct rc_job *j, const int *prompt, int n_prompt,
                        const struct ls_gen_result *r, const struct ls_gen_params *p)
 {
-    json_t *o = json_object(), *pi = json_array(), *gi = json_array();
-    for (int i = 0; i < n_prompt; i++) json_array_append_new(pi, json_integer(prompt[i]));
-    for (int i = 0; i < r->n_gen; i++) json_array_append_new(gi, json_integer(r->ids[i]));
-    json_object_set_new(o, "prompt_ids", pi);
-    json_object_set_new(o, "ids", gi);
+    json_t *o = json_object();
+    json_object_set_new(o, "prompt_ids", ls_json_ids(prompt, n_prompt));
+    json_object_set_new(o, "ids", ls_json_ids(r->ids, r->n_gen));
     json_object_set_new(o, "text", json_string(r->text));
     json_object_set_new(o, "finish_reason", json_string(r->finish));
     json_object_set_new(o, "prompt_tokens", json_integer(r->n_prompt));

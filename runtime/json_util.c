@@ -24,3 +24,10 @@ const char *ls_json_type_name(const json_t *v)
     }
     return "?";
 }
+
+json_t *ls_json_ids(const int *ids, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
