@@ -51,6 +51,13 @@ struct cut {
     int id;
 };
 
+// where block b's slice of n entries begins when the grid's blocks cut them evenly, in order
+// (block b holds [slice_start(b, n), slice_start(b + 1, n)))
+static __device__ __forceinline__ int slice_start(int b, int n)
+{
+    return (int)((long long)b * n / gridDim.x);
+}
+
 static __device__ __forceinline__ bool kept(uint32_t key, int id, cut c)
 {
     return key > c.key || (key == c.key && id <= c.id);
@@ -522,7 +529,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
     pdl_launch_dependents();
     pdl_wait();
     const int tid = threadIdx.x, b = blockIdx.x;
-    const int s0 = (int)((long long)b * n / gridDim.x), s1 = (int)((long long)(b + 1) * n / gridDim.x);
+    const int s0 = slice_start(b, n), s1 = slice_start(b + 1, n);
     const int len = s1 - s0;
     float *cl = sl + s0;
     int *cid = sid + s0;
@@ -586,9 +593,8 @@ static __device__ unsigned g_am_done;
 // (-0 and +0 are one value there, so one key); 0 is below every value's key
 static __device__ __forceinline__ unsigned long long am_key(float v, int i)
 {
-    unsigned u = __float_as_uint(v == 0.0f ? 0.0f : v);
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)u << 32) | (0xFFFFFFFFu - (unsigned)i);
+    return ((unsigned long long)order_key(v == 0.0f ? 0.0f : v) << 32) |
+           (0xFFFFFFFFu - (unsigned)i);
 }
 
 static __global__ void __launch_bounds__(AM_THREADS)
@@ -807,23 +813,30 @@ static __device__ __forceinline__ int tp_nbins(int pass)
     return pass == 2 ? 1024 : 2048;
 }
 
-// the token a thread holds in its block's slice, its weight (0: not a candidate of this pass)
-// and key
+// the token a thread holds in its block's slice, its weight (0: not a candidate) and key
 struct tp_tok {
     int i;
     uint32_t key;
     uint64_t w;
 };
-static __device__ tp_tok tp_load(const float *logits, int n, samp sp, const tp_state *st, int phase)
+
+// the block's tokens, a token a candidate where all is set (no cut yet) or kept by the cut st->c
+static __device__ tp_tok tp_kept(const float *logits, int n, samp sp, const tp_state *st, int all)
 {
-    const int s0 = (int)((long long)blockIdx.x * n / gridDim.x);
-    const int s1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
-    tp_tok t = {s0 + (int)threadIdx.x, 0u, 0};
-    if (t.i >= s1) return t;
+    tp_tok t = {slice_start(blockIdx.x, n) + (int)threadIdx.x, 0u, 0};
+    if (t.i >= slice_start(blockIdx.x + 1, n)) return t;
     const float l = logits[t.i];
     t.key = order_key(l);
-    t.w = sp.w(l);
-    if ((t.key & st->mask) != st->prefix || (phase == 1 && !kept(t.key, t.i, st->c))) t.w = 0;
+    t.w = all || kept(t.key, t.i, st->c) ? sp.w(l) : 0;
+    return t;
+}
+
+// a select's candidates: phase 0 every token, phase 1 those kept by the top-p and min-p cut;
+// either only with the digits found so far
+static __device__ tp_tok tp_load(const float *logits, int n, samp sp, const tp_state *st, int phase)
+{
+    tp_tok t = tp_kept(logits, n, sp, st, phase == 0);
+    if ((t.key & st->mask) != st->prefix) t.w = 0;
     return t;
 }
 
@@ -933,8 +946,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
     const int b = blk;
     if (b < 0) return; // cannot happen: the prefix's weight reaches the target
     // that block's slice, again, in id order
-    const int s0 = (int)((long long)b * n / gridDim.x),
-              s1 = (int)((long long)(b + 1) * n / gridDim.x);
+    const int s0 = slice_start(b, n), s1 = slice_start(b + 1, n);
     uint64_t w = 0;
     const int i = s0 + tid;
     uint32_t key = 0;
@@ -960,20 +972,6 @@ static __global__ void __launch_bounds__(SP_THREADS)
             }
         }
     }
-}
-
-// the block's tokens as tp_load, with a token kept where all is set (no cut yet) or kept by the
-// cut st->c; w 0 where not kept
-static __device__ tp_tok tp_kept(const float *logits, int n, samp sp, const tp_state *st, int all)
-{
-    const int s0 = (int)((long long)blockIdx.x * n / gridDim.x);
-    const int s1 = (int)((long long)(blockIdx.x + 1) * n / gridDim.x);
-    tp_tok t = {s0 + (int)threadIdx.x, 0u, 0};
-    if (t.i >= s1) return t;
-    const float l = logits[t.i];
-    t.key = order_key(l);
-    t.w = all || kept(t.key, t.i, st->c) ? sp.w(l) : 0;
-    return t;
 }
 
 // min-p over the grid, after the top-p cut (all: none): the smallest key of a kept token whose
