@@ -39,6 +39,36 @@ void ref_add(float *x, const float *y, size_t n);
 #define LS_SCORE_SPLIT_MAX 64 /* the most slices a backend cuts a row into (ls_row_logprobs) */
 void ref_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
                       const int *targets, int first, int N);
+/* The penalised logit of a token seen count > 0 times in the penalty window (ls_sampler's
+ * order, as Hugging Face's processors apply them): the repetition penalty divides a positive
+ * logit and multiplies a negative one, then presence + frequency * count is subtracted. The
+ * same operations on the host and on the device, each rounded on its own (no fused multiply-add:
+ * the device form names each rounding), so both give the same bits. */
+#ifdef __CUDACC__
+#define LS_HOST_DEVICE __host__ __device__
+#else
+#define LS_HOST_DEVICE
+#endif
+static inline LS_HOST_DEVICE float ls_penalised(float l, int count, float rep, float pres,
+                                                float freq)
+{
+#ifdef __CUDA_ARCH__
+    if (rep != 1.0f) l = l > 0 ? __fdiv_rn(l, rep) : __fmul_rn(l, rep);
+    return __fsub_rn(l, __fadd_rn(pres, __fmul_rn(freq, (float)count)));
+#else
+    if (rep != 1.0f) l = l > 0 ? l / rep : l * rep;
+    return l - (pres + freq * (float)count);
+#endif
+}
+/* One decode step's penalties where the step runs (the backend's penalize): the step's token
+ * ids[0] at position pos[0] = p joins the window, and with last_n > 0 the token at p - last_n
+ * (hist[p - last_n], when p >= last_n) leaves it; count[vocab] holds each token's occurrences in
+ * the window and hist[p] = ids[0] is recorded (hist: the tokens by position). Then out[v] =
+ * ls_penalised(logits[v]) where count[v] > 0, else logits[v]. Before the first such step,
+ * count holds the window of positions [max(0, p - last_n), p) and hist its tokens. Token ids
+ * outside [0, vocab) count for nothing, as in ls_sampler. */
+void ref_penalize(float *out, const float *logits, int vocab, int *count, int *hist, const int *ids,
+                  const int *pos, int last_n, float rep, float pres, float freq);
 /* RoPE inverse frequencies, with llama3 or linear scaling applied as Hugging Face does */
 void ref_rope_inv_freq(float *inv_freq, int hd, float theta, int scaling, float factor,
                        float low_freq_factor, float high_freq_factor, int orig_max_pos);

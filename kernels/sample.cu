@@ -674,6 +674,41 @@ extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
     CHECK_CUDA(cudaGetLastError());
 }
 
+// ---- penalties (ls_penalize): one token a thread. The thread that holds token v is the only
+// one to read or write count[v], so the window's update (the step's token in, the one last_n
+// back out) needs no atomics and no second kernel.
+#define PEN_THREADS 256
+static __global__ void __launch_bounds__(PEN_THREADS)
+    penalize_kernel(float *__restrict__ out, const float *__restrict__ logits, int vocab,
+                    int *__restrict__ count, int *__restrict__ hist, const int *__restrict__ ids,
+                    const int *__restrict__ pos, int last_n, float rep, float pres, float freq)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    const int v = (int)blockIdx.x * PEN_THREADS + (int)threadIdx.x;
+    const int p = *pos, in = ids[0];
+    // hist[p - last_n] was written by an earlier step (or the host), never by this one
+    const int old = last_n > 0 && p >= last_n ? hist[p - last_n] : -1;
+    if (v == 0) hist[p] = in;
+    if (v >= vocab) return;
+    const int c0 = count[v], c = c0 + (v == in) - (v == old);
+    if (c != c0) count[v] = c;
+    const float l = logits[v];
+    out[v] = c > 0 ? ls_penalised(l, c, rep, pres, freq) : l;
+}
+
+extern "C" void ls_penalize(float *out, const float *logits, int vocab, int *count, int *hist,
+                            const int *ids, const int *pos, int last_n, float rep, float pres,
+                            float freq, void *stream)
+{
+    if (vocab < 1 || last_n < 0)
+        ls_die(__FILE__, __LINE__, "ls_penalize", "expected vocab >= 1 and last_n >= 0");
+    pdl_launch(penalize_kernel, (unsigned)((vocab + PEN_THREADS - 1) / PEN_THREADS), PEN_THREADS, 0,
+               (cudaStream_t)stream, out, logits, vocab, count, hist, ids, pos, last_n, rep, pres,
+               freq);
+    CHECK_CUDA(cudaGetLastError());
+}
+
 // ---- a row's scores (ls_row_logprobs): one block a row
 
 // block_argmax reads one entry per warp of 32: LP_THREADS must be SP_THREADS

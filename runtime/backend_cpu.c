@@ -305,5 +305,6 @@ const struct ls_backend ls_backend_cpu = {
     .row_logprobs = cpu_row_logprobs,
     .sample = cpu_sample,
     .sample_ws = cpu_sample_ws,
+    .penalize = ref_penalize,
     .advance = cpu_advance,
 };

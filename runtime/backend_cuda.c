@@ -444,6 +444,13 @@ static void cu_sample(int *out, const float *logits, int n, float temperature, i
     ls_sample(out, logits, n, temperature, top_k, top_p, min_p, u, ws, stream_get());
 }
 
+static void cu_penalize(float *out, const float *logits, int vocab, int *count, int *hist,
+                        const int *ids, const int *pos, int last_n, float rep, float pres,
+                        float freq)
+{
+    ls_penalize(out, logits, vocab, count, hist, ids, pos, last_n, rep, pres, freq, stream_get());
+}
+
 static void cu_advance(int *pos)
 {
     ls_advance_pos(pos, stream_get());
@@ -518,6 +525,7 @@ const struct ls_backend ls_backend_cuda = {
     .score_split = ls_row_logprobs_split,
     .sample = cu_sample,
     .sample_ws = ls_sample_workspace,
+    .penalize = cu_penalize,
     .advance = cu_advance,
     .decode_form = cu_decode_form,
     .set_decode_form = cu_set_decode_form,

@@ -55,8 +55,9 @@ static const char bench_help[] =
     "                       each communicator of the job eager and (on GPUs) in a CUDA graph\n"
     "  --sweep-max BYTES    largest message of the sweep (default 64 MiB)\n"
     "  --temperature F, --top-k N, --top-p F, --min-p F\n"
-    "                       time sampled decode (the draw inside the step) instead of "
-    "greedy\n" LS_COMMON_HELP;
+    "  --repeat-penalty F, --presence-penalty F, --frequency-penalty F, --repeat-last-n N\n"
+    "                       time sampled or penalised decode (the draw and the penalties\n"
+    "                       inside the step) instead of greedy\n" LS_COMMON_HELP;
 
 struct decode_run {
     double seconds; /* for the timed steps */
@@ -68,15 +69,18 @@ static double now_s(void)
     return MPI_Wtime();
 }
 
-/* decode of `steps` tokens after `warmup`, from the current position: the step as generate
- * runs it (a graph replay on GPUs, the token chosen inside it and read back each step): greedy,
- * or drawn with sp's filters and a seeded host draw per step */
-static struct decode_run timed_decode(struct rc_job *j, const struct ls_sampling *sp, int first,
-                                      int warmup, int steps)
+/* decode of `steps` tokens after `warmup`, after the n-token prompt: the step as generate runs
+ * it (a graph replay on GPUs, the penalties and the token's choice inside it, the token read
+ * back each step): greedy, or drawn with sp's filters and a seeded host draw per step */
+static struct decode_run timed_decode(struct rc_job *j, const struct ls_sampling *sp,
+                                      const int *prompt, int n, int first, int warmup, int steps)
 {
     struct decode_run r = {0, steps};
     struct ls_sampler *smp = ls_sampler_new(sp, j->model->cfg.vocab);
+    int *hist = malloc((size_t)(n + warmup + steps) * sizeof *hist); /* the penalties' history */
     CHECK_ALLOC(smp);
+    CHECK_ALLOC(hist);
+    memcpy(hist, prompt, (size_t)n * sizeof *hist);
     int tok = first;
     for (int s = 0; s < warmup + steps; s++) {
         if (s == warmup) {
@@ -84,12 +88,14 @@ static struct decode_run timed_decode(struct rc_job *j, const struct ls_sampling
             j->comm->barrier(j->comm);
             r.seconds = now_s();
         }
-        if (ls_engine_decode(j->engine, tok, sp, ls_sampler_uniform(smp), &tok) != 0)
+        hist[n + s] = tok;
+        if (ls_engine_decode(j->engine, tok, sp, ls_sampler_uniform(smp), hist, &tok) != 0)
             ls_die(__FILE__, __LINE__, "ls_engine_decode", "context full during bench");
     }
     j->be->sync();
     r.seconds = now_s() - r.seconds;
     ls_sampler_free(smp);
+    free(hist);
     return r;
 }
 
@@ -231,6 +237,10 @@ int cmd_bench(int argc, char **argv)
         {"top-k", required_argument, NULL, RC_OPT_TOP_K},
         {"top-p", required_argument, NULL, RC_OPT_TOP_P},
         {"min-p", required_argument, NULL, RC_OPT_MIN_P},
+        {"repeat-penalty", required_argument, NULL, RC_OPT_REP},
+        {"presence-penalty", required_argument, NULL, RC_OPT_PRES},
+        {"frequency-penalty", required_argument, NULL, RC_OPT_FREQ},
+        {"repeat-last-n", required_argument, NULL, RC_OPT_LAST_N},
         {"help", no_argument, NULL, 'h'},
         LS_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0}};
@@ -292,6 +302,10 @@ int cmd_bench(int argc, char **argv)
         case RC_OPT_TOP_K:
         case RC_OPT_TOP_P:
         case RC_OPT_MIN_P:
+        case RC_OPT_REP:
+        case RC_OPT_PRES:
+        case RC_OPT_FREQ:
+        case RC_OPT_LAST_N:
             if (rc_sampling_opt(opt, optarg, &gp, &unused_ctx, err, sizeof err))
                 return ls_usage_error("bench", err);
             break;
@@ -372,12 +386,14 @@ int cmd_bench(int argc, char **argv)
 
     /* 3. decode with the real collectives, then without any */
     int first = ls_argmax(logits, c->vocab);
-    struct decode_run full = timed_decode(&j, &sp, first, (int)warmup, (int)gen);
+    struct decode_run full =
+        timed_decode(&j, &sp, prompt, (int)prompt_len, first, (int)warmup, (int)gen);
     struct ls_comm *none = ls_comm_null_create(j.ctx.rank, j.ctx.size, j.be);
     struct ls_comm *real = ls_engine_set_comm(j.engine, none);
     ls_engine_reset(j.engine);
     ls_engine_forward(j.engine, prompt, (int)prompt_len, logits);
-    struct decode_run alone = timed_decode(&j, &sp, first, (int)warmup, (int)gen);
+    struct decode_run alone =
+        timed_decode(&j, &sp, prompt, (int)prompt_len, first, (int)warmup, (int)gen);
     ls_engine_set_comm(j.engine, real);
     none->destroy(none);
 
@@ -420,6 +436,11 @@ int cmd_bench(int argc, char **argv)
                    "sampling", sp.temperature, sp.top_k, sp.top_p, sp.min_p);
         else
             printf("  %-38s greedy (argmax in the step)\n", "sampling");
+        if (ls_sampling_penalized(&sp))
+            printf("  %-38s repeat %g, presence %g, frequency %g over the last %d (0: all; in "
+                   "the step)\n",
+                   "penalties", sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty,
+                   sp.penalty_last_n);
         printf("  %-38s %10.1f GB/s = %.1f%% of the read roofline (ceiling %.1f tok/s)\n",
                "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
         printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
@@ -440,9 +461,13 @@ int cmd_bench(int argc, char **argv)
             json_object_set_new(o, "load_s", json_real(j.load_s));
             json_object_set_new(o, "max_context", json_integer(ctx_len));
             json_object_set_new(o, "sampling",
-                                json_pack("{s:f, s:i, s:f, s:f}", "temperature",
+                                json_pack("{s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:i}", "temperature",
                                           (double)sp.temperature, "top_k", sp.top_k, "top_p",
-                                          (double)sp.top_p, "min_p", (double)sp.min_p));
+                                          (double)sp.top_p, "min_p", (double)sp.min_p,
+                                          "repetition_penalty", (double)sp.repetition_penalty,
+                                          "presence_penalty", (double)sp.presence_penalty,
+                                          "frequency_penalty", (double)sp.frequency_penalty,
+                                          "penalty_last_n", sp.penalty_last_n));
             if (json_write(o, json, json_path) != 0) json_ok = 0;
         }
         fflush(stdout);

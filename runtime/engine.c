@@ -40,6 +40,13 @@ struct ls_engine {
     struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
     int graph_top[2];               /* the chosen token's scores each takes: -1 none, else top_n */
     double *dstats;                 /* [S][SCORE_W] a scored step's (backend memory) */
+    /* the penalties' window in the backend, allocated at the first penalised step: the
+     * penalised logits the token is chosen from (the step's scores stay the model's), each
+     * token's count in the window, the tokens by position; valid for a step at pen_pos with
+     * pen_last_n, else sent again from the caller's history (pen_sync) */
+    float *plogits;
+    int *pcount, *phist;
+    int pen_pos, pen_last_n;
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
     /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
@@ -79,6 +86,7 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
     e->be = be;
     e->stream = be->stream ? be->stream() : NULL;
     e->max_ctx = max_ctx;
+    e->pen_pos = -1;
     e->max_batch = max_batch;
     for (int r = 0; r < m->tp; r++)
         if (m->plan[r].vocab_rows > e->vpad) e->vpad = m->plan[r].vocab_rows;
@@ -163,6 +171,9 @@ void ls_engine_free(struct ls_engine *e)
     if (e->sample_ws) be->free(e->sample_ws);
     score_free(e);
     if (e->dstats) be->free(e->dstats);
+    void *pen[] = {e->plogits, e->pcount, e->phist};
+    for (size_t i = 0; i < sizeof pen / sizeof pen[0]; i++)
+        if (pen[i]) be->free(pen[i]);
     void *bufs[] = {e->ids,
                     e->posb,
                     e->x,
@@ -198,6 +209,7 @@ void ls_engine_reset(struct ls_engine *e)
 {
     e->pos = 0;
     e->graph_synced = 0;
+    e->pen_pos = -1;
 }
 
 int ls_engine_rewind(struct ls_engine *e, int pos)
@@ -205,6 +217,7 @@ int ls_engine_rewind(struct ls_engine *e, int pos)
     if (pos < 0 || pos > e->pos) return -1;
     e->pos = pos;
     e->graph_synced = 0;
+    e->pen_pos = -1;
     return 0;
 }
 
@@ -527,6 +540,7 @@ static int forward_chunks(struct ls_engine *e, const int *ids, int n, float *log
 {
     if (n <= 0 || e->pos + n > e->max_ctx) return -1;
     e->graph_synced = 0;
+    e->pen_pos = -1;
     for (int done = 0; done < n;) {
         int T = n - done < e->max_batch ? n - done : e->max_batch;
         /* one position (a step that takes its logits to the host): the form the decode graph
@@ -577,10 +591,17 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
 {
     const int V = e->m->cfg.vocab;
     chunk_forward(e, 1, e->pos);
+    const float *lg = e->logits;
+    if (ls_sampling_penalized(sp)) {
+        e->be->penalize(e->plogits, e->logits, V, e->pcount, e->phist, e->ids, e->posb,
+                        sp->penalty_last_n, sp->repetition_penalty, sp->presence_penalty,
+                        sp->frequency_penalty);
+        lg = e->plogits;
+    }
     if (sp->temperature == 0.0f)
-        e->be->argmax(e->ids, e->logits, V);
+        e->be->argmax(e->ids, lg, V);
     else
-        e->be->sample(e->ids, e->logits, V, sp->temperature, sp->top_k, sp->top_p, sp->min_p, e->u,
+        e->be->sample(e->ids, lg, V, sp->temperature, sp->top_k, sp->top_p, sp->min_p, e->u,
                       e->sample_ws);
     if (top_n >= 0)
         e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n,
@@ -590,13 +611,53 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
 
 static int same_choice(const struct ls_sampling *a, const struct ls_sampling *b)
 {
+    if (a->repetition_penalty != b->repetition_penalty ||
+        a->presence_penalty != b->presence_penalty ||
+        a->frequency_penalty != b->frequency_penalty ||
+        (ls_sampling_penalized(a) && a->penalty_last_n != b->penalty_last_n))
+        return 0;
     if (a->temperature == 0.0f || b->temperature == 0.0f) return a->temperature == b->temperature;
     return a->temperature == b->temperature && a->top_k == b->top_k && a->top_p == b->top_p &&
            a->min_p == b->min_p;
 }
 
+/* the penalties' buffers, once (before any capture); out of memory ends the job, saying so */
+static void pen_alloc(struct ls_engine *e)
+{
+    if (e->plogits) return;
+    const struct ls_backend *be = e->be;
+    const size_t V = (size_t)e->m->cfg.vocab,
+                 need = V * sizeof(float) + V * sizeof(int) + (size_t)e->max_ctx * sizeof(int);
+    e->plogits = be->alloc(V * sizeof(float));
+    e->pcount = be->alloc(V * sizeof(int));
+    e->phist = be->alloc((size_t)e->max_ctx * sizeof(int));
+    if (!e->plogits || !e->pcount || !e->phist) {
+        const size_t free_b = be->mem_free ? be->mem_free() : 0;
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "rank %d: out of %s memory for the penalties: %.1f MB needed, %.1f MB free",
+                 e->comm->rank, be->name, need / 1e6, free_b / 1e6);
+        ls_die(__FILE__, __LINE__, "ls_engine_decode", msg);
+    }
+}
+
+/* the penalties' window for a step at the current position p from the caller's history
+ * (hist[0..p]): the counts of positions [max(0, p - last_n), p) and their tokens, which the
+ * step's penalize then moves on by one */
+static void pen_sync(struct ls_engine *e, const int *hist, int last_n)
+{
+    const int V = e->m->cfg.vocab, p = e->pos, from = last_n > 0 && p > last_n ? p - last_n : 0;
+    int *count = calloc((size_t)V, sizeof *count);
+    CHECK_ALLOC(count);
+    for (int i = from; i < p; i++)
+        if (hist[i] >= 0 && hist[i] < V) count[hist[i]]++;
+    e->be->to_device(e->pcount, count, (size_t)V * sizeof *count);
+    if (p > from) e->be->to_device(e->phist + from, hist + from, (size_t)(p - from) * sizeof *hist);
+    free(count);
+}
+
 int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
-                            int top_n, int *out, struct ls_scores *s, int *top_ids,
+                            const int *hist, int top_n, int *out, struct ls_scores *s, int *top_ids,
                             double *top_logits)
 {
     const struct ls_backend *be = e->be;
@@ -625,6 +686,13 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         be->to_device(e->ids, &in, sizeof(int));
     }
     if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
+    const int penalized = ls_sampling_penalized(sp);
+    if (penalized) {
+        if (!hist) ls_die(__FILE__, __LINE__, "ls_engine_decode", "penalties need the history");
+        pen_alloc(e);
+        if (e->pen_pos != e->pos || e->pen_last_n != sp->penalty_last_n)
+            pen_sync(e, hist, sp->penalty_last_n);
+    }
     /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
     ls_watchdog_arm("decode step at position", e->pos);
     /* the backend's form for this context (one graph each, captured when first needed) */
@@ -655,15 +723,20 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     ls_watchdog_disarm();
     e->last_out = *out;
     e->pos += 1;
+    if (penalized) { /* the window now holds the step's token */
+        e->pen_pos = e->pos;
+        e->pen_last_n = sp->penalty_last_n;
+    }
     return 0;
 }
 
-int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u, int *out)
+int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
+                     const int *hist, int *out)
 {
-    return ls_engine_decode_scored(e, in, sp, u, -1, out, NULL, NULL, NULL);
+    return ls_engine_decode_scored(e, in, sp, u, hist, -1, out, NULL, NULL, NULL);
 }
 
 int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out)
 {
-    return ls_engine_decode(e, in, NULL, 0.0, out);
+    return ls_engine_decode(e, in, NULL, 0.0, NULL, out);
 }

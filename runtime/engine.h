@@ -61,17 +61,22 @@ int ls_engine_score(struct ls_engine *e, const int *ids, int n, int top_n, float
  * graph replay where the backend has graphs): only the next token comes back, in *out.
  * Returns 0, or -1 when the context is full. */
 int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out);
-/* The same with the token drawn in the backend (no penalties: sp's temperature, top-k, top-p,
- * min-p; NULL or temperature 0 is greedy) with the uniform draw u (ls_sampler_uniform), so
- * every rank, given the same u, picks the same token from the same logits. A graph is captured
- * per choice of sampling parameters; u is copied in before each replay. */
-int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u, int *out);
+/* The same with the token chosen in the backend by sp (NULL or temperature 0: greedy; else
+ * drawn at sp's temperature, top-k, top-p and min-p with the uniform draw u, ls_sampler_uniform)
+ * after sp's penalties, if any, so every rank, given the same u, picks the same token from the
+ * same logits, and the token ls_sampler_sample would pick. A graph is captured per choice of
+ * sampling parameters; u is copied in before each replay. Penalties need hist, the tokens at
+ * positions 0 .. the current one (`in` last; NULL without penalties): the backend keeps the
+ * window's counts from step to step and takes them from hist again only after anything but a
+ * penalised decode step (a forward, a reset or rewind, other penalties). */
+int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
+                     const int *hist, int *out);
 /* ls_engine_decode, and the chosen token's scores in *s: its logit as the target, the
  * log-sum-exp and the top_n (0 to LS_SCORE_TOP_MAX) most likely of the step's distribution
  * (top_ids, top_logits: the caller's arrays of top_n), taken in the backend (in the graph), so
  * the step still sends only the token and a few numbers to the host. */
 int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
-                            int top_n, int *out, struct ls_scores *s, int *top_ids,
+                            const int *hist, int top_n, int *out, struct ls_scores *s, int *top_ids,
                             double *top_logits);
 
 #endif

@@ -239,17 +239,15 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     int rc = 0;
     r->finish = "length";
 
-    /* Without penalties no logits are needed on the host: each step runs in the backend (a
-     * graph replay on GPUs), the token is chosen there (argmax, or drawn with the host's next
-     * uniform, the one the host sampler would have used) and only it comes back, with its
-     * log-probabilities where asked (taken in the step). Penalties (which need the history)
-     * and --top-logits take the logits to the host and sample there.
-     * LOCKSTEP_HOST_SAMPLING=1 forces the host path (for comparisons). */
+    /* No logits are needed on the host: each step runs in the backend (a graph replay on
+     * GPUs), the penalties are applied there (the backend keeps the window's counts; hist is
+     * the history they start from), the token is chosen there (argmax, or drawn with the host's
+     * next uniform, the one the host sampler would have used) and only it comes back, with its
+     * log-probabilities where asked (taken in the step). --top-logits takes the logits to the
+     * host and samples there. LOCKSTEP_HOST_SAMPLING=1 forces the host path (for comparisons). */
     const struct ls_sampling *sp = &p->sampling;
     const char *hs = getenv("LOCKSTEP_HOST_SAMPLING");
-    int device_step = sp->repetition_penalty == 1.0f && sp->presence_penalty == 0.0f &&
-                      sp->frequency_penalty == 0.0f &&
-                      (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
+    int device_step = (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
     double t0 = ls_now_s();
     struct ls_prefill_reuse *ru = p->reuse;
     if (ru && ru->valid && ru->n_prompt == n_prompt && !p->prompt_logprobs &&
@@ -337,7 +335,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         }
         if (step + 1 == budget) break;
         if (device_step && step + 1 >= p->min_tokens) {
-            if (ls_engine_decode_scored(e, id, sp, ls_sampler_uniform(smp),
+            if (ls_engine_decode_scored(e, id, sp, ls_sampler_uniform(smp), hist,
                                         p->logprobs ? p->top_logprobs : -1, &next, &next_sc,
                                         next_ids, next_vals) != 0)
                 break; /* context full */

@@ -2,6 +2,7 @@
  * sampled token, nothing else consumes it, so runs are reproducible across machines. */
 #include "config.h"
 #include "sampler.h"
+#include "ref.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -132,6 +133,12 @@ void ls_sampler_free(struct ls_sampler *s)
     free(s);
 }
 
+int ls_sampling_penalized(const struct ls_sampling *s)
+{
+    return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f ||
+           s->frequency_penalty != 0.0f;
+}
+
 int ls_argmax(const float *x, int n)
 {
     int best = 0;
@@ -143,19 +150,15 @@ int ls_argmax(const float *x, int n)
 static void apply_penalties(struct ls_sampler *s, float *logits, const int *hist, int n)
 {
     const struct ls_sampling *p = &s->p;
-    if (p->repetition_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0)
-        return;
+    if (!ls_sampling_penalized(p)) return;
     int from = p->penalty_last_n > 0 && n > p->penalty_last_n ? n - p->penalty_last_n : 0;
     for (int i = from; i < n; i++)
         if (hist[i] >= 0 && hist[i] < s->vocab) s->count[hist[i]]++;
     for (int i = from; i < n; i++) {
         int t = hist[i];
         if (t < 0 || t >= s->vocab || s->count[t] == 0) continue;
-        float l = logits[t];
-        if (p->repetition_penalty != 1.0f)
-            l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
-        l -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
-        logits[t] = l;
+        logits[t] = ls_penalised(logits[t], s->count[t], p->repetition_penalty, p->presence_penalty,
+                                 p->frequency_penalty);
         s->count[t] = 0; /* once per distinct token; also leaves the counts zeroed */
     }
 }

@@ -64,6 +64,8 @@ int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *history, i
 double ls_sampler_uniform(struct ls_sampler *s);
 /* the token ls_sampler_sample picks from logits without penalties, given its uniform draw u */
 int ls_sample_with(const struct ls_sampling *p, const float *logits, int vocab, double u);
+/* whether s has a penalty on (repetition, presence or frequency) */
+int ls_sampling_penalized(const struct ls_sampling *s);
 /* index of the largest value, the lowest index on ties */
 int ls_argmax(const float *x, int n);
 

@@ -157,8 +157,29 @@ stage_e2e() {
                 [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "device sampling != host sampling"; ok=1; }
         done
     done
+    # penalties in the graph (the window's counts kept on the device from step to step) against
+    # the host path: greedy and drawn, over the whole history and a window that tokens leave,
+    # and after min_tokens' host steps
+    for tp in 1 2; do
+        [ $tp -gt "$(ngpus)" ] && continue
+        for f in "0 --repeat-penalty 1.3" "0 --presence-penalty 0.8 --frequency-penalty 0.5 --repeat-last-n 8" \
+            "0.8 --top-p 0.9 --repeat-penalty 1.2 --frequency-penalty 0.3 --repeat-last-n 16" \
+            "0.9 --top-k 40 --presence-penalty -0.5 --repeat-last-n 4" \
+            "0.7 --top-p 0.95 --repeat-penalty 1.1 --min-tokens 6 --stop-token-id 1"; do
+            # shellcheck disable=SC2086
+            gen_json $tp "$OUT/e2e-dev.json" --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 24 \
+                --seed 5 --temperature $f &&
+                LOCKSTEP_HOST_SAMPLING=1 gen_json $tp "$OUT/e2e-host.json" -x LOCKSTEP_HOST_SAMPLING --gpu \
+                    --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 24 --seed 5 --temperature $f &&
+                echo "smollm2-135m TP=$tp --temperature $f in the graph: $(ids_of "$OUT/e2e-dev.json")" &&
+                echo "smollm2-135m TP=$tp --temperature $f on the host:  $(ids_of "$OUT/e2e-host.json")" &&
+                [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "penalties in the graph != on the host"; ok=1; }
+        done
+    done
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
         --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet --temperature 1.0 --top-p 0.9 || ok=1
+    compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
+        --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet --repeat-penalty 1.2 --repeat-last-n 4 || ok=1
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
         --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet || ok=1
     e2e_paths || ok=1
@@ -399,6 +420,18 @@ stage_bench() {
     # the same with the token drawn in the step (the sampling kernel over 128256 logits)
     mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --temperature 0.8 \
         --top-k 50 --top-p 0.95 --json "$OUT/bench-8b-tp1-sampled.json"
+    # Llama-3.1's draw with a repetition penalty in the step, and the same on the host path
+    # (generate, the logits taken to the host each step: what penalties cost before they ran in
+    # the graph; its decode time includes the host's sampling)
+    mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --temperature 0.6 \
+        --top-p 0.9 --repeat-penalty 1.1 --repeat-last-n 64 --json "$OUT/bench-8b-tp1-penalty.json"
+    for h in 0 1; do
+        LOCKSTEP_HOST_SAMPLING=$h mpi -x LOCKSTEP_HOST_SAMPLING -np 1 build-gpu/lockstep generate --gpu --dummy llama-3.1-8b \
+            --prompt-ids "$(seq -s, 1000 1127)" -n 256 --ignore-eos --temperature 0.6 --top-p 0.9 --repeat-penalty 1.1 \
+            --repeat-last-n 64 --json --quiet >"$OUT/gen-8b-penalty-host$h.json" &&
+            python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("generate --repeat-penalty 1.1, LOCKSTEP_HOST_SAMPLING=%s: %.3f ms a token over %d tokens" % (sys.argv[2], 1e3 * r["decode_s"] / (len(r["ids"]) - 1), len(r["ids"])))' \
+                "$OUT/gen-8b-penalty-host$h.json" $h
+    done
     if [ "$n" -ge 2 ]; then
         mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
             --json "$OUT/bench-8b-tp2-nccl.json"

@@ -35,6 +35,14 @@ run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 -
 check "bench with sampling: exits 0 and says how it chose" eval '[ "$rc" -eq 0 ] && out_has "temperature 0.8, top-k 40, top-p 0.9"'
 check "bench with sampling: the JSON records it" \
     jq_file "$tmp/bs.json" '.sampling.temperature > 0.79 and .sampling.temperature < 0.81 and .sampling.top_k == 40 and .decode_ms_per_token > 0'
+run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --warmup 2 --bw-bytes 67108864 \
+    --repeat-penalty 1.2 --frequency-penalty 0.5 --repeat-last-n 4 --json "$tmp/bp.json"
+check "bench with penalties (greedy): exits 0 and says which" \
+    eval '[ "$rc" -eq 0 ] && out_has "repeat 1.2, presence 0, frequency 0.5 over the last 4" && out_has "greedy"'
+check "bench with penalties: the JSON records them" \
+    jq_file "$tmp/bp.json" '.sampling.repetition_penalty > 1.19 and .sampling.frequency_penalty == 0.5 and .sampling.penalty_last_n == 4 and .decode_ms_per_token > 0'
+run "$LOCKSTEP" bench --cpu --dummy smollm2-135m --repeat-penalty 0
+check "bench --repeat-penalty 0: a clear usage error naming the field" err_has "repetition_penalty: expected a value in (0, 100], found 0"
 check "bench JSON: the KV cache of the run's positions by default (16 + 2 + 8 + 1)" jq_file "$tmp/b.json" '.max_context == 27'
 run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --warmup 2 --bw-bytes 67108864 \
     --max-context 600 --json "$tmp/bm.json"

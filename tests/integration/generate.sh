@@ -315,6 +315,50 @@ check "sampling in the backend equals the host sampler (seed 77, TP=1 vs host TP
 check "sampling in the backend: same tokens at TP=1 and TP=3" cmp -s "$tmp/bs.1" "$tmp/bs.3"
 check "sampling in the backend: not the greedy tokens" test "$(cat "$tmp/bs.1")" != "$(cat "$tmp/dev.ids")"
 
+# ---- penalties in the backend: the window's counts kept there from step to step, the token
+# chosen from the penalised logits (greedy or drawn) equals the host sampler's, at TP=1 and 3
+# against the host path at TP=2; with a window that tokens leave, after min_tokens' host steps,
+# and with log-probabilities (the model's distribution, before the penalties: equal to the host
+# path's within the rounding of other TP sizes' partial sums, 1e-4)
+pen_case() { # NAME ARGS...: the backend's tokens at TP=1 and 3 against the host path's at TP=2
+    local name=$1
+    shift
+    for tp in 1 3; do
+        run_mpi $tp "$LOCKSTEP" generate -m "$model" -p "Once upon a time" --ignore-eos --json --quiet "$@"
+        cp "$tmp/out" "$tmp/pen.$tp"
+    done
+    LOCKSTEP_HOST_SAMPLING=1 run_mpi 2 -x LOCKSTEP_HOST_SAMPLING "$LOCKSTEP" generate -m "$model" \
+        -p "Once upon a time" --ignore-eos --json --quiet "$@"
+    cp "$tmp/out" "$tmp/pen.host"
+    check "penalties in the backend, $name: tokens equal the host path's" \
+        test "$(jq -c .ids "$tmp/pen.1")" = "$(jq -c .ids "$tmp/pen.host")"
+    check "penalties in the backend, $name: same tokens at TP=1 and TP=3" \
+        test "$(jq -c .ids "$tmp/pen.1")" = "$(jq -c .ids "$tmp/pen.3")"
+}
+# the largest difference between two outputs' log-probabilities (chosen and listed tokens)
+lp_diff() {
+    jq -s '[.[] | [.logprobs.content[] | .logprob, (.top_logprobs[] | .logprob)]] | transpose
+           | map(.[0] - .[1] | fabs) | max' "$1" "$2"
+}
+pen_case "greedy, repeat 1.3 over all" -n 40 --repeat-penalty 1.3
+jq -c '.[0]' "$tmp/pen.1" >"$tmp/pen.rep"
+run_mpi 1 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 40 --ignore-eos --json --quiet
+check "penalties in the backend: the repeat penalty changes the greedy tokens" \
+    test "$(jq -c .ids "$tmp/out")" != "$(cat "$tmp/pen.rep")"
+pen_case "greedy, presence 0.8 + frequency 0.5 over the last 8" -n 40 --presence-penalty 0.8 \
+    --frequency-penalty 0.5 --repeat-last-n 8
+pen_case "drawn (top-k 40, top-p 0.9), repeat 1.2 + frequency 0.3 over the last 16" -n 40 \
+    --temperature 0.9 --top-k 40 --top-p 0.9 --seed 5 --repeat-penalty 1.2 --frequency-penalty 0.3 \
+    --repeat-last-n 16
+pen_case "drawn (top-p 0.95 alone), presence -0.5 (a bonus)" -n 24 --temperature 1.1 --top-p 0.95 \
+    --seed 8 --presence-penalty -0.5 --repeat-last-n 4
+pen_case "after 6 min_tokens host steps, with --logprobs 3" -n 24 --min-tokens 6 \
+    --stop-token-id 11 --temperature 0.8 --seed 3 --repeat-penalty 1.15 --repeat-last-n 10 --logprobs 3
+check "penalties in the backend: 24 log-probabilities of 4 tokens each" \
+    test "$(jq '[.logprobs.content[] | .top_logprobs | length + 1] | add' "$tmp/pen.1")" -eq 96
+check "penalties in the backend: the log-probabilities are the host path's (the model's, within 1e-4)" \
+    test "$(jq -n "$(lp_diff "$tmp/pen.1" "$tmp/pen.host") < 1e-4")" = true
+
 # ---- batch
 cat >"$tmp/in.jsonl" <<'JSONL'
 {"id": "a", "prompt": "The capital of France is", "max_tokens": 8}

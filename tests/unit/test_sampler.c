@@ -207,6 +207,51 @@ static void test_penalty_window(void)
     ls_sampler_free(s);
 }
 
+/* the backend's penalties (ref_penalize: a window of counts carried from step to step, the
+ * step's token in and the one last_n back out) against the sampler's (the window counted
+ * from the history every step): the same penalised logits, bit for bit, over 60 steps of a
+ * seeded random history of 5 ids, whole history and windows of 1, 3 and 10, each step's logits
+ * fresh */
+static void test_penalty_window_carried_as_the_sampler_counts_it(void)
+{
+    enum { V = 50, P = 9, STEPS = 60, CTX = P + STEPS };
+    uint64_t x = 7;
+    const int windows[] = {0, 1, 3, 10};
+    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
+        const int last_n = windows[w];
+        struct ls_sampling p;
+        ls_sampling_defaults(&p);
+        p.repetition_penalty = 1.25f;
+        p.presence_penalty = 0.3f;
+        p.frequency_penalty = 0.7f;
+        p.penalty_last_n = last_n;
+        struct ls_sampler *s = ls_sampler_new(&p, V);
+        int seq[CTX], hist[CTX], count[V] = {0}, differ = 0, moved = 0;
+        for (int i = 0; i < CTX; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            seq[i] = (int)((x >> 33) % 5) * 11;
+        }
+        const int from = last_n > 0 && P > last_n ? P - last_n : 0;
+        for (int i = 0; i < P; i++) hist[i] = seq[i];
+        for (int i = from; i < P; i++) count[seq[i]]++;
+        for (int t = P; t < CTX; t++) {
+            float l[V], mine[V];
+            for (int v = 0; v < V; v++) {
+                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+                l[v] = (float)((int)(x >> 40) % 2001 - 1000) / 137.0f;
+            }
+            ref_penalize(mine, l, V, count, hist, &seq[t], &t, last_n, p.repetition_penalty,
+                         p.presence_penalty, p.frequency_penalty);
+            for (int v = 0; v < V; v++) moved += mine[v] != l[v];
+            ls_sampler_sample(s, l, seq, t + 1); /* greedy: penalises l in place */
+            differ += memcmp(mine, l, sizeof l) != 0;
+        }
+        CU_ASSERT_EQUAL(differ, 0);
+        CU_ASSERT(moved >= STEPS); /* the penalties acted at every step */
+        ls_sampler_free(s);
+    }
+}
+
 static void test_validation_names_the_field(void)
 {
     struct ls_sampling p;
@@ -277,6 +322,8 @@ int main(void)
     CU_add_test(s, "repetition penalty as Hugging Face", test_repetition_penalty_as_hugging_face);
     CU_add_test(s, "presence and frequency penalties", test_presence_and_frequency_penalties);
     CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
+    CU_add_test(s, "the backend's carried window penalises as the sampler",
+                test_penalty_window_carried_as_the_sampler_counts_it);
     CU_add_test(s, "validation names the field", test_validation_names_the_field);
     CU_add_test(s, "a row's scores over a vocabulary slice", test_row_scores_of_a_slice);
     return ls_cunit_run_tap();
