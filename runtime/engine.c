@@ -621,6 +621,17 @@ static int same_choice(const struct ls_sampling *a, const struct ls_sampling *b)
            a->min_p == b->min_p;
 }
 
+/* the draw's slot and the sampling workspace at the first sampled choice (before any capture) */
+static void draw_alloc(struct ls_engine *e, const struct ls_sampling *sp)
+{
+    if (sp->temperature == 0.0f || e->u) return;
+    const struct ls_backend *be = e->be;
+    e->u = be->alloc(sizeof(double));
+    e->sample_ws = be->alloc(be->sample_ws(e->m->cfg.vocab));
+    if (!e->u || !e->sample_ws)
+        ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for sampling");
+}
+
 /* the penalties' buffers, once (before any capture); out of memory ends the job, saying so */
 static void pen_alloc(struct ls_engine *e)
 {
@@ -641,12 +652,12 @@ static void pen_alloc(struct ls_engine *e)
     }
 }
 
-/* the penalties' window for a step at the current position p from the caller's history
- * (hist[0..p]): the counts of positions [max(0, p - last_n), p) and their tokens, which the
- * step's penalize then moves on by one */
-static void pen_sync(struct ls_engine *e, const int *hist, int last_n)
+/* the penalties' window for a step at position p from the caller's history (hist[0..p]): the
+ * counts of positions [max(0, p - last_n), p) and their tokens, which the step's penalize then
+ * moves on by one */
+static void pen_sync(struct ls_engine *e, const int *hist, int p, int last_n)
 {
-    const int V = e->m->cfg.vocab, p = e->pos, from = last_n > 0 && p > last_n ? p - last_n : 0;
+    const int V = e->m->cfg.vocab, from = last_n > 0 && p > last_n ? p - last_n : 0;
     int *count = calloc((size_t)V, sizeof *count);
     CHECK_ALLOC(count);
     for (int i = from; i < p; i++)
@@ -669,13 +680,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         e->dstats = be->alloc((size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double));
         if (!e->dstats) ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for scores");
     }
-    if (sp->temperature != 0.0f && !e->u) {
-        /* first sampled step: the draw's slot and the workspace, before any capture */
-        e->u = be->alloc(sizeof(double));
-        e->sample_ws = be->alloc(be->sample_ws(e->m->cfg.vocab));
-        if (!e->u || !e->sample_ws)
-            ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for sampling");
-    }
+    draw_alloc(e, sp);
     if (!e->graph_synced) {
         e->host_pos[0] = e->pos;
         be->to_device(e->posb, e->host_pos, sizeof(int));
@@ -691,7 +696,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         if (!hist) ls_die(__FILE__, __LINE__, "ls_engine_decode", "penalties need the history");
         pen_alloc(e);
         if (e->pen_pos != e->pos || e->pen_last_n != sp->penalty_last_n)
-            pen_sync(e, hist, sp->penalty_last_n);
+            pen_sync(e, hist, e->pos, sp->penalty_last_n);
     }
     /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
     ls_watchdog_arm("decode step at position", e->pos);
@@ -724,6 +729,43 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     e->last_out = *out;
     e->pos += 1;
     if (penalized) { /* the window now holds the step's token */
+        e->pen_pos = e->pos;
+        e->pen_last_n = sp->penalty_last_n;
+    }
+    return 0;
+}
+
+int ls_engine_choose(struct ls_engine *e, const struct ls_sampling *sp, double u, const int *hist,
+                     const float *logits, int *out)
+{
+    const struct ls_backend *be = e->be;
+    const int V = e->m->cfg.vocab, p = e->pos - 1;
+    if (p < 0 || !hist) return -1;
+    draw_alloc(e, sp);
+    if (logits) be->to_device(e->logits, logits, (size_t)V * sizeof *logits);
+    const float *lg = e->logits;
+    const int penalized = ls_sampling_penalized(sp);
+    if (penalized) {
+        /* the window before position p, which penalize moves on by the prompt's last token */
+        pen_alloc(e);
+        pen_sync(e, hist, p, sp->penalty_last_n);
+        be->to_device(e->ids, &hist[p], sizeof(int));
+        be->to_device(e->posb, &p, sizeof(int));
+        be->penalize(e->plogits, e->logits, V, e->pcount, e->phist, e->ids, e->posb,
+                     sp->penalty_last_n, sp->repetition_penalty, sp->presence_penalty,
+                     sp->frequency_penalty);
+        lg = e->plogits;
+    }
+    if (sp->temperature == 0.0f) {
+        be->argmax(e->ids, lg, V);
+    } else {
+        be->to_device(e->u, &u, sizeof u);
+        be->sample(e->ids, lg, V, sp->temperature, sp->top_k, sp->top_p, sp->min_p, e->u,
+                   e->sample_ws);
+    }
+    be->to_host(out, e->ids, sizeof(int));
+    e->graph_synced = 0; /* ids and posb hold this choice's, not the next step's */
+    if (penalized) {     /* the next decode step's window */
         e->pen_pos = e->pos;
         e->pen_last_n = sp->penalty_last_n;
     }

@@ -71,6 +71,14 @@ int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out);
  * penalised decode step (a forward, a reset or rewind, other penalties). */
 int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
                      const int *hist, int *out);
+/* The token after the last forward (the prompt's prefill), chosen in the backend as a decode
+ * step chooses it (sp's penalties over hist[0 .. the current position), then argmax or the draw
+ * u) from the logits that forward left there, or from logits (host memory, vocab floats: a kept
+ * copy of them) where not NULL; only the token comes back, the logits stay. The host sampler's
+ * token from the same logits, without sorting the vocabulary on the host. Returns 0, or -1
+ * when nothing was forwarded or hist is NULL. */
+int ls_engine_choose(struct ls_engine *e, const struct ls_sampling *sp, double u, const int *hist,
+                     const float *logits, int *out);
 /* ls_engine_decode, and the chosen token's scores in *s: its logit as the target, the
  * log-sum-exp and the top_n (0 to LS_SCORE_TOP_MAX) most likely of the step's distribution
  * (top_ids, top_logits: the caller's arrays of top_n), taken in the backend (in the graph), so

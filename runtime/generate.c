@@ -243,17 +243,22 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
      * GPUs), the penalties are applied there (the backend keeps the window's counts; hist is
      * the history they start from), the token is chosen there (argmax, or drawn with the host's
      * next uniform, the one the host sampler would have used) and only it comes back, with its
-     * log-probabilities where asked (taken in the step). --top-logits takes the logits to the
+     * log-probabilities where asked (taken in the step). The first token is chosen there too,
+     * from the prefill's logits (ls_engine_choose), so that no step sorts the vocabulary on the
+     * host. --top-logits takes the logits to the
      * host and samples there. LOCKSTEP_HOST_SAMPLING=1 forces the host path (for comparisons). */
     const struct ls_sampling *sp = &p->sampling;
     const char *hs = getenv("LOCKSTEP_HOST_SAMPLING");
     int device_step = (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
-    double t0 = ls_now_s();
+    const double start = ls_now_s();
+    double t0 = start;
     struct ls_prefill_reuse *ru = p->reuse;
+    int kept = 0; /* the logits are a kept copy: the backend's are another forward's */
     if (ru && ru->valid && ru->n_prompt == n_prompt && !p->prompt_logprobs &&
         ls_engine_rewind(e, n_prompt) == 0) {
         /* the prompt's cache as the first call left it, and its last logits */
         memcpy(logits, ru->logits, (size_t)V * sizeof *logits);
+        kept = 1;
     } else if (p->prompt_logprobs) {
         ls_engine_reset(e);
         /* every position's scores, the last position's logits left in logits */
@@ -288,19 +293,25 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     double next_vals[LS_SCORE_TOP_MAX];
     for (int step = 0; step < budget; step++) {
         fault_drill(step);
-        /* the step's token: drawn in the backend by the previous step, or here from its logits
-         * (the first step; every step on the host path; and the steps before min_tokens, where
-         * the ending tokens are masked out first) */
+        /* the step's token: drawn in the backend by the previous step, or by the backend from
+         * the prefill's logits (the first step), or here from its logits (every step on the host
+         * path; and the steps before min_tokens, where the ending tokens are masked out first) */
         const int from_device = device_step && step > 0 && step >= p->min_tokens;
         int id;
         if (from_device) {
             id = next;
+        } else if (device_step && step == 0 && p->min_tokens == 0) {
+            if (raw) memcpy(raw, logits, (size_t)V * sizeof *raw);
+            if (ls_engine_choose(e, sp, ls_sampler_uniform(smp), hist, kept ? logits : NULL, &id) !=
+                0)
+                ls_die(__FILE__, __LINE__, "ls_engine_choose", "no prefill to choose after");
         } else {
             record_top(r, p, logits, V);
             if (raw) memcpy(raw, logits, (size_t)V * sizeof *raw);
             if (step < p->min_tokens) mask_ends(m, p, logits);
             id = ls_sampler_sample(smp, logits, hist, n_prompt + r->n_gen);
         }
+        if (step == 0) r->ttft_s = ls_now_s() - start;
         if (ends(m, p, id)) {
             r->finish = "stop";
             break;

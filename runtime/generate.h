@@ -51,6 +51,7 @@ struct ls_gen_result {
     char *text;         /* generated text, stop string excluded */
     const char *finish; /* "stop" (EOS or stop string), "length" (budget or context) */
     double prefill_s, decode_s;
+    double ttft_s; /* from the prompt's prefill to the first token chosen (0: none generated) */
     int *top_ids; /* [top_logit_steps][top_logits] */
     float *top_vals;
     int top_steps; /* steps recorded */

@@ -422,14 +422,15 @@ stage_bench() {
         --top-k 50 --top-p 0.95 --json "$OUT/bench-8b-tp1-sampled.json"
     # Llama-3.1's draw with a repetition penalty in the step, and the same on the host path
     # (generate, the logits taken to the host each step: what penalties cost before they ran in
-    # the graph; its decode time includes the host's sampling)
+    # the graph; its decode time includes the host's sampling), with each run's time to the
+    # first token (chosen in the backend from the prefill's logits, or on the host)
     mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --temperature 0.6 \
         --top-p 0.9 --repeat-penalty 1.1 --repeat-last-n 64 --json "$OUT/bench-8b-tp1-penalty.json"
     for h in 0 1; do
         LOCKSTEP_HOST_SAMPLING=$h mpi -x LOCKSTEP_HOST_SAMPLING -np 1 build-gpu/lockstep generate --gpu --dummy llama-3.1-8b \
             --prompt-ids "$(seq -s, 1000 1127)" -n 256 --ignore-eos --temperature 0.6 --top-p 0.9 --repeat-penalty 1.1 \
             --repeat-last-n 64 --json --quiet >"$OUT/gen-8b-penalty-host$h.json" &&
-            python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("generate --repeat-penalty 1.1, LOCKSTEP_HOST_SAMPLING=%s: %.3f ms a token over %d tokens" % (sys.argv[2], 1e3 * r["decode_s"] / (len(r["ids"]) - 1), len(r["ids"])))' \
+            python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("generate --repeat-penalty 1.1, LOCKSTEP_HOST_SAMPLING=%s: %.3f ms a token over %d tokens; prefill %.2f ms, first token at %.2f ms" % (sys.argv[2], 1e3 * r["decode_s"] / (len(r["ids"]) - 1), len(r["ids"]), 1e3 * r["prefill_s"], 1e3 * r["ttft_s"]))' \
                 "$OUT/gen-8b-penalty-host$h.json" $h
     done
     if [ "$n" -ge 2 ]; then

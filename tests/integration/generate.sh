@@ -314,6 +314,9 @@ check "sampling in the backend: 24 tokens" test "$(jq length "$tmp/bs.1")" -eq 2
 check "sampling in the backend equals the host sampler (seed 77, TP=1 vs host TP=2)" cmp -s "$tmp/bs.1" "$tmp/hs.2"
 check "sampling in the backend: same tokens at TP=1 and TP=3" cmp -s "$tmp/bs.1" "$tmp/bs.3"
 check "sampling in the backend: not the greedy tokens" test "$(cat "$tmp/bs.1")" != "$(cat "$tmp/dev.ids")"
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 4 --temperature 0.9 --seed 77 --json --quiet
+check "generate --json: the time to the first token, after the prefill and within the run" \
+    jq_ok '.ttft_s >= .prefill_s and .ttft_s <= .prefill_s + .decode_s + 1e-3 and .ttft_s > 0'
 
 # ---- penalties in the backend: the window's counts kept there from step to step, the token
 # chosen from the penalised logits (greedy or drawn) equals the host sampler's, at TP=1 and 3
