@@ -293,18 +293,23 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     double next_vals[LS_SCORE_TOP_MAX];
     for (int step = 0; step < budget; step++) {
         fault_drill(step);
-        /* the step's token: drawn in the backend by the previous step, or by the backend from
-         * the prefill's logits (the first step), or here from its logits (every step on the host
-         * path; and the steps before min_tokens, where the ending tokens are masked out first) */
+        /* the step's token: drawn in the backend by the previous step (a decode step); or
+         * chosen by the backend from the logits of the forward before (the first step, from the
+         * prefill's, and the steps before min_tokens, from a forward's with the ending tokens
+         * masked out here first and the masked logits sent back); or here (the host path) */
         const int from_device = device_step && step > 0 && step >= p->min_tokens;
         int id;
         if (from_device) {
             id = next;
-        } else if (device_step && step == 0 && p->min_tokens == 0) {
+        } else if (device_step) {
             if (raw) memcpy(raw, logits, (size_t)V * sizeof *raw);
-            if (ls_engine_choose(e, sp, ls_sampler_uniform(smp), hist, kept ? logits : NULL, &id) !=
-                0)
-                ls_die(__FILE__, __LINE__, "ls_engine_choose", "no prefill to choose after");
+            const float *send = kept && step == 0 ? logits : NULL;
+            if (step < p->min_tokens) {
+                mask_ends(m, p, logits);
+                send = logits;
+            }
+            if (ls_engine_choose(e, sp, ls_sampler_uniform(smp), hist, send, &id) != 0)
+                ls_die(__FILE__, __LINE__, "ls_engine_choose", "no forward to choose after");
         } else {
             record_top(r, p, logits, V);
             if (raw) memcpy(raw, logits, (size_t)V * sizeof *raw);
