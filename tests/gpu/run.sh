@@ -148,18 +148,12 @@ stage_e2e() {
         [ $tp -gt "$(ngpus)" ] && continue
         for f in "0.6 --top-p 0.9" "1.5 --top-p 0.9" "0.8 --top-p 0.95 --min-p 0.05" "1.0 --min-p 0.1" "1.0"; do
             # shellcheck disable=SC2086
-            gen_json $tp "$OUT/e2e-dev.json" --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 16 \
-                --seed 5 --temperature $f &&
-                LOCKSTEP_HOST_SAMPLING=1 gen_json $tp "$OUT/e2e-host.json" -x LOCKSTEP_HOST_SAMPLING --gpu \
-                    --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 16 --seed 5 --temperature $f &&
-                echo "smollm2-135m TP=$tp --temperature $f in the graph: $(ids_of "$OUT/e2e-dev.json")" &&
-                echo "smollm2-135m TP=$tp --temperature $f on the host:  $(ids_of "$OUT/e2e-host.json")" &&
-                [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "device sampling != host sampling"; ok=1; }
+            graph_vs_host $tp -n 16 --seed 5 --temperature $f || ok=1
         done
     done
     # penalties in the graph (the window's counts kept on the device from step to step) against
     # the host path: greedy and drawn, over the whole history and a window that tokens leave,
-    # and after min_tokens' host steps
+    # and after min_tokens' steps (chosen in the backend from masked logits)
     for tp in 1 2; do
         [ $tp -gt "$(ngpus)" ] && continue
         for f in "0 --repeat-penalty 1.3" "0 --presence-penalty 0.8 --frequency-penalty 0.5 --repeat-last-n 8" \
@@ -167,13 +161,7 @@ stage_e2e() {
             "0.9 --top-k 40 --presence-penalty -0.5 --repeat-last-n 4" \
             "0.7 --top-p 0.95 --repeat-penalty 1.1 --min-tokens 6 --stop-token-id 1"; do
             # shellcheck disable=SC2086
-            gen_json $tp "$OUT/e2e-dev.json" --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 24 \
-                --seed 5 --temperature $f &&
-                LOCKSTEP_HOST_SAMPLING=1 gen_json $tp "$OUT/e2e-host.json" -x LOCKSTEP_HOST_SAMPLING --gpu \
-                    --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 24 --seed 5 --temperature $f &&
-                echo "smollm2-135m TP=$tp --temperature $f in the graph: $(ids_of "$OUT/e2e-dev.json")" &&
-                echo "smollm2-135m TP=$tp --temperature $f on the host:  $(ids_of "$OUT/e2e-host.json")" &&
-                [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "penalties in the graph != on the host"; ok=1; }
+            graph_vs_host $tp -n 24 --seed 5 --temperature $f || ok=1
         done
     done
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
@@ -184,6 +172,18 @@ stage_e2e() {
         --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet || ok=1
     e2e_paths || ok=1
     return $ok
+}
+# the tokens chosen in the backend (the graph's steps, the first token) against the host path's
+# (LOCKSTEP_HOST_SAMPLING=1: the logits on the host every step), on the random SmolLM2 shape
+graph_vs_host() { # TP GENERATE-ARGS...
+    local tp=$1 a
+    shift
+    a=(--gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" "$@")
+    gen_json "$tp" "$OUT/e2e-dev.json" "${a[@]}" &&
+        LOCKSTEP_HOST_SAMPLING=1 gen_json "$tp" "$OUT/e2e-host.json" -x LOCKSTEP_HOST_SAMPLING "${a[@]}" &&
+        echo "smollm2-135m TP=$tp $* in the graph: $(ids_of "$OUT/e2e-dev.json")" &&
+        echo "smollm2-135m TP=$tp $* on the host:  $(ids_of "$OUT/e2e-host.json")" &&
+        [ "$(ids_of "$OUT/e2e-dev.json")" = "$(ids_of "$OUT/e2e-host.json")" ] || { echo "the backend's tokens != the host path's"; return 1; }
 }
 # the engine paths that leave and rejoin the decode graph, on GPUs: min_tokens' first steps on
 # the host (the ending tokens masked) then the graph's (where the mask changes nothing, the
