@@ -584,13 +584,11 @@ int ls_engine_score(struct ls_engine *e, const int *ids, int n, int top_n, float
     return 0;
 }
 
-/* the decode step: reads ids[0] at posb[0], writes the next token to ids[0] (argmax at
- * temperature 0, else drawn with the draw in u), its scores to dstats where top_n >= 0 (the
- * whole vocabulary's logits are on every rank), advances */
-static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int top_n)
+/* the token that follows the logits in e->logits, into ids[0]: sp's penalties first (the token
+ * in ids[0] at posb[0] joining their window), then argmax at temperature 0, else the draw with u */
+static void choose_into_ids(struct ls_engine *e, const struct ls_sampling *sp)
 {
     const int V = e->m->cfg.vocab;
-    chunk_forward(e, 1, e->pos);
     const float *lg = e->logits;
     if (ls_sampling_penalized(sp)) {
         e->be->penalize(e->plogits, e->logits, V, e->pcount, e->phist, e->ids, e->posb,
@@ -603,6 +601,16 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     else
         e->be->sample(e->ids, lg, V, sp->temperature, sp->top_k, sp->top_p, sp->min_p, e->u,
                       e->sample_ws);
+}
+
+/* the decode step: reads ids[0] at posb[0], writes the next token to ids[0] (argmax at
+ * temperature 0, else drawn with the draw in u), its scores to dstats where top_n >= 0 (the
+ * whole vocabulary's logits are on every rank), advances */
+static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int top_n)
+{
+    const int V = e->m->cfg.vocab;
+    chunk_forward(e, 1, e->pos);
+    choose_into_ids(e, sp);
     if (top_n >= 0)
         e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n,
                             score_split(e, 1, V));
@@ -743,26 +751,16 @@ int ls_engine_choose(struct ls_engine *e, const struct ls_sampling *sp, double u
     if (p < 0 || !hist) return -1;
     draw_alloc(e, sp);
     if (logits) be->to_device(e->logits, logits, (size_t)V * sizeof *logits);
-    const float *lg = e->logits;
     const int penalized = ls_sampling_penalized(sp);
     if (penalized) {
-        /* the window before position p, which penalize moves on by the prompt's last token */
+        /* the window before position p, which penalize moves on by the token at p */
         pen_alloc(e);
         pen_sync(e, hist, p, sp->penalty_last_n);
         be->to_device(e->ids, &hist[p], sizeof(int));
         be->to_device(e->posb, &p, sizeof(int));
-        be->penalize(e->plogits, e->logits, V, e->pcount, e->phist, e->ids, e->posb,
-                     sp->penalty_last_n, sp->repetition_penalty, sp->presence_penalty,
-                     sp->frequency_penalty);
-        lg = e->plogits;
     }
-    if (sp->temperature == 0.0f) {
-        be->argmax(e->ids, lg, V);
-    } else {
-        be->to_device(e->u, &u, sizeof u);
-        be->sample(e->ids, lg, V, sp->temperature, sp->top_k, sp->top_p, sp->min_p, e->u,
-                   e->sample_ws);
-    }
+    if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
+    choose_into_ids(e, sp);
     be->to_host(out, e->ids, sizeof(int));
     e->graph_synced = 0; /* ids and posb hold this choice's, not the next step's */
     if (penalized) {     /* the next decode step's window */
