@@ -296,13 +296,13 @@ int cmd_generate(int argc, char **argv)
             printf("\n");
         fflush(stdout);
         if (!quiet)
-            fprintf(stderr,
-                    "lockstep: %d ranks (%s): prompt %d tokens in %.3f s (%.1f tok/s); generated "
-                    "%d tokens in %.3f s (%.2f tok/s); finish: %s\n",
-                    j.ctx.size, j.be->name, r.n_prompt, r.prefill_s,
-                    r.n_prompt / (r.prefill_s > 0 ? r.prefill_s : 1e-9), r.n_gen, r.decode_s,
-                    r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_s > 0 ? r.decode_s : 1e-9) : 0.0,
-                    r.finish);
+            fprintf(
+                stderr,
+                "lockstep: %d ranks (%s): prompt %d tokens in %.3f s (%.1f tok/s); first "
+                "token at %.3f s; generated %d tokens in %.3f s (%.2f tok/s); finish: %s\n",
+                j.ctx.size, j.be->name, r.n_prompt, r.prefill_s,
+                r.n_prompt / (r.prefill_s > 0 ? r.prefill_s : 1e-9), r.ttft_s, r.n_gen, r.decode_s,
+                r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_s > 0 ? r.decode_s : 1e-9) : 0.0, r.finish);
     }
     ls_gen_result_free(&r);
     free(ids);

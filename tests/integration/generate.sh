@@ -317,6 +317,9 @@ check "sampling in the backend: not the greedy tokens" test "$(cat "$tmp/bs.1")"
 run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 4 --temperature 0.9 --seed 77 --json --quiet
 check "generate --json: the time to the first token, after the prefill and within the run" \
     jq_ok '.ttft_s >= .prefill_s and .ttft_s <= .prefill_s + .decode_s + 1e-3 and .ttft_s > 0'
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 2
+check "generate: the timing line gives the time to the first token" \
+    err_has "tok/s); first token at [0-9.]* s; generated 2 tokens"
 
 # ---- penalties in the backend: the window's counts kept there from step to step, the token
 # chosen from the penalised logits (greedy or drawn) equals the host sampler's, at TP=1 and 3
