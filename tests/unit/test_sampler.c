@@ -252,6 +252,79 @@ static void test_penalty_window_carried_as_the_sampler_counts_it(void)
     }
 }
 
+/* a top-k draw as the sampler made it before selecting the top k: the whole vocabulary sorted
+ * (probability desc, id asc), then the same cuts and walk; the reference for the selection */
+static const float *g_prob;
+static int prob_desc(const void *a, const void *b)
+{
+    const int ia = *(const int *)a, ib = *(const int *)b;
+    if (g_prob[ia] != g_prob[ib]) return g_prob[ia] > g_prob[ib] ? -1 : 1;
+    return ia - ib;
+}
+static int full_sort_top_k(const float *l, int V, float temp, int k, float top_p, double u)
+{
+    float *prob = malloc((size_t)V * sizeof *prob), mx = l[ls_argmax(l, V)];
+    int *idx = malloc((size_t)V * sizeof *idx), n = k, keep = 0;
+    double sum = 0, kept = 0, cum = 0, total = 0;
+    for (int i = 0; i < V; i++) sum += prob[i] = expf((l[i] - mx) / temp);
+    for (int i = 0; i < V; i++) prob[i] = (float)(prob[i] / sum), idx[i] = i;
+    g_prob = prob;
+    qsort(idx, (size_t)V, sizeof *idx, prob_desc);
+    for (int i = 0; i < n; i++) kept += prob[idx[i]];
+    if (top_p < 1.0f) {
+        while (keep < n) {
+            cum += prob[idx[keep]] / kept;
+            keep++;
+            if (cum >= top_p) break;
+        }
+        n = keep;
+    }
+    for (int i = 0; i < n; i++) total += prob[idx[i]];
+    int id = idx[n - 1];
+    cum = 0;
+    for (int i = 0; i < n; i++)
+        if (u * total < (cum += prob[idx[i]])) {
+            id = idx[i];
+            break;
+        }
+    free(prob);
+    free(idx);
+    return id;
+}
+
+/* top-k draws from a selection of the top k and a sort of those alone: the full sort's tokens,
+ * over logits with many ties (quantised) and without, k from 1 to V - 1, draws across [0, 1)
+ * and at its top (which take the k-th token: the selection's last) */
+static void test_top_k_selection_draws_as_the_full_sort(void)
+{
+    enum { V = 3001 };
+    static float l[V];
+    uint64_t x = 11;
+    int differ = 0, draws = 0;
+    for (int ties = 0; ties < 2; ties++) {
+        for (int i = 0; i < V; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            l[i] = (float)((int)(x >> 40) % 4001 - 2000) / 2000.0f;
+            if (ties) l[i] = roundf(l[i] * 2.0f) / 2.0f;
+        }
+        const int ks[] = {1, 2, 7, 40, 500, V - 1};
+        for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++)
+            for (int j = 0; j < 24; j++) {
+                struct ls_sampling p;
+                ls_sampling_defaults(&p);
+                p.temperature = 0.9f;
+                p.top_k = ks[c];
+                p.top_p = j % 8 == 1 ? 0.8f : 1.0f;
+                const double u = j % 4 == 3 ? 1.0 - 1e-12 : (j + 0.5) / 24;
+                differ += ls_sample_with(&p, l, V, u) !=
+                          full_sort_top_k(l, V, p.temperature, p.top_k, p.top_p, u);
+                draws++;
+            }
+    }
+    CU_ASSERT_EQUAL(differ, 0);
+    CU_ASSERT_EQUAL(draws, 288);
+}
+
 static void test_validation_names_the_field(void)
 {
     struct ls_sampling p;
@@ -324,6 +397,8 @@ int main(void)
     CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
     CU_add_test(s, "the backend's carried window penalises as the sampler",
                 test_penalty_window_carried_as_the_sampler_counts_it);
+    CU_add_test(s, "top-k draws from a selection as from the full sort",
+                test_top_k_selection_draws_as_the_full_sort);
     CU_add_test(s, "validation names the field", test_validation_names_the_field);
     CU_add_test(s, "a row's scores over a vocabulary slice", test_row_scores_of_a_slice);
     return ls_cunit_run_tap();
