@@ -205,6 +205,41 @@ static void select_first_k(int *idx, int n, int k, const float *prob)
     }
 }
 
+/* idx[0..n) = 0..n-1 in by_prob_desc's order, by a radix sort: probabilities are >= +0, so
+ * their bits order as they do, and ~bits ascending is probability descending; each pass is
+ * stable, so equal probabilities stay in id order. The order a comparison sort gives, in four
+ * passes over the tokens (a comparison sort of 128K tokens takes milliseconds). */
+static void sort_by_prob(int *idx, const float *prob, int n)
+{
+    uint32_t *key = malloc((size_t)n * sizeof *key), *key2 = malloc((size_t)n * sizeof *key2);
+    int *idx2 = malloc((size_t)n * sizeof *idx2);
+    if (!key || !key2 || !idx2) abort();
+    for (int i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &prob[i], sizeof b);
+        key[i] = ~b;
+        idx[i] = i;
+    }
+    for (int shift = 0; shift < 32; shift += 8) {
+        size_t count[257] = {0};
+        for (int i = 0; i < n; i++) count[((key[i] >> shift) & 0xff) + 1]++;
+        for (int d = 0; d < 256; d++) count[d + 1] += count[d];
+        for (int i = 0; i < n; i++) {
+            const size_t o = count[(key[i] >> shift) & 0xff]++;
+            key2[o] = key[i];
+            idx2[o] = idx[i];
+        }
+        uint32_t *tk = key;
+        key = key2, key2 = tk;
+        int *ti = idx2;
+        idx2 = idx, idx = ti;
+    }
+    /* four passes: the sorted ids are back in the caller's array */
+    free(key);
+    free(key2);
+    free(idx2);
+}
+
 /* the token drawn with u in [0, 1) from logits (modified: the probabilities are not kept) at
  * p's temperature (> 0), top-k, top-p and min-p; idx and prob: scratch of V each */
 static int pick(const struct ls_sampling *p, const float *logits, int V, double u, int *idx,
@@ -218,18 +253,18 @@ static int pick(const struct ls_sampling *p, const float *logits, int V, double 
         prob[i] = e;
         sum += e;
     }
-    for (int i = 0; i < V; i++) {
-        prob[i] = (float)(prob[i] / sum);
-        idx[i] = i;
-    }
+    for (int i = 0; i < V; i++) prob[i] = (float)(prob[i] / sum);
     int n = V;
     if (p->top_k > 0 && p->top_k < n) {
-        /* only the top k are ever read: select them, then sort those (the prefix a full sort of
-         * the vocabulary gives, a few ms at 128K tokens) */
+        /* only the top k are ever read: select them, then sort those (the prefix the whole
+         * vocabulary's order gives) */
+        for (int i = 0; i < V; i++) idx[i] = i;
         select_first_k(idx, V, p->top_k, prob);
         n = p->top_k;
+        qsort_r(idx, (size_t)n, sizeof *idx, by_prob_desc, prob);
+    } else {
+        sort_by_prob(idx, prob, V);
     }
-    qsort_r(idx, (size_t)n, sizeof *idx, by_prob_desc, prob);
     /* renormalise over the kept set before top-p, as HF's warpers see the filtered distribution */
     double kept = 0;
     for (int i = 0; i < n; i++) kept += prob[idx[i]];

@@ -252,8 +252,9 @@ static void test_penalty_window_carried_as_the_sampler_counts_it(void)
     }
 }
 
-/* a top-k draw as the sampler made it before selecting the top k: the whole vocabulary sorted
- * (probability desc, id asc), then the same cuts and walk; the reference for the selection */
+/* a draw as the sampler made it before selecting the top k and radix-sorting the rest: the
+ * whole vocabulary sorted by comparisons (probability desc, id asc), then the same cuts and
+ * walk; the reference for both */
 static const float *g_prob;
 static int prob_desc(const void *a, const void *b)
 {
@@ -261,10 +262,11 @@ static int prob_desc(const void *a, const void *b)
     if (g_prob[ia] != g_prob[ib]) return g_prob[ia] > g_prob[ib] ? -1 : 1;
     return ia - ib;
 }
-static int full_sort_top_k(const float *l, int V, float temp, int k, float top_p, double u)
+static int full_sort_pick(const float *l, int V, float temp, int k, float top_p, float min_p,
+                          double u)
 {
     float *prob = malloc((size_t)V * sizeof *prob), mx = l[ls_argmax(l, V)];
-    int *idx = malloc((size_t)V * sizeof *idx), n = k, keep = 0;
+    int *idx = malloc((size_t)V * sizeof *idx), n = k > 0 ? k : V, keep = 0;
     double sum = 0, kept = 0, cum = 0, total = 0;
     for (int i = 0; i < V; i++) sum += prob[i] = expf((l[i] - mx) / temp);
     for (int i = 0; i < V; i++) prob[i] = (float)(prob[i] / sum), idx[i] = i;
@@ -277,6 +279,11 @@ static int full_sort_top_k(const float *l, int V, float temp, int k, float top_p
             keep++;
             if (cum >= top_p) break;
         }
+        n = keep;
+    }
+    if (min_p > 0) {
+        const float floor = min_p * prob[idx[0]];
+        for (keep = 1; keep < n && prob[idx[keep]] >= floor;) keep++;
         n = keep;
     }
     for (int i = 0; i < n; i++) total += prob[idx[i]];
@@ -317,12 +324,47 @@ static void test_top_k_selection_draws_as_the_full_sort(void)
                 p.top_p = j % 8 == 1 ? 0.8f : 1.0f;
                 const double u = j % 4 == 3 ? 1.0 - 1e-12 : (j + 0.5) / 24;
                 differ += ls_sample_with(&p, l, V, u) !=
-                          full_sort_top_k(l, V, p.temperature, p.top_k, p.top_p, u);
+                          full_sort_pick(l, V, p.temperature, p.top_k, p.top_p, 0.0f, u);
                 draws++;
             }
     }
     CU_ASSERT_EQUAL(differ, 0);
     CU_ASSERT_EQUAL(draws, 288);
+}
+
+/* draws without top-k, whose order of the whole vocabulary is a radix sort: the comparison
+ * sort's tokens, with ties and without, plain, with top-p and with min-p, across [0, 1) and at
+ * its top (the last token of the order or of the kept set) */
+static void test_radix_order_draws_as_the_full_sort(void)
+{
+    enum { V = 3001 };
+    static float l[V];
+    uint64_t x = 13;
+    int differ = 0, draws = 0;
+    for (int ties = 0; ties < 2; ties++) {
+        for (int i = 0; i < V; i++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            l[i] = (float)((int)(x >> 40) % 4001 - 2000) / 500.0f;
+            if (ties) l[i] = roundf(l[i] * 2.0f) / 2.0f;
+        }
+        l[17] = -INFINITY; /* probability 0 */
+        const float cuts[][2] = {
+            {1.0f, 0.0f}, {0.9f, 0.0f}, {0.5f, 0.0f}, {1.0f, 0.05f}, {0.95f, 0.01f}};
+        for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++)
+            for (int j = 0; j < 24; j++) {
+                struct ls_sampling p;
+                ls_sampling_defaults(&p);
+                p.temperature = j % 2 ? 0.7f : 1.3f;
+                p.top_p = cuts[c][0];
+                p.min_p = cuts[c][1];
+                const double u = j % 4 == 3 ? 1.0 - 1e-12 : (j + 0.5) / 24;
+                differ += ls_sample_with(&p, l, V, u) !=
+                          full_sort_pick(l, V, p.temperature, 0, p.top_p, p.min_p, u);
+                draws++;
+            }
+    }
+    CU_ASSERT_EQUAL(differ, 0);
+    CU_ASSERT_EQUAL(draws, 240);
 }
 
 static void test_validation_names_the_field(void)
@@ -399,6 +441,8 @@ int main(void)
                 test_penalty_window_carried_as_the_sampler_counts_it);
     CU_add_test(s, "top-k draws from a selection as from the full sort",
                 test_top_k_selection_draws_as_the_full_sort);
+    CU_add_test(s, "draws over the radix order as over the full sort",
+                test_radix_order_draws_as_the_full_sort);
     CU_add_test(s, "validation names the field", test_validation_names_the_field);
     CU_add_test(s, "a row's scores over a vocabulary slice", test_row_scores_of_a_slice);
     return ls_cunit_run_tap();
