@@ -2125,6 +2125,21 @@ static void benchmarks(void)
             printf("sample min_p=0.05 alone, logits N(0, 3): %.2f us over the grid, %.2f us in one "
                    "block; temperature alone: %.2f us over the grid, %.2f us in one block\n",
                    mg[1][1] * 1e3, mg[0][1] * 1e3, mg[1][0] * 1e3, mg[0][0] * 1e3);
+            // the penalties a decode step runs before its draw (a window of 64, repetition
+            // 1.1): one pass over the logits and the counts (timing only: repeated calls move
+            // the same two counts)
+            dev<float> pl(V);
+            dev<int> cnt(V), hist(256), ids(1), pos(1);
+            CHECK_CUDA(cudaMemset(cnt.p, 0, (size_t)V * sizeof(int)));
+            CHECK_CUDA(cudaMemset(hist.p, 0, 256 * sizeof(int)));
+            const int in = 42, at = 200;
+            ids.up(&in);
+            pos.up(&at);
+            const float pt = time_batch(60, 10, [&](int) {
+                ls_penalize(pl.p, l.p, V, cnt.p, hist.p, ids.p, pos.p, 64, 1.1f, 0.0f, 0.0f,
+                            nullptr);
+            });
+            printf("penalize V=%d (window 64, repetition 1.1): %.2f us\n", V, pt * 1e3);
         }
         dev<float> xv(4096), xo(4096), w(4096), r(4096);
         fill_f32<<<16, 256>>>(xv.p, 4096, 10);
