@@ -212,6 +212,12 @@ static void test_penalty_window(void)
  * from the history every step): the same penalised logits, bit for bit, over 60 steps of a
  * seeded random history of 5 ids, whole history and windows of 1, 3 and 10, each step's logits
  * fresh */
+/* the next value of a seeded linear congruential stream (the tests' inputs) */
+static uint64_t lcg(uint64_t *x)
+{
+    return *x = *x * 6364136223846793005ULL + 1442695040888963407ULL;
+}
+
 static void test_penalty_window_carried_as_the_sampler_counts_it(void)
 {
     enum { V = 50, P = 9, STEPS = 60, CTX = P + STEPS };
@@ -227,19 +233,13 @@ static void test_penalty_window_carried_as_the_sampler_counts_it(void)
         p.penalty_last_n = last_n;
         struct ls_sampler *s = ls_sampler_new(&p, V);
         int seq[CTX], hist[CTX], count[V] = {0}, differ = 0, moved = 0;
-        for (int i = 0; i < CTX; i++) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            seq[i] = (int)((x >> 33) % 5) * 11;
-        }
+        for (int i = 0; i < CTX; i++) seq[i] = (int)((lcg(&x) >> 33) % 5) * 11;
         const int from = last_n > 0 && P > last_n ? P - last_n : 0;
         for (int i = 0; i < P; i++) hist[i] = seq[i];
         for (int i = from; i < P; i++) count[seq[i]]++;
         for (int t = P; t < CTX; t++) {
             float l[V], mine[V];
-            for (int v = 0; v < V; v++) {
-                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-                l[v] = (float)((int)(x >> 40) % 2001 - 1000) / 137.0f;
-            }
+            for (int v = 0; v < V; v++) l[v] = (float)((int)(lcg(&x) >> 40) % 2001 - 1000) / 137.0f;
             ref_penalize(mine, l, V, count, hist, &seq[t], &t, last_n, p.repetition_penalty,
                          p.presence_penalty, p.frequency_penalty);
             for (int v = 0; v < V; v++) moved += mine[v] != l[v];
@@ -299,6 +299,22 @@ static int full_sort_pick(const float *l, int V, float temp, int k, float top_p,
     return id;
 }
 
+/* V logits of the stream x, uniform in [-2000, 2000] / div, rounded to halves where ties (many
+ * equal probabilities) */
+static void seeded_logits(float *l, int V, uint64_t *x, float div, int ties)
+{
+    for (int i = 0; i < V; i++) {
+        l[i] = (float)((int)(lcg(x) >> 40) % 4001 - 2000) / div;
+        if (ties) l[i] = roundf(l[i] * 2.0f) / 2.0f;
+    }
+}
+
+/* draw j of 24 draws: spread across [0, 1), every fourth at its top (the last token kept) */
+static double draw_u(int j)
+{
+    return j % 4 == 3 ? 1.0 - 1e-12 : (j + 0.5) / 24;
+}
+
 /* top-k draws from a selection of the top k and a sort of those alone: the full sort's tokens,
  * over logits with many ties (quantised) and without, k from 1 to V - 1, draws across [0, 1)
  * and at its top (which take the k-th token: the selection's last) */
@@ -309,11 +325,7 @@ static void test_top_k_selection_draws_as_the_full_sort(void)
     uint64_t x = 11;
     int differ = 0, draws = 0;
     for (int ties = 0; ties < 2; ties++) {
-        for (int i = 0; i < V; i++) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            l[i] = (float)((int)(x >> 40) % 4001 - 2000) / 2000.0f;
-            if (ties) l[i] = roundf(l[i] * 2.0f) / 2.0f;
-        }
+        seeded_logits(l, V, &x, 2000.0f, ties);
         const int ks[] = {1, 2, 7, 40, 500, V - 1};
         for (size_t c = 0; c < sizeof ks / sizeof ks[0]; c++)
             for (int j = 0; j < 24; j++) {
@@ -322,7 +334,7 @@ static void test_top_k_selection_draws_as_the_full_sort(void)
                 p.temperature = 0.9f;
                 p.top_k = ks[c];
                 p.top_p = j % 8 == 1 ? 0.8f : 1.0f;
-                const double u = j % 4 == 3 ? 1.0 - 1e-12 : (j + 0.5) / 24;
+                const double u = draw_u(j);
                 differ += ls_sample_with(&p, l, V, u) !=
                           full_sort_pick(l, V, p.temperature, p.top_k, p.top_p, 0.0f, u);
                 draws++;
@@ -342,11 +354,7 @@ static void test_radix_order_draws_as_the_full_sort(void)
     uint64_t x = 13;
     int differ = 0, draws = 0;
     for (int ties = 0; ties < 2; ties++) {
-        for (int i = 0; i < V; i++) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            l[i] = (float)((int)(x >> 40) % 4001 - 2000) / 500.0f;
-            if (ties) l[i] = roundf(l[i] * 2.0f) / 2.0f;
-        }
+        seeded_logits(l, V, &x, 500.0f, ties);
         l[17] = -INFINITY; /* probability 0 */
         const float cuts[][2] = {
             {1.0f, 0.0f}, {0.9f, 0.0f}, {0.5f, 0.0f}, {1.0f, 0.05f}, {0.95f, 0.01f}};
@@ -357,7 +365,7 @@ static void test_radix_order_draws_as_the_full_sort(void)
                 p.temperature = j % 2 ? 0.7f : 1.3f;
                 p.top_p = cuts[c][0];
                 p.min_p = cuts[c][1];
-                const double u = j % 4 == 3 ? 1.0 - 1e-12 : (j + 0.5) / 24;
+                const double u = draw_u(j);
                 differ += ls_sample_with(&p, l, V, u) !=
                           full_sort_pick(l, V, p.temperature, 0, p.top_p, p.min_p, u);
                 draws++;
