@@ -245,8 +245,8 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
      * next uniform, the one the host sampler would have used) and only it comes back, with its
      * log-probabilities where asked (taken in the step). The first token is chosen there too,
      * from the prefill's logits (ls_engine_choose), so that no step sorts the vocabulary on the
-     * host. --top-logits takes the logits to the
-     * host and samples there. LOCKSTEP_HOST_SAMPLING=1 forces the host path (for comparisons). */
+     * host. --top-logits takes the logits to the host and samples there.
+     * LOCKSTEP_HOST_SAMPLING=1 forces the host path (for comparisons). */
     const struct ls_sampling *sp = &p->sampling;
     const char *hs = getenv("LOCKSTEP_HOST_SAMPLING");
     int device_step = (p->top_logits <= 0 || p->top_logit_steps <= 0) && !(hs && !strcmp(hs, "1"));
@@ -301,20 +301,17 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         int id;
         if (from_device) {
             id = next;
-        } else if (device_step) {
-            if (raw) memcpy(raw, logits, (size_t)V * sizeof *raw);
-            const float *send = kept && step == 0 ? logits : NULL;
-            if (step < p->min_tokens) {
-                mask_ends(m, p, logits);
-                send = logits;
-            }
-            if (ls_engine_choose(e, sp, ls_sampler_uniform(smp), hist, send, &id) != 0)
-                ls_die(__FILE__, __LINE__, "ls_engine_choose", "no forward to choose after");
         } else {
             record_top(r, p, logits, V);
             if (raw) memcpy(raw, logits, (size_t)V * sizeof *raw);
-            if (step < p->min_tokens) mask_ends(m, p, logits);
-            id = ls_sampler_sample(smp, logits, hist, n_prompt + r->n_gen);
+            const int masked = step < p->min_tokens;
+            if (masked) mask_ends(m, p, logits);
+            if (!device_step) {
+                id = ls_sampler_sample(smp, logits, hist, n_prompt + r->n_gen);
+            } else if (ls_engine_choose(e, sp, ls_sampler_uniform(smp), hist,
+                                        masked || (kept && step == 0) ? logits : NULL, &id) != 0) {
+                ls_die(__FILE__, __LINE__, "ls_engine_choose", "no forward to choose after");
+            }
         }
         if (step == 0) r->ttft_s = ls_now_s() - start;
         if (ends(m, p, id)) {
