@@ -122,9 +122,12 @@ struct ls_backend {
     void (*set_decode_form)(int form);
 
     /* Optional (NULL on the CPU): capture the work issued between begin and end into a graph
-     * that launch replays; free releases it. */
+     * that launch replays; free releases it. end's prev (NULL or a graph of this backend) is
+     * updated in place when the new capture has its shape (the same launches with other
+     * arguments), and returned with *updated set (when updated is not NULL); else it is freed
+     * and a new graph returned. */
     void (*graph_begin)(void);
-    void *(*graph_end)(void);
+    void *(*graph_end)(void *prev, int *updated);
     void (*graph_launch)(void *graph);
     void (*graph_free)(void *graph);
 };

@@ -466,11 +466,41 @@ static void cu_graph_begin(void)
     CHECK_CUDA(cudaStreamBeginCapture(stream_get(), cudaStreamCaptureModeThreadLocal));
 }
 
-static void *cu_graph_end(void)
+static void cu_graph_free(void *graph);
+
+/* LOCKSTEP_GRAPH_UPDATE=0: never update a graph in place (a new instantiation each time) */
+static int graph_update_on(void)
 {
-    struct cu_graph *g = calloc(1, sizeof *g);
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LOCKSTEP_GRAPH_UPDATE");
+        on = !(v && strcmp(v, "0") == 0);
+    }
+    return on;
+}
+
+static void *cu_graph_end(void *prev, int *updated)
+{
+    cudaGraph_t graph;
+    CHECK_CUDA(cudaStreamEndCapture(stream_get(), &graph));
+    struct cu_graph *g = prev;
+    if (updated) *updated = 0;
+    if (g && graph_update_on()) {
+        /* the same nodes with other arguments (a sampling change): new values into the
+         * instantiated graph, far cheaper than a new instantiation */
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(g->exec, graph, &info) == cudaSuccess) {
+            cudaGraphDestroy(g->graph);
+            g->graph = graph;
+            if (updated) *updated = 1;
+            return g;
+        }
+        (void)cudaGetLastError(); /* a refused update (another shape) is not an error */
+    }
+    cu_graph_free(prev);
+    g = calloc(1, sizeof *g);
     CHECK_ALLOC(g);
-    CHECK_CUDA(cudaStreamEndCapture(stream_get(), &g->graph));
+    g->graph = graph;
     CHECK_CUDA(cudaGraphInstantiate(&g->exec, g->graph, 0));
     return g;
 }

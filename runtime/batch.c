@@ -32,11 +32,13 @@ enum {
     OPT_CHAT,
     OPT_CHAT_TEMPLATE,
     OPT_CHAT_KWARGS,
-    OPT_CONTENT_FMT
+    OPT_CONTENT_FMT,
+    OPT_DUMMY
 };
 
 static const char batch_help[] =
-    "usage: lockstep batch -m MODEL --input prompts.jsonl --output out.jsonl [defaults]\n"
+    "usage: lockstep batch (-m MODEL | --dummy PRESET) --input prompts.jsonl --output out.jsonl\n"
+    "       [defaults]\n"
     "Each input line: {\"id\": ..., \"prompt\": \"...\"}, {\"id\": ..., \"prompt\": [token ids]}\n"
     "(taken as given: no template, no BOS added) or {\"id\": ..., \"messages\": [{\"role\":\n"
     "\"user\", \"content\": \"...\"}]}, optionally with max_tokens (or max_completion_tokens),\n"
@@ -52,6 +54,9 @@ static const char batch_help[] =
     "or {\"id\", \"error\"} for a line that could not be run. A model without a tokenizer\n"
     "takes prompts as token ids and gives \"text\": null and the \"token_ids\".\n"
     "  -m, --model PATH     a .gguf file, or a folder with config.json + *.safetensors\n"
+    "  --dummy PRESET|FILE  random weights (seeded) of a preset shape (llama-3.1-8b, "
+    "llama-3.1-70b,\n"
+    "                       qwen2.5-7b, smollm2-135m) or of a config.json: prompts as token ids\n"
     "  --input FILE         JSONL prompts ('-' for stdin)\n"
     "  --output FILE        JSONL results, written as they finish ('-' for stdout)\n"
     "  -n, --max-tokens N   default budget per prompt (256)\n"
@@ -563,6 +568,7 @@ int cmd_batch(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"model", required_argument, NULL, 'm'},
+        {"dummy", required_argument, NULL, OPT_DUMMY},
         {"input", required_argument, NULL, OPT_INPUT},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"max-tokens", required_argument, NULL, 'n'},
@@ -582,11 +588,15 @@ int cmd_batch(int argc, char **argv)
     const char *template_path = NULL, *kwargs_text = NULL;
     int chat = 0, max_ctx = 0, reset = 1, opt, rc, content_format = CHAT_CONTENT_AUTO;
     long v;
-    char err[1024];
+    char err[1024], dummy[4200];
     while ((opt = ls_getopt(argc, argv, "m:n:h", longopts, &reset, err, sizeof err)) != -1) {
         switch (opt) {
         case 'm':
             model = optarg;
+            break;
+        case OPT_DUMMY:
+            snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
+            model = dummy;
             break;
         case OPT_INPUT:
             in_path = optarg;
@@ -632,7 +642,7 @@ int cmd_batch(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
         return ls_usage_error("batch", err);
     }
-    if (!model) return ls_usage_error("batch", "missing --model (-m)");
+    if (!model) return ls_usage_error("batch", "missing --model (-m) or --dummy");
     if (!in_path) return ls_usage_error("batch", "missing --input");
     if (!out_path) return ls_usage_error("batch", "missing --output");
     /* the chat template: the model's, unless a file replaces it; read before the model loads */
@@ -801,11 +811,18 @@ int cmd_batch(int argc, char **argv)
     const double dt = ls_now_s() - t0;
     if (j.ctx.rank == 0) {
         if (close_files(in, out, out_path, failed) != 0) failed = 1;
+        /* the decode graphs: one per sampling setting, updated in place where it can be */
+        const struct ls_graph_stats g = ls_engine_graph_stats(j.engine);
+        char graphs[160] = "";
+        if (g.built + g.updated > 0)
+            snprintf(graphs, sizeof graphs,
+                     "; decode graphs: %d built, %d updated in place, %.1f ms", g.built, g.updated,
+                     g.seconds * 1e3);
         if (!failed)
             fprintf(stderr,
                     "lockstep: batch: %ld lines, %ld done, %ld errors, %ld tokens generated in "
-                    "%.2f s\n",
-                    n_ok + n_err, n_ok, n_err, toks, dt);
+                    "%.2f s%s\n",
+                    n_ok + n_err, n_ok, n_err, toks, dt, graphs);
     }
     /* a failed final flush is known to rank 0 only */
     int ok = ls_agree(!failed);

@@ -121,7 +121,7 @@ static double time_allreduce(struct rc_job *j, struct ls_comm *c, float *buf, si
         int per = iters < 20 ? iters : 20, reps = iters / per > 0 ? iters / per : 1;
         be->graph_begin();
         for (int i = 0; i < per; i++) c->allreduce_sum(c, buf, count, LS_F32, stream);
-        void *g = be->graph_end();
+        void *g = be->graph_end(NULL, NULL);
         be->graph_launch(g);
         be->sync();
         c->barrier(c);
@@ -425,6 +425,9 @@ int cmd_bench(int argc, char **argv)
         printf("  %-38s %10.3f GB\n", "weights per rank", (double)s->weight_bytes / 1e9);
         printf("  %-38s %10.2f s (rank 0; %.2f GB/s)\n", "model load", j.load_s,
                (double)s->weight_bytes / 1e9 / j.load_s);
+        if (j.warmup_s > 0)
+            printf("  %-38s %10.3f s (first launches, graph capture)\n", "start-up warm-up",
+                   j.warmup_s);
         printf("  %-38s %10.3f GB\n", "bytes read per decode step per rank", step_bytes / 1e9);
         printf("  %-38s %10d positions\n", "KV cache (--max-context)", ctx_len);
         printf("  %-38s %10.1f tok/s  (%d tokens in %.3f ms)\n", "prefill", prompt_len / prefill,
@@ -459,6 +462,7 @@ int cmd_bench(int argc, char **argv)
                 ms_alone);
             json_object_set_new(o, "allreduce_share", json_real(share));
             json_object_set_new(o, "load_s", json_real(j.load_s));
+            json_object_set_new(o, "warmup_s", json_real(j.warmup_s));
             json_object_set_new(o, "max_context", json_integer(ctx_len));
             json_object_set_new(o, "sampling",
                                 json_pack("{s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:i}", "temperature",

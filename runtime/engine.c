@@ -39,6 +39,7 @@ struct ls_engine {
     void *graph[2];              /* captured decode step per backend form, or NULL */
     struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
     int graph_top[2];               /* the chosen token's scores each takes: -1 none, else top_n */
+    struct ls_graph_stats gstats;   /* captures so far: new graphs, updates in place, seconds */
     double *dstats;                 /* [S][SCORE_W] a scored step's (backend memory) */
     /* the penalties' window in the backend, allocated at the first penalised step: the
      * penalised logits the token is chosen from (the step's scores stay the model's), each
@@ -229,6 +230,11 @@ int ls_engine_pos(const struct ls_engine *e)
 int ls_engine_max_ctx(const struct ls_engine *e)
 {
     return e->max_ctx;
+}
+
+struct ls_graph_stats ls_engine_graph_stats(const struct ls_engine *e)
+{
+    return e->gstats;
 }
 
 /* With one rank there is no all-reduce between a row-parallel matmul and the residual add, so
@@ -680,7 +686,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
                             double *top_logits)
 {
     const struct ls_backend *be = e->be;
-    struct ls_sampling greedy = {0};
+    struct ls_sampling greedy = {.repetition_penalty = 1.0f}; /* no penalty */
     if (!sp) sp = &greedy;
     if (e->pos + 1 > e->max_ctx) return -1;
     if (top_n > LS_SCORE_TOP_MAX) top_n = LS_SCORE_TOP_MAX;
@@ -712,14 +718,20 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     const int form = decode_form_at(e, e->pos);
     if (be->set_decode_form) be->set_decode_form(form);
     if (be->graph_begin) {
-        if (e->graph[form] && (!same_choice(&e->graph_sp[form], sp) || e->graph_top[form] != top_n))
-            drop_graph(e, form);
-        if (!e->graph[form]) {
+        /* captured again when the choice changes: into the same graph where the launches are
+         * the same with other values (a new temperature, top-p, penalty) */
+        if (!e->graph[form] || !same_choice(&e->graph_sp[form], sp) ||
+            e->graph_top[form] != top_n) {
+            const double t0 = ls_now_s();
+            int updated = 0;
             be->graph_begin();
             decode_step(e, sp, top_n);
-            e->graph[form] = be->graph_end();
+            e->graph[form] = be->graph_end(e->graph[form], &updated);
             e->graph_sp[form] = *sp;
             e->graph_top[form] = top_n;
+            e->gstats.updated += updated;
+            e->gstats.built += !updated;
+            e->gstats.seconds += ls_now_s() - t0;
         }
         be->graph_launch(e->graph[form]);
     } else {
@@ -779,4 +791,29 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
 int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out)
 {
     return ls_engine_decode(e, in, NULL, 0.0, NULL, out);
+}
+
+int ls_engine_warmup(struct ls_engine *e, int n)
+{
+    const int V = e->m->cfg.vocab;
+    if (n > e->max_ctx - 1) n = e->max_ctx - 1;
+    if (n > V) n = V;
+    if (n < 1) return -1;
+    int *ids = malloc((size_t)n * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    CHECK_ALLOC(ids);
+    CHECK_ALLOC(logits);
+    for (int i = 0; i < n; i++) ids[i] = i;
+    const struct ls_sampling drawn = {
+        .temperature = 1.0f, .top_p = 0.9f, .repetition_penalty = 1.0f};
+    int next = 0, out = 0;
+    ls_engine_reset(e);
+    ls_engine_forward(e, ids, n, logits);
+    ls_engine_choose(e, &drawn, 0.5, ids, NULL, &next);
+    ls_engine_decode_greedy(e, next, &out);
+    ls_engine_reset(e);
+    e->gstats = (struct ls_graph_stats){0}; /* the requests' captures, from here */
+    free(ids);
+    free(logits);
+    return 0;
 }

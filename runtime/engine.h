@@ -28,6 +28,14 @@ void ls_engine_reset(struct ls_engine *e);
  * token goes to position pos. 0, or -1 when pos is past the current position. */
 int ls_engine_rewind(struct ls_engine *e, int pos);
 int ls_engine_pos(const struct ls_engine *e);
+/* the decode step's graphs so far (backends with graphs): captures that made a new graph, those
+ * that updated one in place (a sampling change with the same launches), and the host's seconds
+ * in them */
+struct ls_graph_stats {
+    int built, updated;
+    double seconds;
+};
+struct ls_graph_stats ls_engine_graph_stats(const struct ls_engine *e);
 int ls_engine_max_ctx(const struct ls_engine *e);
 /* Runs ids[0..n) at the current position (in chunks of max_batch), leaves the logits of the
  * last one in logits[vocab] (host) on every rank. Returns 0, or -1 when the context is full. */
@@ -61,6 +69,12 @@ int ls_engine_score(struct ls_engine *e, const int *ids, int n, int top_n, float
  * graph replay where the backend has graphs): only the next token comes back, in *out.
  * Returns 0, or -1 when the context is full. */
 int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out);
+/* The work of a first request, done once and forgotten: a forward of up to n positions (token
+ * ids 0, 1, ...), a drawn choice of the next token and one greedy decode step, then a reset.
+ * On a GPU the kernels' first launches (module loads, the GEMMs' algorithm choice) and the
+ * greedy step's graph capture then happen here instead of in the first request. Returns 0, or
+ * -1 when the cache holds fewer than 2 positions (nothing done). */
+int ls_engine_warmup(struct ls_engine *e, int n);
 /* The same with the token chosen in the backend by sp (NULL or temperature 0: greedy; else
  * drawn at sp's temperature, top-k, top-p and min-p with the uniform draw u, ls_sampler_uniform)
  * after sp's penalties, if any, so every rank, given the same u, picks the same token from the

@@ -102,6 +102,7 @@ static void print_json(const struct rc_job *j, const int *prompt, int n_prompt,
     json_object_set_new(o, "prefill_s", json_real(r->prefill_s));
     json_object_set_new(o, "decode_s", json_real(r->decode_s));
     json_object_set_new(o, "ttft_s", json_real(r->ttft_s));
+    json_object_set_new(o, "warmup_s", json_real(j->warmup_s));
     if (r->top_steps) {
         json_t *steps = json_array();
         for (int s = 0; s < r->top_steps; s++) {

@@ -151,6 +151,19 @@ static int prefill_chunk(int *out, char *err, size_t errlen)
     return 0;
 }
 
+/* LOCKSTEP_WARMUP: 1 warm the engine up at start-up (ls_engine_warmup), 0 not; unset: on
+ * backends with graphs (GPUs), where a first request pays for first launches */
+static int warmup_switch(int *out, char *err, size_t errlen)
+{
+    const char *e = getenv("LOCKSTEP_WARMUP");
+    *out = -1;
+    if (!e || !*e) return 0;
+    if (strcmp(e, "0") && strcmp(e, "1"))
+        return ls_errf(err, errlen, "LOCKSTEP_WARMUP: expected 0 or 1, found '%s'", e);
+    *out = *e == '1';
+    return 0;
+}
+
 void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_common_opts *o,
                   const char *model_path, int max_ctx, int max_batch)
 {
@@ -191,6 +204,9 @@ void rc_job_start(struct rc_job *j, int *argc, char ***argv, const struct ls_com
     int chunk_ok = prefill_chunk(&j->prefill_chunk, cerr, sizeof cerr) == 0;
     if (!chunk_ok) ls_error("%s", cerr);
     if (!ls_agree(chunk_ok)) ls_abort_quiet(&j->ctx);
+    int warm_ok = warmup_switch(&j->warmup, cerr, sizeof cerr) == 0;
+    if (!warm_ok) ls_error("%s", cerr);
+    if (!ls_agree(warm_ok)) ls_abort_quiet(&j->ctx);
     if (model_path) rc_job_load(j, model_path, max_ctx, max_batch);
 }
 
@@ -215,6 +231,12 @@ void rc_job_load(struct rc_job *j, const char *model_path, int max_ctx, int max_
     j->engine = ls_engine_new(j->model, j->comm, j->be, max_ctx, max_batch, err, sizeof err);
     if (!j->engine) ls_error("%s", err);
     if (!ls_agree(j->engine != NULL)) ls_abort_quiet(&j->ctx);
+    /* a prompt of the bench's length, or the chunk's when shorter */
+    if (j->warmup == 1 || (j->warmup < 0 && j->be->graph_begin)) {
+        t0 = MPI_Wtime();
+        ls_engine_warmup(j->engine, max_batch < 128 ? max_batch : 128);
+        j->warmup_s = MPI_Wtime() - t0;
+    }
 }
 
 void rc_job_end(struct rc_job *j)

@@ -82,6 +82,8 @@ struct rc_job {
     struct ls_engine *engine;
     double load_s;     /* this rank's model load, seconds (reading, converting, uploading) */
     int prefill_chunk; /* LOCKSTEP_PREFILL_CHUNK, or 0 when unset */
+    int warmup;        /* LOCKSTEP_WARMUP: 1, 0, or -1 when unset (on GPUs) */
+    double warmup_s;   /* ls_engine_warmup's seconds at start-up, 0 when none ran */
 };
 
 /* bootstrap, load the model on every rank, build the engine; on any rank's error every rank

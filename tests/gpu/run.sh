@@ -171,6 +171,49 @@ stage_e2e() {
     compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 build-gpu/lockstep generate --gpu --dummy smollm2-135m \
         --prompt-ids 1,2,3,4,5,6,7,8,9,10 -n 8 --quiet || ok=1
     e2e_paths || ok=1
+    e2e_graph_update || ok=1
+    return $ok
+}
+# batch lines that change the sampling from line to line: the decode graph is captured again
+# at each change, into the graph in place where the launches are the same with other values
+# (LOCKSTEP_GRAPH_UPDATE=0: a new graph each time). The tokens equal the host path's either way,
+# and the line that repeats line 2's request gives line 2's tokens.
+e2e_graph_update() {
+    local ok=0 tp v l p
+    p='"prompt": [11, 12, 13, 14, 15, 16, 17, 18], "max_tokens": 12, "ignore_eos": true'
+    : >"$OUT/gu.jsonl"
+    for l in '"temperature": 0' '"temperature": 0.8, "top_p": 0.9, "seed": 1' \
+        '"temperature": 0.7, "top_p": 0.95, "seed": 2' '"temperature": 1.0, "top_k": 40, "seed": 3' \
+        '"temperature": 0.9, "top_k": 20, "seed": 4' '"temperature": 0.8, "min_p": 0.05, "seed": 5' \
+        '"temperature": 0.8, "top_p": 0.9, "repetition_penalty": 1.2, "seed": 6' \
+        '"temperature": 0.8, "top_p": 0.9, "repetition_penalty": 1.1, "presence_penalty": 0.5, "seed": 7' \
+        '"temperature": 0.9, "top_p": 0.9, "logprobs": 2, "seed": 8' '"temperature": 0' \
+        '"temperature": 0.8, "top_p": 0.9, "seed": 1'; do
+        echo "{\"id\": $(wc -l <"$OUT/gu.jsonl"), $p, $l}" >>"$OUT/gu.jsonl"
+    done
+    for tp in 1 2; do
+        fits $tp || continue
+        for v in "LOCKSTEP_GRAPH_UPDATE=1" "LOCKSTEP_GRAPH_UPDATE=0" "LOCKSTEP_HOST_SAMPLING=1"; do
+            env "$v" mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x "${v%=*}" -np $tp \
+                build-gpu/lockstep batch --gpu --dummy smollm2-135m --input "$OUT/gu.jsonl" \
+                --output "$OUT/gu-$tp-${v%=*}${v#*=}.out" 2>"$OUT/gu-$tp-${v%=*}${v#*=}.err" || { ok=1; continue; }
+            echo "TP=$tp $v: $(tail -1 "$OUT/gu-$tp-${v%=*}${v#*=}.err")"
+        done
+        grep -Eq "decode graphs: [0-9]+ built, [1-9][0-9]* updated in place" "$OUT/gu-$tp-LOCKSTEP_GRAPH_UPDATE1.err" &&
+            grep -q " 0 updated in place" "$OUT/gu-$tp-LOCKSTEP_GRAPH_UPDATE0.err" ||
+            { echo "TP=$tp: expected updates in place by default and none with LOCKSTEP_GRAPH_UPDATE=0"; ok=1; }
+        python3 - "$OUT" "$tp" <<'PY' || ok=1
+import json, sys
+o, tp = sys.argv[1], sys.argv[2]
+runs = {k: [json.loads(x)["token_ids"] for x in open("%s/gu-%s-%s.out" % (o, tp, k))]
+        for k in ("LOCKSTEP_GRAPH_UPDATE1", "LOCKSTEP_GRAPH_UPDATE0", "LOCKSTEP_HOST_SAMPLING1")}
+a, b, h = runs.values()
+bad = [i for i in range(len(h)) if not (a[i] == b[i] == h[i])]
+print("TP=%s: %d lines; updated in place == new graphs == host path: %s; line 10 == line 1: %s"
+      % (tp, len(h), "yes" if not bad else "no, lines %s" % bad, a[10] == a[1]))
+sys.exit(1 if bad or a[10] != a[1] or len(h) != 11 else 0)
+PY
+    done
     return $ok
 }
 # the tokens chosen in the backend (the graph's steps, the first token) against the host path's
@@ -432,6 +475,18 @@ stage_bench() {
             --repeat-last-n 64 --json --quiet >"$OUT/gen-8b-penalty-host$h.json" &&
             python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("generate --repeat-penalty 1.1, LOCKSTEP_HOST_SAMPLING=%s: %.3f ms a token over %d tokens; prefill %.2f ms, first token at %.2f ms" % (sys.argv[2], 1e3 * r["decode_s"] / (len(r["ids"]) - 1), len(r["ids"]), 1e3 * r["prefill_s"], 1e3 * r["ttft_s"]))' \
                 "$OUT/gen-8b-penalty-host$h.json" $h
+    done
+    # what a sampling change costs the decode graph: 16 batch lines of 32 tokens, the
+    # temperature changing at every line (the same launches: an update in place) and a greedy
+    # line every fourth (other launches: a new graph), updated in place or always new
+    local i v
+    for i in $(seq 0 15); do
+        echo "{\"id\": $i, \"prompt\": [$(seq -s, $((1000 + i)) $((1127 + i)))], \"max_tokens\": 32, \"ignore_eos\": true, \"temperature\": $([ $((i % 4)) = 3 ] && echo 0 || echo "0.$((5 + i % 4)), \"top_p\": 0.9")}"
+    done >"$OUT/gu8b.jsonl"
+    for v in 1 0 1 0; do
+        LOCKSTEP_GRAPH_UPDATE=$v mpi -x LOCKSTEP_GRAPH_UPDATE -np 1 build-gpu/lockstep batch --gpu --dummy llama-3.1-8b \
+            --input "$OUT/gu8b.jsonl" --output "$OUT/gu8b-$v.out" 2>"$OUT/gu8b-$v.err" &&
+            echo "batch, 16 lines, LOCKSTEP_GRAPH_UPDATE=$v: $(tail -1 "$OUT/gu8b-$v.err")"
     done
     if [ "$n" -ge 2 ]; then
         mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \

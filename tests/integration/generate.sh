@@ -194,6 +194,30 @@ done
 check "--dummy smollm2-135m: 8 tokens" test "$(jq length "$tmp/dummy.1" 2>/dev/null)" = 8
 check "--dummy smollm2-135m: same greedy tokens at TP=1, 2, 3" \
     test "$(cat "$tmp/dummy.1")" = "$(cat "$tmp/dummy.2")" -a "$(cat "$tmp/dummy.1")" = "$(cat "$tmp/dummy.3")"
+echo '{"id": "d", "prompt": [1, 2, 3, 4], "max_tokens": 8, "ignore_eos": true}' >"$tmp/dummy.jsonl"
+run_mpi 2 "$LOCKSTEP" batch --cpu --dummy smollm2-135m --input "$tmp/dummy.jsonl" --output "$tmp/dummy.out"
+check "batch --dummy smollm2-135m: generate's tokens" \
+    eval '[ "$rc" -eq 0 ] && [ "$(jq -c .token_ids "$tmp/dummy.out")" = "$(cat "$tmp/dummy.1")" ]'
+# LOCKSTEP_WARMUP=1: a first request's work at start-up (on by default on GPUs only), then
+# forgotten: the same tokens, greedy and drawn with a penalty
+for w in 0 1; do
+    for s in "" "--temperature 0.8 --top-p 0.9 --repeat-penalty 1.2 --seed 4"; do
+        # shellcheck disable=SC2086
+        LOCKSTEP_WARMUP=$w run_mpi 2 -x LOCKSTEP_WARMUP "$LOCKSTEP" generate --cpu --dummy smollm2-135m \
+            --prompt-ids 5,6,7,8,9 -n 12 --ignore-eos --json --quiet $s
+        jq -c .ids "$tmp/out" >"$tmp/warm$w${s:+.drawn}"
+        jq -e '.warmup_s' "$tmp/out" >"$tmp/warm_s$w${s:+.drawn}"
+    done
+done
+check "LOCKSTEP_WARMUP=1: greedy tokens as without the warm-up" \
+    eval '[ -s "$tmp/warm0" ] && [ "$(cat "$tmp/warm0")" = "$(cat "$tmp/warm1")" ]'
+check "LOCKSTEP_WARMUP=1: drawn tokens with a penalty as without the warm-up" \
+    eval '[ -s "$tmp/warm0.drawn" ] && [ "$(cat "$tmp/warm0.drawn")" = "$(cat "$tmp/warm1.drawn")" ]'
+check "LOCKSTEP_WARMUP: warmup_s in the JSON, 0 when off" \
+    eval '[ "$(cat "$tmp/warm_s0")" = 0 ] && jq -e ". > 0" "$tmp/warm_s1" >/dev/null'
+LOCKSTEP_WARMUP=yes run_mpi 2 -x LOCKSTEP_WARMUP "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 1
+n_warm=$(count_in_err "LOCKSTEP_WARMUP: expected 0 or 1, found 'yes'")
+check "LOCKSTEP_WARMUP=yes: non-zero, said on every rank" test "$rc" -ne 0 -a "$n_warm" -eq 2
 run_mpi 2 "$LOCKSTEP" generate --cpu --dummy "$fx/tiny-qwen2/config.json" --prompt-ids 1,2 -n 4 --json --quiet
 check "--dummy with a config.json runs" jq_ok '.generated_tokens >= 0'
 run_mpi 2 "$LOCKSTEP" generate --cpu --dummy llama-9000 --prompt-ids 1
