@@ -4,7 +4,7 @@
 #   fetched here with ../shared/device/fetch-debs.sh .debs, which predates utf8proc, then
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring,
-# scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, pflong, longctx, attbench,
+# scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, graphs, pflong, longctx, attbench,
 # attforms, shapes, layers, ab, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
 # table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
@@ -476,10 +476,23 @@ stage_bench() {
             python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("generate --repeat-penalty 1.1, LOCKSTEP_HOST_SAMPLING=%s: %.3f ms a token over %d tokens; prefill %.2f ms, first token at %.2f ms" % (sys.argv[2], 1e3 * r["decode_s"] / (len(r["ids"]) - 1), len(r["ids"]), 1e3 * r["prefill_s"], 1e3 * r["ttft_s"]))' \
                 "$OUT/gen-8b-penalty-host$h.json" $h
     done
+    if [ "$n" -ge 2 ]; then
+        mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
+            --json "$OUT/bench-8b-tp2-nccl.json"
+        mpi -np 2 build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
+            --json "$OUT/bench-8b-tp2-custom.json"
+    fi
+    true
+}
+
+# what the engine's graphs and first launches cost a request (random 8B, one GPU): batch lines
+# whose sampling changes, the decode graph updated in place or always new; the first request
+# of a process with and without the warm-up at start-up
+stage_graphs() {
+    local i v w s
     # what a sampling change costs the decode graph: 16 batch lines of 32 tokens, the
     # temperature changing at every line (the same launches: an update in place) and a greedy
     # line every fourth (other launches: a new graph), updated in place or always new
-    local i v
     for i in $(seq 0 15); do
         echo "{\"id\": $i, \"prompt\": [$(seq -s, $((1000 + i)) $((1127 + i)))], \"max_tokens\": 32, \"ignore_eos\": true, \"temperature\": $([ $((i % 4)) = 3 ] && echo 0 || echo "0.$((5 + i % 4)), \"top_p\": 0.9")}"
     done >"$OUT/gu8b.jsonl"
@@ -488,13 +501,17 @@ stage_bench() {
             --input "$OUT/gu8b.jsonl" --output "$OUT/gu8b-$v.out" 2>"$OUT/gu8b-$v.err" &&
             echo "batch, 16 lines, LOCKSTEP_GRAPH_UPDATE=$v: $(tail -1 "$OUT/gu8b-$v.err")"
     done
-    if [ "$n" -ge 2 ]; then
-        mpi -np 2 build-gpu/lockstep bench --gpu --allreduce nccl --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
-            --json "$OUT/bench-8b-tp2-nccl.json"
-        mpi -np 2 build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
-            --json "$OUT/bench-8b-tp2-custom.json"
-    fi
-    true
+    cmp -s "$OUT/gu8b-1.out" "$OUT/gu8b-0.out" && echo "batch: the same results either way" ||
+        { echo "batch: the results differ with LOCKSTEP_GRAPH_UPDATE=0"; return 1; }
+    for w in 0 1; do
+        for s in "" "--temperature 0.6 --top-p 0.9"; do
+            # shellcheck disable=SC2086
+            LOCKSTEP_WARMUP=$w mpi -x LOCKSTEP_WARMUP -np 1 build-gpu/lockstep generate --gpu --dummy llama-3.1-8b \
+                --prompt-ids "$(seq -s, 1000 1127)" -n 32 --ignore-eos $s --json --quiet >"$OUT/warm$w.json" &&
+                python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("generate, prompt 128, %s, LOCKSTEP_WARMUP=%s: warm-up %.1f ms; prefill %.2f ms, first token at %.2f ms, %.3f ms a token after it" % (sys.argv[3] or "greedy", sys.argv[2], 1e3 * r["warmup_s"], 1e3 * r["prefill_s"], 1e3 * r["ttft_s"], 1e3 * r["decode_s"] / (len(r["ids"]) - 1)))' \
+                    "$OUT/warm$w.json" $w "$s"
+        done
+    done
 }
 
 # decode at TP=1 under each GEMV launch-shape choice (LOCKSTEP_GEMV=small,medium,large)
