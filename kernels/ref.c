@@ -114,15 +114,18 @@ void ref_add(float *x, const float *y, size_t n)
     for (size_t i = 0; i < n; i++) x[i] += y[i];
 }
 
-void ref_penalize(float *out, const float *logits, int vocab, int *count, int *hist, const int *ids,
-                  const int *pos, int last_n, float rep, float pres, float freq)
+void ref_penalize(float *out, const float *logits, const float *bias, int vocab, int *count,
+                  int *hist, const int *ids, const int *pos, int last_n, float rep, float pres,
+                  float freq)
 {
     const int p = pos[0], in = ids[0], old = last_n > 0 && p >= last_n ? hist[p - last_n] : -1;
     hist[p] = in;
     if (in >= 0 && in < vocab) count[in]++;
     if (old >= 0 && old < vocab) count[old]--;
-    for (int v = 0; v < vocab; v++)
-        out[v] = count[v] > 0 ? ls_penalised(logits[v], count[v], rep, pres, freq) : logits[v];
+    for (int v = 0; v < vocab; v++) {
+        const float l = bias ? logits[v] + bias[v] : logits[v];
+        out[v] = count[v] > 0 ? ls_penalised(l, count[v], rep, pres, freq) : l;
+    }
 }
 
 void ref_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,

@@ -63,12 +63,14 @@ static inline LS_HOST_DEVICE float ls_penalised(float l, int count, float rep, f
 /* One decode step's penalties where the step runs (the backend's penalize): the step's token
  * ids[0] at position pos[0] = p joins the window, and with last_n > 0 the token at p - last_n
  * (hist[p - last_n], when p >= last_n) leaves it; count[vocab] holds each token's occurrences in
- * the window and hist[p] = ids[0] is recorded (hist: the tokens by position). Then out[v] =
- * ls_penalised(logits[v]) where count[v] > 0, else logits[v]. Before the first such step,
- * count holds the window of positions [max(0, p - last_n), p) and hist its tokens. Token ids
- * outside [0, vocab) count for nothing, as in ls_sampler. */
-void ref_penalize(float *out, const float *logits, int vocab, int *count, int *hist, const int *ids,
-                  const int *pos, int last_n, float rep, float pres, float freq);
+ * the window and hist[p] = ids[0] is recorded (hist: the tokens by position). Then with l =
+ * logits[v] + bias[v] (bias: a logit bias for every token, or NULL for none), out[v] =
+ * ls_penalised(l) where count[v] > 0, else l. Before the first such step, count holds the
+ * window of positions [max(0, p - last_n), p) and hist its tokens. Token ids outside [0,
+ * vocab) count for nothing, as in ls_sampler. */
+void ref_penalize(float *out, const float *logits, const float *bias, int vocab, int *count,
+                  int *hist, const int *ids, const int *pos, int last_n, float rep, float pres,
+                  float freq);
 /* RoPE inverse frequencies, with llama3 or linear scaling applied as Hugging Face does */
 void ref_rope_inv_freq(float *inv_freq, int hd, float theta, int scaling, float factor,
                        float low_freq_factor, float high_freq_factor, int orig_max_pos);

@@ -679,8 +679,9 @@ extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
 // back out) needs no atomics and no second kernel.
 #define PEN_THREADS 256
 static __global__ void __launch_bounds__(PEN_THREADS)
-    penalize_kernel(float *__restrict__ out, const float *__restrict__ logits, int vocab,
-                    int *__restrict__ count, int *__restrict__ hist, const int *__restrict__ ids,
+    penalize_kernel(float *__restrict__ out, const float *__restrict__ logits,
+                    const float *__restrict__ bias, int vocab, int *__restrict__ count,
+                    int *__restrict__ hist, const int *__restrict__ ids,
                     const int *__restrict__ pos, int last_n, float rep, float pres, float freq)
 {
     pdl_launch_dependents();
@@ -693,19 +694,19 @@ static __global__ void __launch_bounds__(PEN_THREADS)
     if (v >= vocab) return;
     const int c0 = count[v], c = c0 + (v == in) - (v == old);
     if (c != c0) count[v] = c;
-    const float l = logits[v];
+    const float l = bias ? __fadd_rn(logits[v], bias[v]) : logits[v];
     out[v] = c > 0 ? ls_penalised(l, c, rep, pres, freq) : l;
 }
 
-extern "C" void ls_penalize(float *out, const float *logits, int vocab, int *count, int *hist,
-                            const int *ids, const int *pos, int last_n, float rep, float pres,
-                            float freq, void *stream)
+extern "C" void ls_penalize(float *out, const float *logits, const float *bias, int vocab,
+                            int *count, int *hist, const int *ids, const int *pos, int last_n,
+                            float rep, float pres, float freq, void *stream)
 {
     if (vocab < 1 || last_n < 0)
         ls_die(__FILE__, __LINE__, "ls_penalize", "expected vocab >= 1 and last_n >= 0");
     pdl_launch(penalize_kernel, (unsigned)((vocab + PEN_THREADS - 1) / PEN_THREADS), PEN_THREADS, 0,
-               (cudaStream_t)stream, out, logits, vocab, count, hist, ids, pos, last_n, rep, pres,
-               freq);
+               (cudaStream_t)stream, out, logits, bias, vocab, count, hist, ids, pos, last_n, rep,
+               pres, freq);
     CHECK_CUDA(cudaGetLastError());
 }
 

@@ -62,12 +62,13 @@ int ls_sample_set_small(int on);
 
 /* A decode step's penalties on the device, as ref_penalize (kernels/ref.h): the step's token
  * ids[0] at position pos[0] joins the window held in count[vocab] (and the token at pos[0] -
- * last_n leaves it, last_n > 0), hist[pos[0]] records it, and out[v] is logits[v] penalised
- * where count[v] > 0. Device memory throughout (pos and ids as the decode graph holds them), so
- * the call can live in a CUDA graph; out and logits do not overlap. The same bits as
- * ref_penalize. */
-void ls_penalize(float *out, const float *logits, int vocab, int *count, int *hist, const int *ids,
-                 const int *pos, int last_n, float rep, float pres, float freq, void *stream);
+ * last_n leaves it, last_n > 0), hist[pos[0]] records it, and out[v] is logits[v] + bias[v]
+ * (bias: NULL for none) penalised where count[v] > 0. Device memory throughout (pos and ids as
+ * the decode graph holds them), so the call can live in a CUDA graph; out and logits do not
+ * overlap. The same bits as ref_penalize. */
+void ls_penalize(float *out, const float *logits, const float *bias, int vocab, int *count,
+                 int *hist, const int *ids, const int *pos, int last_n, float rep, float pres,
+                 float freq, void *stream);
 
 /* Scores of rows of logits without taking them to the host (a prompt's log-probabilities,
  * perplexity): logits[rows][ld] holds, in columns [0, n), the logits of tokens first ..

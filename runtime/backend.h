@@ -99,11 +99,13 @@ struct ls_backend {
     void (*sample)(int *out, const float *logits, int n, float temperature, int top_k, float top_p,
                    float min_p, const double *u, void *ws);
     size_t (*sample_ws)(int n);
-    /* the decode step's penalties, as ref_penalize (kernels/ref.h): out[vocab] = logits with the
-     * penalties of the window count[vocab] holds, which the step's token ids[0] at pos[0] joins
-     * (hist[max_ctx]: the tokens by position, for the ones that leave it) */
-    void (*penalize)(float *out, const float *logits, int vocab, int *count, int *hist,
-                     const int *ids, const int *pos, int last_n, float rep, float pres, float freq);
+    /* the decode step's penalties, as ref_penalize (kernels/ref.h): out[vocab] = logits plus
+     * bias[vocab] (a logit bias, or NULL) with the penalties of the window count[vocab] holds,
+     * which the step's token ids[0] at pos[0] joins (hist[max_ctx]: the tokens by position, for
+     * the ones that leave it) */
+    void (*penalize)(float *out, const float *logits, const float *bias, int vocab, int *count,
+                     int *hist, const int *ids, const int *pos, int last_n, float rep, float pres,
+                     float freq);
     /* each row's scores of rows of logits (a rank's vocabulary slice): ref_row_logprobs in
      * kernels/ref.h, each row cut into split slices (out[row][slice][3 + 2 N]), split as
      * score_split gives it for rows rows of n (NULL: 1); out and targets in backend memory */

@@ -444,11 +444,12 @@ static void cu_sample(int *out, const float *logits, int n, float temperature, i
     ls_sample(out, logits, n, temperature, top_k, top_p, min_p, u, ws, stream_get());
 }
 
-static void cu_penalize(float *out, const float *logits, int vocab, int *count, int *hist,
-                        const int *ids, const int *pos, int last_n, float rep, float pres,
-                        float freq)
+static void cu_penalize(float *out, const float *logits, const float *bias, int vocab, int *count,
+                        int *hist, const int *ids, const int *pos, int last_n, float rep,
+                        float pres, float freq)
 {
-    ls_penalize(out, logits, vocab, count, hist, ids, pos, last_n, rep, pres, freq, stream_get());
+    ls_penalize(out, logits, bias, vocab, count, hist, ids, pos, last_n, rep, pres, freq,
+                stream_get());
 }
 
 static void cu_advance(int *pos)

@@ -13,6 +13,7 @@
 #include "run_common.h"
 #include "tokenizer.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -43,10 +44,11 @@ static const char batch_help[] =
     "(taken as given: no template, no BOS added) or {\"id\": ..., \"messages\": [{\"role\":\n"
     "\"user\", \"content\": \"...\"}]}, optionally with max_tokens (or max_completion_tokens),\n"
     "temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,\n"
-    "frequency_penalty, seed, stop (string or list), stop_token_ids, min_tokens, ignore_eos,\n"
-    "logprobs (true with top_logprobs N, or N: 0..20), prompt_logprobs (N: 0..20), n (1..64\n"
-    "completions, the i-th drawn with seed + i: all of them in \"choices\", the first's fields\n"
-    "also at the top), return_token_ids (true: \"prompt_token_ids\" and \"token_ids\" too).\n"
+    "frequency_penalty, logit_bias ({\"token id\": -100..100}), seed, stop (string or list),\n"
+    "stop_token_ids, min_tokens, ignore_eos, logprobs (true with top_logprobs N, or N: 0..20),\n"
+    "prompt_logprobs (N: 0..20), n (1..64 completions, the i-th drawn with seed + i: all of\n"
+    "them in \"choices\", the first's fields also at the top), return_token_ids (true:\n"
+    "\"prompt_token_ids\" and \"token_ids\" too).\n"
     "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", "
     "\"finish_reason\"}\n"
     "(and \"logprobs\": {\"content\": [{\"id\", \"token\", \"logprob\", \"top_logprobs\"}]},\n"
@@ -349,6 +351,37 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
         if (token_ids_from(sti, "stop_token_ids", p->stop_ids, err, errlen)) return -1;
         p->n_stop_ids = (int)json_array_size(sti);
     }
+    /* OpenAI's: {"token id": bias, ...}, in place of the command line's --logit-bias */
+    json_t *lb = json_object_get(req, "logit_bias");
+    if (lb && !json_is_null(lb)) {
+        if (!json_is_object(lb)) {
+            snprintf(err, errlen,
+                     "field \"logit_bias\": expected an object of token ids to biases, found %s",
+                     ls_json_type_name(lb));
+            return -1;
+        }
+        const char *key;
+        json_t *val;
+        s->n_bias = 0;
+        json_object_foreach(lb, key, val)
+        {
+            char *end = NULL;
+            errno = 0;
+            const long id = strtol(key, &end, 10);
+            if (!isdigit((unsigned char)key[0]) || *end || errno) {
+                snprintf(err, errlen,
+                         "field \"logit_bias\": key \"%.40s\": expected a token id (digits)", key);
+                return -1;
+            }
+            if (!json_is_number(val)) {
+                snprintf(err, errlen,
+                         "field \"logit_bias\": token %ld: expected a number, found %s", id,
+                         ls_json_type_name(val));
+                return -1;
+            }
+            if (ls_sampling_add_bias(s, id, json_number_value(val), err, errlen)) return -1;
+        }
+    }
     if ((r = num_field(req, "n", 1, BATCH_MAX_N, 1, &d, err, errlen)) < 0) return -1;
     if (r) *n_choices = (int)d;
     if ((r = float_field(req, LS_TEMPERATURE, &d, err, errlen)) < 0) return -1;
@@ -462,6 +495,7 @@ static size_t ignored_fields(json_t *req, char *buf, size_t len)
                                         "ignore_eos",
                                         "min_tokens",
                                         "stop_token_ids",
+                                        "logit_bias",
                                         "n",
                                         "return_token_ids",
                                         "temperature",

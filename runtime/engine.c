@@ -48,6 +48,11 @@ struct ls_engine {
     float *plogits;
     int *pcount, *phist;
     int pen_pos, pen_last_n;
+    /* the logit bias in the backend (vocab floats), allocated at its first use; bias_n, bias_id
+     * and bias are the list it holds (bias_n -1: none sent yet) */
+    float *pbias;
+    int bias_n, *bias_id;
+    float *bias;
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
     /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
@@ -172,7 +177,7 @@ void ls_engine_free(struct ls_engine *e)
     if (e->sample_ws) be->free(e->sample_ws);
     score_free(e);
     if (e->dstats) be->free(e->dstats);
-    void *pen[] = {e->plogits, e->pcount, e->phist};
+    void *pen[] = {e->plogits, e->pcount, e->phist, e->pbias};
     for (size_t i = 0; i < sizeof pen / sizeof pen[0]; i++)
         if (pen[i]) be->free(pen[i]);
     void *bufs[] = {e->ids,
@@ -195,6 +200,8 @@ void ls_engine_free(struct ls_engine *e)
     free(e->kc);
     free(e->vc);
     free(e->host_pos);
+    free(e->bias_id);
+    free(e->bias);
     free(e);
 }
 
@@ -590,16 +597,17 @@ int ls_engine_score(struct ls_engine *e, const int *ids, int n, int top_n, float
     return 0;
 }
 
-/* the token that follows the logits in e->logits, into ids[0]: sp's penalties first (the token
- * in ids[0] at posb[0] joining their window), then argmax at temperature 0, else the draw with u */
+/* the token that follows the logits in e->logits, into ids[0]: sp's logit bias and penalties
+ * first (the token in ids[0] at posb[0] joining their window), then argmax at temperature 0,
+ * else the draw with u */
 static void choose_into_ids(struct ls_engine *e, const struct ls_sampling *sp)
 {
     const int V = e->m->cfg.vocab;
     const float *lg = e->logits;
-    if (ls_sampling_penalized(sp)) {
-        e->be->penalize(e->plogits, e->logits, V, e->pcount, e->phist, e->ids, e->posb,
-                        sp->penalty_last_n, sp->repetition_penalty, sp->presence_penalty,
-                        sp->frequency_penalty);
+    if (ls_sampling_adjusted(sp)) {
+        e->be->penalize(e->plogits, e->logits, sp->n_bias > 0 ? e->pbias : NULL, V, e->pcount,
+                        e->phist, e->ids, e->posb, sp->penalty_last_n, sp->repetition_penalty,
+                        sp->presence_penalty, sp->frequency_penalty);
         lg = e->plogits;
     }
     if (sp->temperature == 0.0f)
@@ -623,9 +631,11 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     e->be->advance(e->posb);
 }
 
+/* whether a graph captured for a chooses as b would (a logit bias's values are in the
+ * backend's memory, not in the graph: only whether there is one matters) */
 static int same_choice(const struct ls_sampling *a, const struct ls_sampling *b)
 {
-    if (a->repetition_penalty != b->repetition_penalty ||
+    if ((a->n_bias > 0) != (b->n_bias > 0) || a->repetition_penalty != b->repetition_penalty ||
         a->presence_penalty != b->presence_penalty ||
         a->frequency_penalty != b->frequency_penalty ||
         (ls_sampling_penalized(a) && a->penalty_last_n != b->penalty_last_n))
@@ -681,6 +691,42 @@ static void pen_sync(struct ls_engine *e, const int *hist, int p, int last_n)
     free(count);
 }
 
+/* sp's logit bias into the backend (a vocab-wide vector, zero where no bias), when it is not the
+ * list the backend holds already; the buffer at its first use (before any capture) */
+static void bias_sync(struct ls_engine *e, const struct ls_sampling *sp)
+{
+    const struct ls_backend *be = e->be;
+    const int V = e->m->cfg.vocab;
+    if (!e->pbias) {
+        e->pbias = be->alloc((size_t)V * sizeof(float));
+        e->bias_id = malloc(LS_MAX_LOGIT_BIAS * sizeof *e->bias_id);
+        e->bias = malloc(LS_MAX_LOGIT_BIAS * sizeof *e->bias);
+        CHECK_ALLOC(e->bias_id);
+        CHECK_ALLOC(e->bias);
+        e->bias_n = -1;
+        if (!e->pbias) {
+            char msg[200];
+            snprintf(msg, sizeof msg,
+                     "rank %d: out of %s memory for the logit bias: %.1f MB needed, %.1f MB free",
+                     e->comm->rank, be->name, V * sizeof(float) / 1e6,
+                     (be->mem_free ? be->mem_free() : 0) / 1e6);
+            ls_die(__FILE__, __LINE__, "ls_engine_decode", msg);
+        }
+    }
+    const size_t n = (size_t)sp->n_bias;
+    if (e->bias_n == sp->n_bias && !memcmp(e->bias_id, sp->bias_id, n * sizeof *e->bias_id) &&
+        !memcmp(e->bias, sp->bias, n * sizeof *e->bias))
+        return;
+    float *dense = calloc((size_t)V, sizeof *dense);
+    CHECK_ALLOC(dense);
+    ls_sampling_apply_bias(sp, dense, V);
+    be->to_device(e->pbias, dense, (size_t)V * sizeof *dense);
+    free(dense);
+    e->bias_n = sp->n_bias;
+    memcpy(e->bias_id, sp->bias_id, n * sizeof *e->bias_id);
+    memcpy(e->bias, sp->bias, n * sizeof *e->bias);
+}
+
 int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
                             const int *hist, int top_n, int *out, struct ls_scores *s, int *top_ids,
                             double *top_logits)
@@ -705,7 +751,8 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         be->to_device(e->ids, &in, sizeof(int));
     }
     if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
-    const int penalized = ls_sampling_penalized(sp);
+    const int penalized = ls_sampling_adjusted(sp); /* the window kept for a bias alone too */
+    if (sp->n_bias > 0) bias_sync(e, sp);
     if (penalized) {
         if (!hist) ls_die(__FILE__, __LINE__, "ls_engine_decode", "penalties need the history");
         pen_alloc(e);
@@ -763,7 +810,8 @@ int ls_engine_choose(struct ls_engine *e, const struct ls_sampling *sp, double u
     if (p < 0 || !hist) return -1;
     draw_alloc(e, sp);
     if (logits) be->to_device(e->logits, logits, (size_t)V * sizeof *logits);
-    const int penalized = ls_sampling_penalized(sp);
+    const int penalized = ls_sampling_adjusted(sp);
+    if (sp->n_bias > 0) bias_sync(e, sp);
     if (penalized) {
         /* the window before position p, which penalize moves on by the token at p */
         pen_alloc(e);

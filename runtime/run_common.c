@@ -113,6 +113,22 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
         rc = ls_parse_long("--min-tokens", arg, 0, 1 << 24, &v, err, errlen);
         p->min_tokens = (int)v;
         break;
+    case RC_OPT_LOGIT_BIAS: {
+        /* ID=BIAS, as one entry of OpenAI's logit_bias */
+        const char *eq = strchr(arg, '=');
+        char id_text[32];
+        float b;
+        if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof id_text)
+            return ls_errf(err, errlen,
+                           "--logit-bias: expected ID=BIAS (e.g. 1234=-100), found '%s'", arg);
+        memcpy(id_text, arg, (size_t)(eq - arg));
+        id_text[eq - arg] = 0;
+        if (ls_parse_long("--logit-bias", id_text, 0, INT_MAX, &v, err, errlen) ||
+            parse_float("--logit-bias", eq + 1, LS_LOGIT_BIAS, &b, err, errlen) ||
+            ls_sampling_add_bias(s, v, b, err, errlen))
+            return -1;
+        break;
+    }
     case RC_OPT_STOP_ID:
         if (p->n_stop_ids >= LS_MAX_STOP_IDS)
             return ls_errf(err, errlen, "--stop-token-id: at most %d stop tokens", LS_MAX_STOP_IDS);

@@ -26,6 +26,7 @@ enum {
     RC_OPT_IGNORE_EOS,
     RC_OPT_MIN_TOKENS,
     RC_OPT_STOP_ID,
+    RC_OPT_LOGIT_BIAS,
 };
 
 #define RC_SAMPLING_LONGOPTS                                                                       \
@@ -43,6 +44,7 @@ enum {
         {"max-context", required_argument, NULL, RC_OPT_MAX_CTX},                                  \
         {"min-tokens", required_argument, NULL, RC_OPT_MIN_TOKENS},                                \
         {"stop-token-id", required_argument, NULL, RC_OPT_STOP_ID},                                \
+        {"logit-bias", required_argument, NULL, RC_OPT_LOGIT_BIAS},                                \
     {                                                                                              \
         "ignore-eos", no_argument, NULL, RC_OPT_IGNORE_EOS                                         \
     }
@@ -55,6 +57,8 @@ enum {
     "  --repeat-penalty F   Hugging Face repetition penalty (1 = off)\n"                           \
     "  --presence-penalty F, --frequency-penalty F   OpenAI-style penalties (0 = off)\n"           \
     "  --repeat-last-n N    tokens the penalties look back over (0 = all)\n"                       \
+    "  --logit-bias ID=B    add B (-100..100) to token ID's logit before the penalties\n"          \
+    "                       (repeatable, up to 1024 tokens; -100 bans a token in practice)\n"      \
     "  --seed N             random seed (default 0); same seed, same text, at any TP size\n"       \
     "  --stop S             stop before the string S (repeatable, up to 16)\n"                     \
     "  --ignore-eos         keep going past end-of-sequence tokens\n"                              \

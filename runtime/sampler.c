@@ -4,6 +4,7 @@
 #include "sampler.h"
 #include "ref.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,7 @@ const struct ls_sampling_range ls_sampling_ranges[] = {
     [LS_REPETITION_PENALTY] = {"repetition_penalty", 0, 100, 1},
     [LS_PRESENCE_PENALTY] = {"presence_penalty", -100, 100, 0},
     [LS_FREQUENCY_PENALTY] = {"frequency_penalty", -100, 100, 0},
+    [LS_LOGIT_BIAS] = {"logit_bias", -100, 100, 0},
 };
 
 const char *ls_sampling_range_text(enum ls_sampling_param p, char *buf, size_t len)
@@ -103,6 +105,50 @@ int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen)
     if (out_of_range(LS_PRESENCE_PENALTY, s->presence_penalty, err, errlen)) return -1;
     if (out_of_range(LS_FREQUENCY_PENALTY, s->frequency_penalty, err, errlen)) return -1;
     if (negative("penalty_last_n", s->penalty_last_n, err, errlen)) return -1;
+    if (s->n_bias < 0 || s->n_bias > LS_MAX_LOGIT_BIAS) {
+        snprintf(err, errlen, "logit_bias: expected at most %d tokens, found %d", LS_MAX_LOGIT_BIAS,
+                 s->n_bias);
+        return -1;
+    }
+    for (int i = 0; i < s->n_bias; i++) {
+        if (s->bias_id[i] < 0) {
+            snprintf(err, errlen, "logit_bias: expected token ids >= 0, found %d", s->bias_id[i]);
+            return -1;
+        }
+        if (!(s->bias[i] >= -100.0f && s->bias[i] <= 100.0f)) {
+            char range[64];
+            snprintf(err, errlen, "logit_bias of token %d: expected %s, found %g", s->bias_id[i],
+                     ls_sampling_range_text(LS_LOGIT_BIAS, range, sizeof range),
+                     (double)s->bias[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int ls_sampling_add_bias(struct ls_sampling *s, long id, double bias, char *err, size_t errlen)
+{
+    if (s->n_bias >= LS_MAX_LOGIT_BIAS) {
+        snprintf(err, errlen, "logit_bias: at most %d tokens", LS_MAX_LOGIT_BIAS);
+        return -1;
+    }
+    if (id < 0 || id > INT_MAX) {
+        snprintf(err, errlen, "logit_bias: expected a token id >= 0, found %ld", id);
+        return -1;
+    }
+    for (int j = 0; j < s->n_bias; j++)
+        if (s->bias_id[j] == id) {
+            snprintf(err, errlen, "logit_bias: token %ld given twice", id);
+            return -1;
+        }
+    if (!(bias >= -100.0 && bias <= 100.0)) {
+        char range[64];
+        snprintf(err, errlen, "logit_bias of token %ld: expected %s, found %g", id,
+                 ls_sampling_range_text(LS_LOGIT_BIAS, range, sizeof range), bias);
+        return -1;
+    }
+    s->bias_id[s->n_bias] = (int)id;
+    s->bias[s->n_bias++] = (float)bias;
     return 0;
 }
 
@@ -137,6 +183,17 @@ int ls_sampling_penalized(const struct ls_sampling *s)
 {
     return s->repetition_penalty != 1.0f || s->presence_penalty != 0.0f ||
            s->frequency_penalty != 0.0f;
+}
+
+int ls_sampling_adjusted(const struct ls_sampling *s)
+{
+    return ls_sampling_penalized(s) || s->n_bias > 0;
+}
+
+void ls_sampling_apply_bias(const struct ls_sampling *s, float *logits, int vocab)
+{
+    for (int i = 0; i < s->n_bias; i++)
+        if (s->bias_id[i] < vocab) logits[s->bias_id[i]] += s->bias[i];
 }
 
 int ls_argmax(const float *x, int n)
@@ -296,6 +353,7 @@ static int pick(const struct ls_sampling *p, const float *logits, int V, double 
 
 int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *hist, int n_hist)
 {
+    ls_sampling_apply_bias(&s->p, logits, s->vocab);
     apply_penalties(s, logits, hist, n_hist);
     if (s->p.temperature == 0.0f) return ls_argmax(logits, s->vocab);
     return pick(&s->p, logits, s->vocab, next_uniform(s->rng), s->idx, s->prob);

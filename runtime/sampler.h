@@ -14,6 +14,9 @@
 extern "C" {
 #endif
 
+/* the most tokens a logit_bias names */
+#define LS_MAX_LOGIT_BIAS 1024
+
 struct ls_sampling {
     float temperature;        /* 0: greedy */
     int top_k;                /* 0: off */
@@ -25,6 +28,11 @@ struct ls_sampling {
     float frequency_penalty;  /* 0: off; logit -= pen * count */
     int penalty_last_n;       /* window of history the penalties look at; 0: all of it */
     uint64_t seed;
+    /* logit_bias (OpenAI, vLLM): bias[i] added to the logit of token bias_id[i] before the
+     * penalties (the order of vLLM and of transformers' sequence_bias); ids distinct */
+    int n_bias;
+    int bias_id[LS_MAX_LOGIT_BIAS];
+    float bias[LS_MAX_LOGIT_BIAS];
 };
 
 struct ls_sampler;
@@ -40,6 +48,7 @@ enum ls_sampling_param {
     LS_REPETITION_PENALTY,
     LS_PRESENCE_PENALTY,
     LS_FREQUENCY_PENALTY,
+    LS_LOGIT_BIAS,
 };
 struct ls_sampling_range {
     const char *field; /* the name messages give it: "top_p" */
@@ -56,7 +65,8 @@ int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen);
 
 struct ls_sampler *ls_sampler_new(const struct ls_sampling *s, int vocab);
 void ls_sampler_free(struct ls_sampler *s);
-/* logits[vocab] is modified in place. history: the tokens so far (prompt and generated). */
+/* logits[vocab] is modified in place (the logit bias, then the penalties). history: the tokens
+ * so far (prompt and generated). */
 int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *history, int n_history);
 /* The draw ls_sampler_sample would use next (it advances the generator the same way: nothing
  * at temperature 0), for a sampler that runs elsewhere: with ls_sample_with, the same tokens as
@@ -66,6 +76,13 @@ double ls_sampler_uniform(struct ls_sampler *s);
 int ls_sample_with(const struct ls_sampling *p, const float *logits, int vocab, double u);
 /* whether s has a penalty on (repetition, presence or frequency) */
 int ls_sampling_penalized(const struct ls_sampling *s);
+/* whether s changes the logits before the choice: a penalty or a logit bias */
+int ls_sampling_adjusted(const struct ls_sampling *s);
+/* Appends token id's bias to s's logit bias: -1 with a message when the list is full, the id
+ * negative or already there, or the bias outside -100..100 */
+int ls_sampling_add_bias(struct ls_sampling *s, long id, double bias, char *err, size_t errlen);
+/* Adds s's logit bias to logits[vocab] (ids past vocab: nothing). */
+void ls_sampling_apply_bias(const struct ls_sampling *s, float *logits, int vocab);
 /* index of the largest value, the lowest index on ties */
 int ls_argmax(const float *x, int n);
 

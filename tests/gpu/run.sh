@@ -159,7 +159,9 @@ stage_e2e() {
         for f in "0 --repeat-penalty 1.3" "0 --presence-penalty 0.8 --frequency-penalty 0.5 --repeat-last-n 8" \
             "0.8 --top-p 0.9 --repeat-penalty 1.2 --frequency-penalty 0.3 --repeat-last-n 16" \
             "0.9 --top-k 40 --presence-penalty -0.5 --repeat-last-n 4" \
-            "0.7 --top-p 0.95 --repeat-penalty 1.1 --min-tokens 6 --stop-token-id 1"; do
+            "0.7 --top-p 0.95 --repeat-penalty 1.1 --min-tokens 6 --stop-token-id 1" \
+            "0 --logit-bias 500=8 --logit-bias 600=-2" \
+            "0.8 --top-p 0.9 --logit-bias 17766=-100 --logit-bias 500=3 --repeat-penalty 1.2 --repeat-last-n 8"; do
             # shellcheck disable=SC2086
             graph_vs_host $tp -n 24 --seed 5 --temperature $f || ok=1
         done
@@ -176,8 +178,11 @@ stage_e2e() {
 }
 # batch lines that change the sampling from line to line: the decode graph is captured again
 # at each change, into the graph in place where the launches are the same with other values
-# (LOCKSTEP_GRAPH_UPDATE=0: a new graph each time). The tokens equal the host path's either way,
-# and the line that repeats line 2's request gives line 2's tokens.
+# (LOCKSTEP_GRAPH_UPDATE=0: a new graph each time; a new logit bias changes no launch, only the
+# backend's bias vector). The tokens equal the host path's either way, and the last line, which
+# repeats line 2's request, gives line 2's tokens. The tiny Llama's logits are far from flat (the
+# random SmolLM2 shape's are: two tokens 1e-6 apart in log-probability can draw differently on
+# the host and in the backend, whose probabilities round differently).
 e2e_graph_update() {
     local ok=0 tp v l p
     p='"prompt": [11, 12, 13, 14, 15, 16, 17, 18], "max_tokens": 12, "ignore_eos": true'
@@ -188,6 +193,8 @@ e2e_graph_update() {
         '"temperature": 0.8, "top_p": 0.9, "repetition_penalty": 1.2, "seed": 6' \
         '"temperature": 0.8, "top_p": 0.9, "repetition_penalty": 1.1, "presence_penalty": 0.5, "seed": 7' \
         '"temperature": 0.9, "top_p": 0.9, "logprobs": 2, "seed": 8' '"temperature": 0' \
+        '"temperature": 0.8, "top_p": 0.9, "logit_bias": {"300": 8, "455": -100}, "seed": 9' \
+        '"temperature": 0.8, "top_p": 0.9, "logit_bias": {"58": -100, "411": 4}, "seed": 9' \
         '"temperature": 0.8, "top_p": 0.9, "seed": 1'; do
         echo "{\"id\": $(wc -l <"$OUT/gu.jsonl"), $p, $l}" >>"$OUT/gu.jsonl"
     done
@@ -195,7 +202,7 @@ e2e_graph_update() {
         fits $tp || continue
         for v in "LOCKSTEP_GRAPH_UPDATE=1" "LOCKSTEP_GRAPH_UPDATE=0" "LOCKSTEP_HOST_SAMPLING=1"; do
             env "$v" mpirun --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x "${v%=*}" -np $tp \
-                build-gpu/lockstep batch --gpu --dummy smollm2-135m --input "$OUT/gu.jsonl" \
+                build-gpu/lockstep batch --gpu -m tests/fixtures/tiny-llama --input "$OUT/gu.jsonl" \
                 --output "$OUT/gu-$tp-${v%=*}${v#*=}.out" 2>"$OUT/gu-$tp-${v%=*}${v#*=}.err" || { ok=1; continue; }
             echo "TP=$tp $v: $(tail -1 "$OUT/gu-$tp-${v%=*}${v#*=}.err")"
         done
@@ -209,9 +216,10 @@ runs = {k: [json.loads(x)["token_ids"] for x in open("%s/gu-%s-%s.out" % (o, tp,
         for k in ("LOCKSTEP_GRAPH_UPDATE1", "LOCKSTEP_GRAPH_UPDATE0", "LOCKSTEP_HOST_SAMPLING1")}
 a, b, h = runs.values()
 bad = [i for i in range(len(h)) if not (a[i] == b[i] == h[i])]
-print("TP=%s: %d lines; updated in place == new graphs == host path: %s; line 10 == line 1: %s"
-      % (tp, len(h), "yes" if not bad else "no, lines %s" % bad, a[10] == a[1]))
-sys.exit(1 if bad or a[10] != a[1] or len(h) != 11 else 0)
+print("TP=%s: %d lines; updated in place == new graphs == host path: %s; the last == line 1: %s; "
+      "the two logit biases' lines (one graph, the bias vector sent again) differ: %s"
+      % (tp, len(h), "yes" if not bad else "no, lines %s" % bad, a[-1] == a[1], a[10] != a[11]))
+sys.exit(1 if bad or a[-1] != a[1] or a[10] == a[11] or len(h) != 13 else 0)
 PY
     done
     return $ok

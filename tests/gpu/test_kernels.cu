@@ -1414,61 +1414,76 @@ static void tests_row_logprobs(void)
 // from step to step (tokens joining and, with a window, leaving it), each step's penalised
 // logits bitwise the reference's (the same roundings, none fused), hist and count too; outputs
 // poisoned before each step. Tokens drawn from four ids, so counts pass 1 in any window of 5 or
-// more; one step's token outside the vocabulary (it counts for nothing in either).
+// more; one step's token outside the vocabulary (it counts for nothing in either). Each case
+// without and with a logit bias (every 7th token: -100, 100 or N(0, 10); the rest 0), and the
+// bias alone (no penalty: the engine's step with a logit bias only).
 static void tests_penalize(void)
 {
     struct pcfg {
         float rep, pres, freq;
     };
-    const pcfg pcfgs[] = {
-        {1.3f, 0.0f, 0.0f}, {1.0f, 0.8f, 0.5f}, {1.1f, -0.5f, 0.3f}, {0.7f, 0.25f, 0.0f}};
+    const pcfg pcfgs[] = {{1.3f, 0.0f, 0.0f},
+                          {1.0f, 0.8f, 0.5f},
+                          {1.1f, -0.5f, 0.3f},
+                          {0.7f, 0.25f, 0.0f},
+                          {1.0f, 0.0f, 0.0f}};
     std::vector<int> sizes = {1000, 1023};
     if (!g_quick) sizes.push_back(128256);
     const int STEPS = g_quick ? 12 : 40, P = 37, ctx = P + STEPS;
     for (int V : sizes)
         for (int last_n : {0, 1, 7, 64})
-            for (const pcfg &c : pcfgs) {
-                std::vector<int> hist(ctx, -1), count(V, 0), seq(ctx);
-                for (int i = 0; i < ctx; i++) seq[i] = (int)(R.next() % 4) * (V / 4) + 1;
-                seq[P + 5] = V; // outside the vocabulary
-                // the window before the first step at position P, as the engine sends it
-                const int from = last_n > 0 && P > last_n ? P - last_n : 0;
-                for (int i = 0; i < P; i++) hist[i] = seq[i];
-                for (int i = from; i < P; i++) count[seq[i]]++;
-                dev<int> dcount(V), dhist(ctx), dids(1), dpos(1);
-                dev<float> dl(V), dout(V);
-                dcount.up(count);
-                dhist.up(hist);
-                int bad_out = 0, bad_state = 0, first_bad = -1;
-                for (int t = P; t < ctx; t++) {
-                    std::vector<float> l(V), ref(V);
-                    for (int v = 0; v < V; v++) l[v] = R.normal() * 4.0f;
-                    l[1] = 0.0f, l[V / 4 + 1] = -0.0f, l[2 * (V / 4) + 1] = -INFINITY;
-                    dl.up(l);
-                    const int in = seq[t], pos = t;
-                    dids.up(&in);
-                    dpos.up(&pos);
-                    dout.poison();
-                    ls_penalize(dout.p, dl.p, V, dcount.p, dhist.p, dids.p, dpos.p, last_n, c.rep,
-                                c.pres, c.freq, nullptr);
-                    ref_penalize(ref.data(), l.data(), V, count.data(), hist.data(), &in, &pos,
-                                 last_n, c.rep, c.pres, c.freq);
-                    std::vector<float> got = dout.down();
-                    const bool same_out = !memcmp(got.data(), ref.data(), (size_t)V * 4);
-                    const bool same_state = dcount.down() == count && dhist.down() == hist;
-                    if ((!same_out || !same_state) && first_bad < 0) first_bad = t;
-                    bad_out += !same_out;
-                    bad_state += !same_state;
+            for (const pcfg &c : pcfgs)
+                for (int with_bias = 0; with_bias < 2; with_bias++) {
+                    if (!with_bias && c.rep == 1.0f && c.pres == 0.0f && c.freq == 0.0f) continue;
+                    std::vector<float> bias(V, 0.0f);
+                    for (int v = 0; v < V; v += 7)
+                        bias[v] = v % 3 == 0 ? -100.0f : v % 3 == 1 ? 100.0f : R.normal() * 10.0f;
+                    dev<float> dbias(V);
+                    dbias.up(bias);
+                    const float *hb = with_bias ? bias.data() : nullptr;
+                    const float *db = with_bias ? dbias.p : nullptr;
+                    std::vector<int> hist(ctx, -1), count(V, 0), seq(ctx);
+                    for (int i = 0; i < ctx; i++) seq[i] = (int)(R.next() % 4) * (V / 4) + 1;
+                    seq[P + 5] = V; // outside the vocabulary
+                    // the window before the first step at position P, as the engine sends it
+                    const int from = last_n > 0 && P > last_n ? P - last_n : 0;
+                    for (int i = 0; i < P; i++) hist[i] = seq[i];
+                    for (int i = from; i < P; i++) count[seq[i]]++;
+                    dev<int> dcount(V), dhist(ctx), dids(1), dpos(1);
+                    dev<float> dl(V), dout(V);
+                    dcount.up(count);
+                    dhist.up(hist);
+                    int bad_out = 0, bad_state = 0, first_bad = -1;
+                    for (int t = P; t < ctx; t++) {
+                        std::vector<float> l(V), ref(V);
+                        for (int v = 0; v < V; v++) l[v] = R.normal() * 4.0f;
+                        l[1] = 0.0f, l[V / 4 + 1] = -0.0f, l[2 * (V / 4) + 1] = -INFINITY;
+                        dl.up(l);
+                        const int in = seq[t], pos = t;
+                        dids.up(&in);
+                        dpos.up(&pos);
+                        dout.poison();
+                        ls_penalize(dout.p, dl.p, db, V, dcount.p, dhist.p, dids.p, dpos.p, last_n,
+                                    c.rep, c.pres, c.freq, nullptr);
+                        ref_penalize(ref.data(), l.data(), hb, V, count.data(), hist.data(), &in,
+                                     &pos, last_n, c.rep, c.pres, c.freq);
+                        std::vector<float> got = dout.down();
+                        const bool same_out = !memcmp(got.data(), ref.data(), (size_t)V * 4);
+                        const bool same_state = dcount.down() == count && dhist.down() == hist;
+                        if ((!same_out || !same_state) && first_bad < 0) first_bad = t;
+                        bad_out += !same_out;
+                        bad_state += !same_state;
+                    }
+                    int touched = 0; // the test is not empty: counts past 1 in the final window
+                    for (int v = 0; v < V; v++) touched += count[v] > 1;
+                    report(
+                        bad_out == 0 && bad_state == 0 && (last_n == 1 || touched > 0),
+                        "penalize V=%d last_n=%d rep=%.2f pres=%.2f freq=%.2f%s: %d of %d steps' "
+                        "logits differ from ref_penalize (bitwise), %d counts or histories "
+                        "(first at position %d); %d tokens seen more than once at the end",
+                        V, last_n, c.rep, c.pres, c.freq, with_bias ? " logit_bias" : "", bad_out,
+                        STEPS, bad_state, first_bad, touched);
                 }
-                int touched = 0; // the test is not empty: counts past 1 in the final window
-                for (int v = 0; v < V; v++) touched += count[v] > 1;
-                report(bad_out == 0 && bad_state == 0 && (last_n == 1 || touched > 0),
-                       "penalize V=%d last_n=%d rep=%.2f pres=%.2f freq=%.2f: %d of %d steps' "
-                       "logits differ from ref_penalize (bitwise), %d counts or histories "
-                       "(first at position %d); %d tokens seen more than once at the end",
-                       V, last_n, c.rep, c.pres, c.freq, bad_out, STEPS, bad_state, first_bad,
-                       touched);
-            }
 }
 
 static void tests_sample(void)
@@ -2136,8 +2151,8 @@ static void benchmarks(void)
             ids.up(&in);
             pos.up(&at);
             const float pt = time_batch(60, 10, [&](int) {
-                ls_penalize(pl.p, l.p, V, cnt.p, hist.p, ids.p, pos.p, 64, 1.1f, 0.0f, 0.0f,
-                            nullptr);
+                ls_penalize(pl.p, l.p, nullptr, V, cnt.p, hist.p, ids.p, pos.p, 64, 1.1f, 0.0f,
+                            0.0f, nullptr);
             });
             printf("penalize V=%d (window 64, repetition 1.1): %.2f us\n", V, pt * 1e3);
         }

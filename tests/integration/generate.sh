@@ -198,6 +198,40 @@ echo '{"id": "d", "prompt": [1, 2, 3, 4], "max_tokens": 8, "ignore_eos": true}' 
 run_mpi 2 "$LOCKSTEP" batch --cpu --dummy smollm2-135m --input "$tmp/dummy.jsonl" --output "$tmp/dummy.out"
 check "batch --dummy smollm2-135m: generate's tokens" \
     eval '[ "$rc" -eq 0 ] && [ "$(jq -c .token_ids "$tmp/dummy.out")" = "$(cat "$tmp/dummy.1")" ]'
+# logit_bias in batch lines (in place of the command line's --logit-bias, which the line
+# without one keeps) and its errors, line by line; --logit-bias's errors
+cat >"$tmp/lb.jsonl" <<'JSONL'
+{"id": "a", "prompt": [5, 6, 7, 8, 9], "max_tokens": 4, "ignore_eos": true, "logit_bias": {"7": 100}}
+{"id": "c", "prompt": [5, 6, 7, 8, 9], "max_tokens": 4, "ignore_eos": true}
+{"id": "d", "prompt": [5, 6, 7, 8, 9], "logit_bias": {"x": 1}}
+{"id": "e", "prompt": [5, 6, 7, 8, 9], "logit_bias": {"7": "1"}}
+{"id": "f", "prompt": [5, 6, 7, 8, 9], "logit_bias": {"7": 1, "07": 2}}
+{"id": "g", "prompt": [5, 6, 7, 8, 9], "logit_bias": [7]}
+{"id": "h", "prompt": [5, 6, 7, 8, 9], "logit_bias": {"49152": 1}}
+{"id": "i", "prompt": [5, 6, 7, 8, 9], "logit_bias": {"9": -100.5}}
+JSONL
+run_mpi 2 "$LOCKSTEP" batch --cpu --dummy smollm2-135m --input "$tmp/lb.jsonl" --output "$tmp/lb.out" --logit-bias 8=100
+lbsel() { jq -c "select(.id == \"$1\") | .error // .token_ids" "$tmp/lb.out" 2>/dev/null; }
+check "batch logit_bias: +100 on token 7 in the line, +100 on 8 from the command line in the other" \
+    eval '[ "$rc" -eq 0 ] && [ "$(lbsel a)" = "[7,7,7,7]" ] && [ "$(lbsel c)" = "[8,8,8,8]" ]'
+jq -r 'select(.error) | .error' "$tmp/lb.out" >"$tmp/lb.err"
+cat >"$tmp/lb.want" <<'TXT'
+line 3: field "logit_bias": key "x": expected a token id (digits)
+line 4: field "logit_bias": token 7: expected a number, found a string
+line 5: logit_bias: token 7 given twice
+line 6: field "logit_bias": expected an object of token ids to biases, found an array
+line 7: logit_bias: token id 49152 is outside the vocabulary [0, 49152)
+line 8: logit_bias of token 9: expected -100..100, found -100.5
+TXT
+check "batch logit_bias: each bad one is its line's error" cmp -s "$tmp/lb.err" "$tmp/lb.want"
+for a in "7|expected ID=BIAS (e.g. 1234=-100), found '7'" "7=x|--logit-bias: expected a number, found 'x'" \
+    "7=101|logit_bias of token 7: expected -100..100, found 101" "49152=1|logit_bias: token id 49152 is outside the vocabulary"; do
+    run_mpi 2 "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 5 -n 1 --logit-bias "${a%%|*}"
+    check "--logit-bias ${a%%|*}: non-zero, said" eval '[ "$rc" -ne 0 ] && err_has "${a#*|}"'
+done
+run_mpi 1 "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 5 -n 1 --logit-bias 7=1 --logit-bias 7=2
+check "--logit-bias twice for one token: said" eval '[ "$rc" -ne 0 ] && err_has "logit_bias: token 7 given twice"'
+
 # LOCKSTEP_WARMUP=1: a first request's work at start-up (on by default on GPUs only), then
 # forgotten: the same tokens, greedy and drawn with a penalty
 for w in 0 1; do
@@ -387,6 +421,27 @@ pen_case "after 6 min_tokens host steps, with --logprobs 3" -n 24 --min-tokens 6
 check "penalties in the backend: 24 log-probabilities of 4 tokens each" \
     test "$(jq '[.logprobs.content[] | .top_logprobs | length + 1] | add' "$tmp/pen.1")" -eq 96
 check "penalties in the backend: the log-probabilities are the host path's (the model's, within 1e-4)" \
+    test "$(jq -n "$(lp_diff "$tmp/pen.1" "$tmp/pen.host") < 1e-4")" = true
+
+# ---- logit bias (OpenAI's logit_bias, --logit-bias ID=BIAS): added before the penalties, in
+# the backend as on the host; -100 bans the greedy run's two most frequent tokens, +100 forces one
+run_mpi 1 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 40 --ignore-eos --json --quiet
+jq -c .ids "$tmp/out" >"$tmp/lb.plain"
+read -r lb_a lb_b <<<"$(jq -r '.ids | group_by(.) | sort_by(-length) | map(.[0]) | "\(.[0]) \(.[1])"' "$tmp/out")"
+pen_case "greedy, logit bias alone (two tokens banned)" -n 40 --logit-bias "$lb_a=-100" --logit-bias "$lb_b=-100"
+check "logit bias: the banned tokens never come" \
+    test "$(jq "[.ids[] | select(. == $lb_a or . == $lb_b)] | length" "$tmp/pen.1")" -eq 0
+check "logit bias: the greedy tokens change" test "$(jq -c .ids "$tmp/pen.1")" != "$(cat "$tmp/lb.plain")"
+pen_case "greedy, +100 on one token, with --logprobs 1" -n 8 --logit-bias 1000=100 --logprobs 1
+check "logit bias: +100 makes token 1000 every token" \
+    test "$(jq -c .ids "$tmp/pen.1")" = "[1000,1000,1000,1000,1000,1000,1000,1000]"
+check "logit bias: the log-probabilities are the model's, before the bias (the first token 1000's < -5)" \
+    test "$(jq '.logprobs.content[0].logprob < -5' "$tmp/pen.1")" = true
+pen_case "drawn, logit bias with repeat 1.2 over the last 16" -n 32 --temperature 0.9 --top-p 0.9 \
+    --seed 5 --logit-bias "$lb_a=-100" --logit-bias 1000=4.5 --repeat-penalty 1.2 --repeat-last-n 16
+pen_case "logit bias after 6 min_tokens host steps, with --logprobs 3" -n 24 --min-tokens 6 \
+    --stop-token-id 11 --temperature 0.8 --seed 3 --logit-bias "$lb_b=-30" --logprobs 3
+check "logit bias: the backend's log-probabilities are the host path's (within 1e-4)" \
     test "$(jq -n "$(lp_diff "$tmp/pen.1" "$tmp/pen.host") < 1e-4")" = true
 
 # ---- batch

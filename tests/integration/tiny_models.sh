@@ -5,6 +5,7 @@
 # CPU ranks: the logits of the whole vocabulary after each prompt agree with the reference within
 # a relative error of 1e-5 (fp32 on both sides; only the summation order differs; seen: 5e-7 to 1.3e-6), and the 16
 # greedy tokens are the reference's exactly. The sharded checkpoint (index.json) loads the same.
+# A logit bias with a repetition penalty gives transformers' greedy tokens (bias_reference.json).
 . "$(dirname "$0")/lib.sh"
 fx=$SRCDIR/tests/fixtures
 TOL=1e-5
@@ -45,6 +46,29 @@ for model in tiny-llama tiny-qwen2 tiny-qwen3 tiny-llama/sharded; do
         check "$model at TP=$tp: 16 greedy tokens equal transformers' for every prompt" \
             test $failed -eq 0 -a $same -eq 1
     done
+done
+
+# The logit bias (OpenAI's logit_bias) against transformers' sequence_bias of one-token
+# sequences, with its repetition penalty (tests/fixtures/make_bias_reference.py): each case's 16
+# greedy tokens are transformers' at TP=1 and 2, and each case's bias changes the tokens.
+bref=$fx/tiny-llama/bias_reference.json
+ncases=$(jq '.cases | length' "$bref")
+for tp in 1 2; do
+    same=1 moved=1
+    for ((c = 0; c < ncases; c++)); do
+        p=$(jq ".cases[$c].prompt" "$bref")
+        ids=$(jq -r ".prompts[$p].ids | map(tostring) | join(\",\")" "$fx/tiny-llama/reference.json")
+        mapfile -t bias < <(jq -r ".cases[$c].logit_bias | to_entries[] | \"--logit-bias\n\(.key)=\(.value)\"" "$bref")
+        run_mpi $tp "$LOCKSTEP" generate --cpu -m "$fx/tiny-llama" --prompt-ids "$ids" -n 16 --ignore-eos \
+            --json --quiet "${bias[@]}" --repeat-penalty "$(jq ".cases[$c].repetition_penalty" "$bref")"
+        got=$(jq -c .ids "$tmp/out" 2>/dev/null)
+        want=$(jq -c ".cases[$c].ids" "$bref")
+        [ "$got" = "$want" ] || { same=0; echo "# logit bias case $c at TP=$tp: got $got want $want"; }
+        [ "$want" != "$(jq -c ".cases[$c].plain_ids" "$bref")" ] || moved=0
+    done
+    check "tiny-llama at TP=$tp: $ncases logit bias and repetition penalty cases give transformers' 16 greedy tokens" \
+        test "$ncases" -ge 12 -a $same -eq 1
+    check "tiny-llama at TP=$tp: every case's bias changes the greedy tokens" test $moved -eq 1
 done
 
 # Scaling on CPU ranks (oversubscribed here): a random Llama whose shard plan allows 8 ranks

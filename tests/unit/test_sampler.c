@@ -192,6 +192,50 @@ static void test_presence_and_frequency_penalties(void)
     ls_sampler_free(s);
 }
 
+/* the logit bias is added before the penalties (vLLM's order, and transformers' sequence_bias
+ * before its repetition penalty): (4 - 1) / 2, not 4 / 2 - 1; -100 on the largest logit makes
+ * the next one the greedy choice; the add's checks */
+static void test_logit_bias_before_the_penalties(void)
+{
+    struct ls_sampling p;
+    char err[128];
+    ls_sampling_defaults(&p);
+    p.repetition_penalty = 2.0f;
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 0, -1.0, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 7, 100.0, err, sizeof err), 0); /* past V: nothing */
+    CU_ASSERT(ls_sampling_adjusted(&p) && p.n_bias == 2);
+    struct ls_sampler *s = ls_sampler_new(&p, 3);
+    float l[3] = {4.0f, 1.25f, 0.0f};
+    int hist[1] = {0};
+    CU_ASSERT_EQUAL(ls_sampler_sample(s, l, hist, 1), 0);
+    CU_ASSERT_EQUAL(l[0], 1.5f);
+    CU_ASSERT_EQUAL(l[1], 1.25f);
+    ls_sampler_free(s);
+
+    ls_sampling_defaults(&p);
+    CU_ASSERT(!ls_sampling_adjusted(&p));
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 2, -100.0, err, sizeof err), 0);
+    s = ls_sampler_new(&p, 3);
+    float m[3] = {0.5f, 1.0f, 90.0f};
+    CU_ASSERT_EQUAL(ls_sampler_sample(s, m, hist, 1), 1);
+    ls_sampler_free(s);
+
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 2, 1.0, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "token 2 given twice"));
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 3, 100.5, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "logit_bias of token 3: expected -100..100, found 100.5"));
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, -1, 1.0, err, sizeof err), -1);
+    CU_ASSERT_EQUAL(p.n_bias, 1);
+    for (int i = 0; i < LS_MAX_LOGIT_BIAS - 1; i++)
+        CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 10 + i, 0.5, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 5, 1.0, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "at most 1024 tokens"));
+    CU_ASSERT_EQUAL(ls_sampling_validate(&p, err, sizeof err), 0);
+    p.bias[3] = -101.0f;
+    CU_ASSERT_EQUAL(ls_sampling_validate(&p, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "logit_bias of token 12"));
+}
+
 static void test_penalty_window(void)
 {
     struct ls_sampling p;
@@ -211,7 +255,8 @@ static void test_penalty_window(void)
  * step's token in and the one last_n back out) against the sampler's (the window counted
  * from the history every step): the same penalised logits, bit for bit, over 60 steps of a
  * seeded random history of 5 ids, whole history and windows of 1, 3 and 10, each step's logits
- * fresh */
+ * fresh; without and with a logit bias (the backend's as a vector over the vocabulary, the
+ * sampler's as its list) */
 /* the next value of a seeded linear congruential stream (the tests' inputs) */
 static uint64_t lcg(uint64_t *x)
 {
@@ -223,14 +268,20 @@ static void test_penalty_window_carried_as_the_sampler_counts_it(void)
     enum { V = 50, P = 9, STEPS = 60, CTX = P + STEPS };
     uint64_t x = 7;
     const int windows[] = {0, 1, 3, 10};
-    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
-        const int last_n = windows[w];
+    for (size_t w = 0; w < 2 * sizeof windows / sizeof windows[0]; w++) {
+        const int last_n = windows[w % 4], with_bias = w >= 4;
         struct ls_sampling p;
+        char err[128];
+        float bias[V] = {0};
         ls_sampling_defaults(&p);
         p.repetition_penalty = 1.25f;
         p.presence_penalty = 0.3f;
         p.frequency_penalty = 0.7f;
         p.penalty_last_n = last_n;
+        for (int v = 0; with_bias && v < V; v += 4) {
+            bias[v] = (float)((int)(lcg(&x) >> 40) % 401 - 200) / 8.0f;
+            CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, v, bias[v], err, sizeof err), 0);
+        }
         struct ls_sampler *s = ls_sampler_new(&p, V);
         int seq[CTX], hist[CTX], count[V] = {0}, differ = 0, moved = 0;
         for (int i = 0; i < CTX; i++) seq[i] = (int)((lcg(&x) >> 33) % 5) * 11;
@@ -240,8 +291,8 @@ static void test_penalty_window_carried_as_the_sampler_counts_it(void)
         for (int t = P; t < CTX; t++) {
             float l[V], mine[V];
             for (int v = 0; v < V; v++) l[v] = (float)((int)(lcg(&x) >> 40) % 2001 - 1000) / 137.0f;
-            ref_penalize(mine, l, V, count, hist, &seq[t], &t, last_n, p.repetition_penalty,
-                         p.presence_penalty, p.frequency_penalty);
+            ref_penalize(mine, l, with_bias ? bias : NULL, V, count, hist, &seq[t], &t, last_n,
+                         p.repetition_penalty, p.presence_penalty, p.frequency_penalty);
             for (int v = 0; v < V; v++) moved += mine[v] != l[v];
             ls_sampler_sample(s, l, seq, t + 1); /* greedy: penalises l in place */
             differ += memcmp(mine, l, sizeof l) != 0;
@@ -445,6 +496,8 @@ int main(void)
     CU_add_test(s, "repetition penalty as Hugging Face", test_repetition_penalty_as_hugging_face);
     CU_add_test(s, "presence and frequency penalties", test_presence_and_frequency_penalties);
     CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
+    CU_add_test(s, "the logit bias comes before the penalties",
+                test_logit_bias_before_the_penalties);
     CU_add_test(s, "the backend's carried window penalises as the sampler",
                 test_penalty_window_carried_as_the_sampler_counts_it);
     CU_add_test(s, "top-k draws from a selection as from the full sort",
