@@ -56,8 +56,8 @@ static const char bench_help[] =
     "  --sweep-max BYTES    largest message of the sweep (default 64 MiB)\n"
     "  --temperature F, --top-k N, --top-p F, --min-p F\n"
     "  --repeat-penalty F, --presence-penalty F, --frequency-penalty F, --repeat-last-n N\n"
-    "                       time sampled or penalised decode (the draw and the penalties\n"
-    "                       inside the step) instead of greedy\n" LS_COMMON_HELP;
+    "  --logit-bias ID=B    time sampled or penalised decode (the draw, the bias and the\n"
+    "                       penalties inside the step) instead of greedy\n" LS_COMMON_HELP;
 
 struct decode_run {
     double seconds; /* for the timed steps */
@@ -241,6 +241,7 @@ int cmd_bench(int argc, char **argv)
         {"presence-penalty", required_argument, NULL, RC_OPT_PRES},
         {"frequency-penalty", required_argument, NULL, RC_OPT_FREQ},
         {"repeat-last-n", required_argument, NULL, RC_OPT_LAST_N},
+        {"logit-bias", required_argument, NULL, RC_OPT_LOGIT_BIAS},
         {"help", no_argument, NULL, 'h'},
         LS_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0}};
@@ -306,6 +307,7 @@ int cmd_bench(int argc, char **argv)
         case RC_OPT_PRES:
         case RC_OPT_FREQ:
         case RC_OPT_LAST_N:
+        case RC_OPT_LOGIT_BIAS:
             if (rc_sampling_opt(opt, optarg, &gp, &unused_ctx, err, sizeof err))
                 return ls_usage_error("bench", err);
             break;
@@ -353,6 +355,10 @@ int cmd_bench(int argc, char **argv)
     rc_job_start(&j, &argc, &argv, &common, NULL, ctx_len, chunk);
     FILE *json = json_open(&j, json_path);
     rc_job_load(&j, model, ctx_len, chunk);
+    char verr[128];
+    const int vocab_ok = ls_sampling_check_vocab(&sp, j.model->cfg.vocab, verr, sizeof verr) == 0;
+    if (!vocab_ok && j.ctx.rank == 0) ls_error("bench: %s", verr);
+    if (!ls_agree(vocab_ok)) ls_abort_quiet(&j.ctx);
     const struct ls_model *m = j.model;
     const struct ls_model_config *c = &m->cfg;
     const struct ls_shard *s = &m->shard;
@@ -444,6 +450,7 @@ int cmd_bench(int argc, char **argv)
                    "the step)\n",
                    "penalties", sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty,
                    sp.penalty_last_n);
+        if (sp.n_bias > 0) printf("  %-38s %d tokens (in the step)\n", "logit bias", sp.n_bias);
         printf("  %-38s %10.1f GB/s = %.1f%% of the read roofline (ceiling %.1f tok/s)\n",
                "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
         printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
@@ -472,6 +479,8 @@ int cmd_bench(int argc, char **argv)
                                           "presence_penalty", (double)sp.presence_penalty,
                                           "frequency_penalty", (double)sp.frequency_penalty,
                                           "penalty_last_n", sp.penalty_last_n));
+            json_object_set_new(json_object_get(o, "sampling"), "logit_bias_tokens",
+                                json_integer(sp.n_bias));
             if (json_write(o, json, json_path) != 0) json_ok = 0;
         }
         fflush(stdout);

@@ -201,12 +201,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
                      p->stop_ids[i], V);
             return -1;
         }
-    for (int i = 0; i < p->sampling.n_bias; i++)
-        if (p->sampling.bias_id[i] >= V) {
-            snprintf(err, errlen, "logit_bias: token id %d is outside the vocabulary [0, %d)",
-                     p->sampling.bias_id[i], V);
-            return -1;
-        }
+    if (ls_sampling_check_vocab(&p->sampling, V, err, errlen)) return -1;
     struct ls_sampler *smp = ls_sampler_new(&p->sampling, V);
     float *logits = malloc((size_t)V * sizeof *logits);
     int budget = p->max_tokens;

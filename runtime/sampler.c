@@ -190,6 +190,17 @@ int ls_sampling_adjusted(const struct ls_sampling *s)
     return ls_sampling_penalized(s) || s->n_bias > 0;
 }
 
+int ls_sampling_check_vocab(const struct ls_sampling *s, int vocab, char *err, size_t errlen)
+{
+    for (int i = 0; i < s->n_bias; i++)
+        if (s->bias_id[i] >= vocab) {
+            snprintf(err, errlen, "logit_bias: token id %d is outside the vocabulary [0, %d)",
+                     s->bias_id[i], vocab);
+            return -1;
+        }
+    return 0;
+}
+
 void ls_sampling_apply_bias(const struct ls_sampling *s, float *logits, int vocab)
 {
     for (int i = 0; i < s->n_bias; i++)

@@ -81,6 +81,8 @@ int ls_sampling_adjusted(const struct ls_sampling *s);
 /* Appends token id's bias to s's logit bias: -1 with a message when the list is full, the id
  * negative or already there, or the bias outside -100..100 */
 int ls_sampling_add_bias(struct ls_sampling *s, long id, double bias, char *err, size_t errlen);
+/* -1 with a message when s's logit bias names a token outside [0, vocab) */
+int ls_sampling_check_vocab(const struct ls_sampling *s, int vocab, char *err, size_t errlen);
 /* Adds s's logit bias to logits[vocab] (ids past vocab: nothing). */
 void ls_sampling_apply_bias(const struct ls_sampling *s, float *logits, int vocab);
 /* index of the largest value, the lowest index on ties */

@@ -477,6 +477,10 @@ stage_bench() {
     # first token (chosen in the backend from the prefill's logits, or on the host)
     mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --temperature 0.6 \
         --top-p 0.9 --repeat-penalty 1.1 --repeat-last-n 64 --json "$OUT/bench-8b-tp1-penalty.json"
+    # a logit bias alone (greedy): the penalty kernel over the vocabulary with the bias vector,
+    # no penalty
+    mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 \
+        --logit-bias 1000=-100 --logit-bias 2000=5 --json "$OUT/bench-8b-tp1-bias.json"
     for h in 0 1; do
         LOCKSTEP_HOST_SAMPLING=$h mpi -x LOCKSTEP_HOST_SAMPLING -np 1 build-gpu/lockstep generate --gpu --dummy llama-3.1-8b \
             --prompt-ids "$(seq -s, 1000 1127)" -n 256 --ignore-eos --temperature 0.6 --top-p 0.9 --repeat-penalty 1.1 \

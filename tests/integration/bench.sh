@@ -41,6 +41,13 @@ check "bench with penalties (greedy): exits 0 and says which" \
     eval '[ "$rc" -eq 0 ] && out_has "repeat 1.2, presence 0, frequency 0.5 over the last 4" && out_has "greedy"'
 check "bench with penalties: the JSON records them" \
     jq_file "$tmp/bp.json" '.sampling.repetition_penalty > 1.19 and .sampling.frequency_penalty == 0.5 and .sampling.penalty_last_n == 4 and .decode_ms_per_token > 0'
+run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --warmup 2 --bw-bytes 67108864 \
+    --logit-bias 1000=-100 --logit-bias 2000=5 --json "$tmp/bl.json"
+check "bench with a logit bias: exits 0, says it, the JSON counts its tokens" \
+    eval '[ "$rc" -eq 0 ] && out_has "logit bias  *2 tokens (in the step)" && jq_file "$tmp/bl.json" ".sampling.logit_bias_tokens == 2"'
+run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --logit-bias 49152=1
+check "bench --logit-bias past the vocabulary: non-zero, said" \
+    eval '[ "$rc" -ne 0 ] && err_has "bench: logit_bias: token id 49152 is outside the vocabulary \[0, 49152)"'
 run "$LOCKSTEP" bench --cpu --dummy smollm2-135m --repeat-penalty 0
 check "bench --repeat-penalty 0: a clear usage error naming the field" err_has "repetition_penalty: expected a value in (0, 100], found 0"
 check "bench JSON: the KV cache of the run's positions by default (16 + 2 + 8 + 1)" jq_file "$tmp/b.json" '.max_context == 27'

@@ -50,7 +50,8 @@ done
 
 # The logit bias (OpenAI's logit_bias) against transformers' sequence_bias of one-token
 # sequences, with its repetition penalty (tests/fixtures/make_bias_reference.py): each case's 16
-# greedy tokens are transformers' at TP=1 and 2, and each case's bias changes the tokens.
+# greedy tokens are transformers' at TP=1 and 2; the bans (of tokens the plain run chose) change
+# the tokens, as the fixture says.
 bref=$fx/tiny-llama/bias_reference.json
 ncases=$(jq '.cases | length' "$bref")
 for tp in 1 2; do
@@ -64,11 +65,13 @@ for tp in 1 2; do
         got=$(jq -c .ids "$tmp/out" 2>/dev/null)
         want=$(jq -c ".cases[$c].ids" "$bref")
         [ "$got" = "$want" ] || { same=0; echo "# logit bias case $c at TP=$tp: got $got want $want"; }
-        [ "$want" != "$(jq -c ".cases[$c].plain_ids" "$bref")" ] || moved=0
+        case $(jq -r ".cases[$c].name" "$bref") in
+        ban*) [ "$want" != "$(jq -c ".cases[$c].plain_ids" "$bref")" ] || moved=0 ;;
+        esac
     done
     check "tiny-llama at TP=$tp: $ncases logit bias and repetition penalty cases give transformers' 16 greedy tokens" \
         test "$ncases" -ge 12 -a $same -eq 1
-    check "tiny-llama at TP=$tp: every case's bias changes the greedy tokens" test $moved -eq 1
+    check "tiny-llama at TP=$tp: every ban changes the greedy tokens" test $moved -eq 1
 done
 
 # Scaling on CPU ranks (oversubscribed here): a random Llama whose shard plan allows 8 ranks
