@@ -450,7 +450,9 @@ int cmd_bench(int argc, char **argv)
                    "the step)\n",
                    "penalties", sp.repetition_penalty, sp.presence_penalty, sp.frequency_penalty,
                    sp.penalty_last_n);
-        if (sp.n_bias > 0) printf("  %-38s %d tokens (in the step)\n", "logit bias", sp.n_bias);
+        if (sp.n_bias > 0)
+            printf("  %-38s %d token%s (in the step)\n", "logit bias", sp.n_bias,
+                   sp.n_bias == 1 ? "" : "s");
         printf("  %-38s %10.1f GB/s = %.1f%% of the read roofline (ceiling %.1f tok/s)\n",
                "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
         printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
