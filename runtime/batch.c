@@ -44,11 +44,11 @@ static const char batch_help[] =
     "(taken as given: no template, no BOS added) or {\"id\": ..., \"messages\": [{\"role\":\n"
     "\"user\", \"content\": \"...\"}]}, optionally with max_tokens (or max_completion_tokens),\n"
     "temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty,\n"
-    "frequency_penalty, logit_bias ({\"token id\": -100..100}), seed, stop (string or list),\n"
-    "stop_token_ids, min_tokens, ignore_eos, logprobs (true with top_logprobs N, or N: 0..20),\n"
-    "prompt_logprobs (N: 0..20), n (1..64 completions, the i-th drawn with seed + i: all of\n"
-    "them in \"choices\", the first's fields also at the top), return_token_ids (true:\n"
-    "\"prompt_token_ids\" and \"token_ids\" too).\n"
+    "frequency_penalty, logit_bias ({\"token id\": -100..100}), allowed_token_ids (a list),\n"
+    "seed, stop (string or list), stop_token_ids, min_tokens, ignore_eos, logprobs (true\n"
+    "with top_logprobs N, or N: 0..20), prompt_logprobs (N: 0..20), n (1..64 completions,\n"
+    "the i-th drawn with seed + i: all of them in \"choices\", the first's fields also at the\n"
+    "top), return_token_ids (true: \"prompt_token_ids\" and \"token_ids\" too).\n"
     "Each output line: {\"id\", \"text\", \"prompt_tokens\", \"completion_tokens\", "
     "\"finish_reason\"}\n"
     "(and \"logprobs\": {\"content\": [{\"id\", \"token\", \"logprob\", \"top_logprobs\"}]},\n"
@@ -382,6 +382,20 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
             if (ls_sampling_add_bias(s, id, json_number_value(val), err, errlen)) return -1;
         }
     }
+    /* vLLM's: only these tokens, in place of the command line's --allowed-token-ids */
+    json_t *al = json_object_get(req, "allowed_token_ids");
+    if (al && !json_is_null(al)) {
+        char found[48];
+        if (!json_is_array(al) || !json_array_size(al) ||
+            json_array_size(al) > LS_MAX_ALLOWED_TOKENS) {
+            snprintf(err, errlen,
+                     "field \"allowed_token_ids\": expected a list of 1 to %d token ids, found %s",
+                     LS_MAX_ALLOWED_TOKENS, list_or_type(al, found, sizeof found));
+            return -1;
+        }
+        if (token_ids_from(al, "allowed_token_ids", s->allowed_id, err, errlen)) return -1;
+        s->n_allowed = (int)json_array_size(al);
+    }
     if ((r = num_field(req, "n", 1, BATCH_MAX_N, 1, &d, err, errlen)) < 0) return -1;
     if (r) *n_choices = (int)d;
     if ((r = float_field(req, LS_TEMPERATURE, &d, err, errlen)) < 0) return -1;
@@ -496,6 +510,7 @@ static size_t ignored_fields(json_t *req, char *buf, size_t len)
                                         "min_tokens",
                                         "stop_token_ids",
                                         "logit_bias",
+                                        "allowed_token_ids",
                                         "n",
                                         "return_token_ids",
                                         "temperature",

@@ -48,11 +48,11 @@ struct ls_engine {
     float *plogits;
     int *pcount, *phist;
     int pen_pos, pen_last_n;
-    /* the logit bias in the backend (vocab floats), allocated at its first use; bias_n, bias_id
-     * and bias are the list it holds (bias_n -1: none sent yet) */
+    /* the logit bias and allowed tokens in the backend (vocab floats: ls_sampling_apply_bias
+     * over zeros), allocated at their first use; bias_sent: the choice they came from (NULL:
+     * none sent yet) */
     float *pbias;
-    int bias_n, *bias_id;
-    float *bias;
+    struct ls_sampling *bias_sent;
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
     /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
@@ -200,8 +200,7 @@ void ls_engine_free(struct ls_engine *e)
     free(e->kc);
     free(e->vc);
     free(e->host_pos);
-    free(e->bias_id);
-    free(e->bias);
+    free(e->bias_sent);
     free(e);
 }
 
@@ -605,9 +604,9 @@ static void choose_into_ids(struct ls_engine *e, const struct ls_sampling *sp)
     const int V = e->m->cfg.vocab;
     const float *lg = e->logits;
     if (ls_sampling_adjusted(sp)) {
-        e->be->penalize(e->plogits, e->logits, sp->n_bias > 0 ? e->pbias : NULL, V, e->pcount,
-                        e->phist, e->ids, e->posb, sp->penalty_last_n, sp->repetition_penalty,
-                        sp->presence_penalty, sp->frequency_penalty);
+        e->be->penalize(e->plogits, e->logits, ls_sampling_biased(sp) ? e->pbias : NULL, V,
+                        e->pcount, e->phist, e->ids, e->posb, sp->penalty_last_n,
+                        sp->repetition_penalty, sp->presence_penalty, sp->frequency_penalty);
         lg = e->plogits;
     }
     if (sp->temperature == 0.0f)
@@ -631,11 +630,12 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     e->be->advance(e->posb);
 }
 
-/* whether a graph captured for a chooses as b would (a logit bias's values are in the
- * backend's memory, not in the graph: only whether there is one matters) */
+/* whether a graph captured for a chooses as b would (a logit bias's values and the allowed
+ * tokens are in the backend's memory, not in the graph: only whether there are any matters) */
 static int same_choice(const struct ls_sampling *a, const struct ls_sampling *b)
 {
-    if ((a->n_bias > 0) != (b->n_bias > 0) || a->repetition_penalty != b->repetition_penalty ||
+    if (ls_sampling_biased(a) != ls_sampling_biased(b) ||
+        a->repetition_penalty != b->repetition_penalty ||
         a->presence_penalty != b->presence_penalty ||
         a->frequency_penalty != b->frequency_penalty ||
         (ls_sampling_penalized(a) && a->penalty_last_n != b->penalty_last_n))
@@ -691,19 +691,25 @@ static void pen_sync(struct ls_engine *e, const int *hist, int p, int last_n)
     free(count);
 }
 
-/* sp's logit bias into the backend (a vocab-wide vector, zero where no bias), when it is not the
- * list the backend holds already; the buffer at its first use (before any capture) */
+/* whether a and b give the same bias vector (the same lists in the same order) */
+static int same_vector(const struct ls_sampling *a, const struct ls_sampling *b)
+{
+    const size_t nb = (size_t)a->n_bias, na = (size_t)a->n_allowed;
+    return a->n_bias == b->n_bias && a->n_allowed == b->n_allowed &&
+           !memcmp(a->bias_id, b->bias_id, nb * sizeof *a->bias_id) &&
+           !memcmp(a->bias, b->bias, nb * sizeof *a->bias) &&
+           !memcmp(a->allowed_id, b->allowed_id, na * sizeof *a->allowed_id);
+}
+
+/* sp's logit bias and allowed tokens into the backend (a vocab-wide vector: zero where neither
+ * says anything, -inf outside the allowed tokens), when it is not the vector the backend holds
+ * already; the buffer at its first use (before any capture) */
 static void bias_sync(struct ls_engine *e, const struct ls_sampling *sp)
 {
     const struct ls_backend *be = e->be;
     const int V = e->m->cfg.vocab;
     if (!e->pbias) {
         e->pbias = be->alloc((size_t)V * sizeof(float));
-        e->bias_id = malloc(LS_MAX_LOGIT_BIAS * sizeof *e->bias_id);
-        e->bias = malloc(LS_MAX_LOGIT_BIAS * sizeof *e->bias);
-        CHECK_ALLOC(e->bias_id);
-        CHECK_ALLOC(e->bias);
-        e->bias_n = -1;
         if (!e->pbias) {
             char msg[200];
             snprintf(msg, sizeof msg,
@@ -713,18 +719,15 @@ static void bias_sync(struct ls_engine *e, const struct ls_sampling *sp)
             ls_die(__FILE__, __LINE__, "ls_engine_decode", msg);
         }
     }
-    const size_t n = (size_t)sp->n_bias;
-    if (e->bias_n == sp->n_bias && !memcmp(e->bias_id, sp->bias_id, n * sizeof *e->bias_id) &&
-        !memcmp(e->bias, sp->bias, n * sizeof *e->bias))
-        return;
+    if (e->bias_sent && same_vector(e->bias_sent, sp)) return;
     float *dense = calloc((size_t)V, sizeof *dense);
     CHECK_ALLOC(dense);
     ls_sampling_apply_bias(sp, dense, V);
     be->to_device(e->pbias, dense, (size_t)V * sizeof *dense);
     free(dense);
-    e->bias_n = sp->n_bias;
-    memcpy(e->bias_id, sp->bias_id, n * sizeof *e->bias_id);
-    memcpy(e->bias, sp->bias, n * sizeof *e->bias);
+    if (!e->bias_sent) e->bias_sent = malloc(sizeof *e->bias_sent);
+    CHECK_ALLOC(e->bias_sent);
+    *e->bias_sent = *sp;
 }
 
 int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
@@ -752,7 +755,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     }
     if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
     const int penalized = ls_sampling_adjusted(sp); /* the window kept for a bias alone too */
-    if (sp->n_bias > 0) bias_sync(e, sp);
+    if (ls_sampling_biased(sp)) bias_sync(e, sp);
     if (penalized) {
         if (!hist) ls_die(__FILE__, __LINE__, "ls_engine_decode", "penalties need the history");
         pen_alloc(e);
@@ -811,7 +814,7 @@ int ls_engine_choose(struct ls_engine *e, const struct ls_sampling *sp, double u
     draw_alloc(e, sp);
     if (logits) be->to_device(e->logits, logits, (size_t)V * sizeof *logits);
     const int penalized = ls_sampling_adjusted(sp);
-    if (sp->n_bias > 0) bias_sync(e, sp);
+    if (ls_sampling_biased(sp)) bias_sync(e, sp);
     if (penalized) {
         /* the window before position p, which penalize moves on by the token at p */
         pen_alloc(e);

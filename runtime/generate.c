@@ -202,6 +202,19 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
             return -1;
         }
     if (ls_sampling_check_vocab(&p->sampling, V, err, errlen)) return -1;
+    /* min_tokens masks the ending tokens: some allowed token must be left to choose */
+    if (p->min_tokens > 0 && p->sampling.n_allowed > 0) {
+        int open = 0;
+        for (int i = 0; i < p->sampling.n_allowed && !open; i++)
+            open = !ends(m, p, p->sampling.allowed_id[i]);
+        if (!open) {
+            snprintf(err, errlen,
+                     "allowed_token_ids: every allowed token ends the generation, which "
+                     "min_tokens %d forbids at the first step",
+                     p->min_tokens);
+            return -1;
+        }
+    }
     struct ls_sampler *smp = ls_sampler_new(&p->sampling, V);
     float *logits = malloc((size_t)V * sizeof *logits);
     int budget = p->max_tokens;

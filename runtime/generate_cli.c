@@ -279,7 +279,7 @@ int cmd_generate(int argc, char **argv)
     }
     chat_env_add_tokenizer(&env, j.model->tok);
     int *ids = NULL, n_ids = 0;
-    int ok = (ids_arg ? rc_parse_ids(ids_arg, &ids, &n_ids, err, sizeof err)
+    int ok = (ids_arg ? rc_parse_ids("--prompt-ids", ids_arg, &ids, &n_ids, err, sizeof err)
                       : prompt_ids(j.model, prompt, chat, system, &env, tools, &ids, &n_ids, err,
                                    sizeof err)) == 0;
     if (!ok && j.ctx.rank == 0) ls_error("generate: %s", err);

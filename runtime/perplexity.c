@@ -201,7 +201,7 @@ int cmd_perplexity(int argc, char **argv)
     rc_job_start(&j, &argc, &argv, &common, model, ctx, RC_PREFILL_CHUNK);
     int *ids = NULL, n = 0, ok = 1;
     if (ids_arg) {
-        ok = rc_parse_ids(ids_arg, &ids, &n, err, sizeof err) == 0;
+        ok = rc_parse_ids("--prompt-ids", ids_arg, &ids, &n, err, sizeof err) == 0;
     } else {
         /* rank 0 reads the file (it may exist on its node only) and every rank gets the bytes */
         char *text = NULL;

@@ -129,6 +129,14 @@ int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_
             return -1;
         break;
     }
+    case RC_OPT_ALLOWED: {
+        int *ids = NULL, n = 0;
+        if (rc_parse_ids("--allowed-token-ids", arg, &ids, &n, err, errlen)) return -1;
+        s->n_allowed = 0;
+        for (int i = 0; i < n && rc == 0; i++) rc = ls_sampling_add_allowed(s, ids[i], err, errlen);
+        free(ids);
+        break;
+    }
     case RC_OPT_STOP_ID:
         if (p->n_stop_ids >= LS_MAX_STOP_IDS)
             return ls_errf(err, errlen, "--stop-token-id: at most %d stop tokens", LS_MAX_STOP_IDS);
@@ -323,7 +331,7 @@ int rc_encode(const struct tokenizer *tok, const char *text, size_t len, int add
 
 /* "1,2,3": ids separated by commas, blanks allowed around each; a message names the token
  * by its 0-based position, as ls_generate's range check does */
-int rc_parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
+int rc_parse_ids(const char *flag, const char *s, int **out, int *n, char *err, size_t errlen)
 {
     int cap = 16, k = 0;
     int *ids = malloc((size_t)cap * sizeof *ids);
@@ -339,9 +347,9 @@ int rc_parse_ids(const char *s, int **out, int *n, char *err, size_t errlen)
         if (end == p || v < 0 || v > (1 << 30) || (*q != ',' && *q)) {
             size_t len = strcspn(start, ",");
             snprintf(err, errlen,
-                     "--prompt-ids: token %d: expected an id in 0..%d (ids separated by "
-                     "commas), found '%.*s'",
-                     k, 1 << 30, (int)(len > 60 ? 60 : len), start);
+                     "%s: token %d: expected an id in 0..%d (ids separated by commas), found "
+                     "'%.*s'",
+                     flag, k, 1 << 30, (int)(len > 60 ? 60 : len), start);
             free(ids);
             return -1;
         }

@@ -27,6 +27,7 @@ enum {
     RC_OPT_MIN_TOKENS,
     RC_OPT_STOP_ID,
     RC_OPT_LOGIT_BIAS,
+    RC_OPT_ALLOWED,
 };
 
 #define RC_SAMPLING_LONGOPTS                                                                       \
@@ -45,6 +46,7 @@ enum {
         {"min-tokens", required_argument, NULL, RC_OPT_MIN_TOKENS},                                \
         {"stop-token-id", required_argument, NULL, RC_OPT_STOP_ID},                                \
         {"logit-bias", required_argument, NULL, RC_OPT_LOGIT_BIAS},                                \
+        {"allowed-token-ids", required_argument, NULL, RC_OPT_ALLOWED},                            \
     {                                                                                              \
         "ignore-eos", no_argument, NULL, RC_OPT_IGNORE_EOS                                         \
     }
@@ -59,6 +61,7 @@ enum {
     "  --repeat-last-n N    tokens the penalties look back over (0 = all)\n"                       \
     "  --logit-bias ID=B    add B (-100..100) to token ID's logit before the penalties\n"          \
     "                       (repeatable, up to 1024 tokens; -100 bans a token in practice)\n"      \
+    "  --allowed-token-ids LIST  only these tokens, \"1,2,3\" (vLLM's allowed_token_ids)\n"        \
     "  --seed N             random seed (default 0); same seed, same text, at any TP size\n"       \
     "  --stop S             stop before the string S (repeatable, up to 16)\n"                     \
     "  --ignore-eos         keep going past end-of-sequence tokens\n"                              \
@@ -109,7 +112,7 @@ struct tokenizer;
 int rc_encode(const struct tokenizer *tok, const char *text, size_t len, int add_special,
               int parse_special, int **out, int *n, char *err, size_t errlen);
 /* "1,2,3": ids separated by commas, blanks allowed around each, into *out (malloc'd), *n; -1
- * with err naming the token by its 0-based position (for --prompt-ids) */
-int rc_parse_ids(const char *s, int **out, int *n, char *err, size_t errlen);
+ * with err naming the flag and the token by its 0-based position */
+int rc_parse_ids(const char *flag, const char *s, int **out, int *n, char *err, size_t errlen);
 
 #endif

@@ -105,6 +105,17 @@ int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen)
     if (out_of_range(LS_PRESENCE_PENALTY, s->presence_penalty, err, errlen)) return -1;
     if (out_of_range(LS_FREQUENCY_PENALTY, s->frequency_penalty, err, errlen)) return -1;
     if (negative("penalty_last_n", s->penalty_last_n, err, errlen)) return -1;
+    if (s->n_allowed < 0 || s->n_allowed > LS_MAX_ALLOWED_TOKENS) {
+        snprintf(err, errlen, "allowed_token_ids: expected at most %d tokens, found %d",
+                 LS_MAX_ALLOWED_TOKENS, s->n_allowed);
+        return -1;
+    }
+    for (int i = 0; i < s->n_allowed; i++)
+        if (s->allowed_id[i] < 0) {
+            snprintf(err, errlen, "allowed_token_ids: expected token ids >= 0, found %d",
+                     s->allowed_id[i]);
+            return -1;
+        }
     if (s->n_bias < 0 || s->n_bias > LS_MAX_LOGIT_BIAS) {
         snprintf(err, errlen, "logit_bias: expected at most %d tokens, found %d", LS_MAX_LOGIT_BIAS,
                  s->n_bias);
@@ -187,7 +198,26 @@ int ls_sampling_penalized(const struct ls_sampling *s)
 
 int ls_sampling_adjusted(const struct ls_sampling *s)
 {
-    return ls_sampling_penalized(s) || s->n_bias > 0;
+    return ls_sampling_penalized(s) || ls_sampling_biased(s);
+}
+
+int ls_sampling_biased(const struct ls_sampling *s)
+{
+    return s->n_bias > 0 || s->n_allowed > 0;
+}
+
+int ls_sampling_add_allowed(struct ls_sampling *s, long id, char *err, size_t errlen)
+{
+    if (s->n_allowed >= LS_MAX_ALLOWED_TOKENS) {
+        snprintf(err, errlen, "allowed_token_ids: at most %d tokens", LS_MAX_ALLOWED_TOKENS);
+        return -1;
+    }
+    if (id < 0 || id > INT_MAX) {
+        snprintf(err, errlen, "allowed_token_ids: expected a token id >= 0, found %ld", id);
+        return -1;
+    }
+    s->allowed_id[s->n_allowed++] = (int)id;
+    return 0;
 }
 
 int ls_sampling_check_vocab(const struct ls_sampling *s, int vocab, char *err, size_t errlen)
@@ -198,11 +228,27 @@ int ls_sampling_check_vocab(const struct ls_sampling *s, int vocab, char *err, s
                      s->bias_id[i], vocab);
             return -1;
         }
+    for (int i = 0; i < s->n_allowed; i++)
+        if (s->allowed_id[i] >= vocab) {
+            snprintf(err, errlen,
+                     "allowed_token_ids: token id %d is outside the vocabulary [0, %d)",
+                     s->allowed_id[i], vocab);
+            return -1;
+        }
     return 0;
 }
 
 void ls_sampling_apply_bias(const struct ls_sampling *s, float *logits, int vocab)
 {
+    if (s->n_allowed > 0) {
+        unsigned char *keep = calloc((size_t)vocab, 1);
+        if (!keep) abort();
+        for (int i = 0; i < s->n_allowed; i++)
+            if (s->allowed_id[i] < vocab) keep[s->allowed_id[i]] = 1;
+        for (int v = 0; v < vocab; v++)
+            if (!keep[v]) logits[v] = -INFINITY;
+        free(keep);
+    }
     for (int i = 0; i < s->n_bias; i++)
         if (s->bias_id[i] < vocab) logits[s->bias_id[i]] += s->bias[i];
 }

@@ -14,8 +14,9 @@
 extern "C" {
 #endif
 
-/* the most tokens a logit_bias names */
+/* the most tokens a logit_bias names, and an allowed_token_ids list */
 #define LS_MAX_LOGIT_BIAS 1024
+#define LS_MAX_ALLOWED_TOKENS 4096
 
 struct ls_sampling {
     float temperature;        /* 0: greedy */
@@ -33,6 +34,10 @@ struct ls_sampling {
     int n_bias;
     int bias_id[LS_MAX_LOGIT_BIAS];
     float bias[LS_MAX_LOGIT_BIAS];
+    /* allowed_token_ids (vLLM): n_allowed > 0 leaves only these tokens (every other logit
+     * -inf, before the bias and the penalties) */
+    int n_allowed;
+    int allowed_id[LS_MAX_ALLOWED_TOKENS];
 };
 
 struct ls_sampler;
@@ -76,14 +81,20 @@ double ls_sampler_uniform(struct ls_sampler *s);
 int ls_sample_with(const struct ls_sampling *p, const float *logits, int vocab, double u);
 /* whether s has a penalty on (repetition, presence or frequency) */
 int ls_sampling_penalized(const struct ls_sampling *s);
-/* whether s changes the logits before the choice: a penalty or a logit bias */
+/* whether s changes the logits before the choice: a penalty, a logit bias or allowed tokens */
 int ls_sampling_adjusted(const struct ls_sampling *s);
+/* whether s has a logit bias or allowed tokens (what ls_sampling_apply_bias adds) */
+int ls_sampling_biased(const struct ls_sampling *s);
+/* Appends a token to s's allowed tokens: -1 with a message when the list is full or the id
+ * negative */
+int ls_sampling_add_allowed(struct ls_sampling *s, long id, char *err, size_t errlen);
 /* Appends token id's bias to s's logit bias: -1 with a message when the list is full, the id
  * negative or already there, or the bias outside -100..100 */
 int ls_sampling_add_bias(struct ls_sampling *s, long id, double bias, char *err, size_t errlen);
-/* -1 with a message when s's logit bias names a token outside [0, vocab) */
+/* -1 with a message when s's logit bias or allowed tokens name a token outside [0, vocab) */
 int ls_sampling_check_vocab(const struct ls_sampling *s, int vocab, char *err, size_t errlen);
-/* Adds s's logit bias to logits[vocab] (ids past vocab: nothing). */
+/* Sets every logit but the allowed tokens' to -inf (when s has allowed tokens), then adds s's
+ * logit bias, over logits[vocab] (ids past vocab: nothing). */
 void ls_sampling_apply_bias(const struct ls_sampling *s, float *logits, int vocab);
 /* index of the largest value, the lowest index on ties */
 int ls_argmax(const float *x, int n);

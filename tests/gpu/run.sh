@@ -161,7 +161,9 @@ stage_e2e() {
             "0.9 --top-k 40 --presence-penalty -0.5 --repeat-last-n 4" \
             "0.7 --top-p 0.95 --repeat-penalty 1.1 --min-tokens 6 --stop-token-id 1" \
             "0 --logit-bias 500=8 --logit-bias 600=-2" \
-            "0.8 --top-p 0.9 --logit-bias 17766=-100 --logit-bias 500=3 --repeat-penalty 1.2 --repeat-last-n 8"; do
+            "0.8 --top-p 0.9 --logit-bias 17766=-100 --logit-bias 500=3 --repeat-penalty 1.2 --repeat-last-n 8" \
+            "0 --allowed-token-ids 100,200,300,400 --logit-bias 200=1" \
+            "0.9 --top-p 0.95 --allowed-token-ids 100,200,300,400,500 --repeat-penalty 1.2"; do
             # shellcheck disable=SC2086
             graph_vs_host $tp -n 24 --seed 5 --temperature $f || ok=1
         done
@@ -195,6 +197,7 @@ e2e_graph_update() {
         '"temperature": 0.9, "top_p": 0.9, "logprobs": 2, "seed": 8' '"temperature": 0' \
         '"temperature": 0.8, "top_p": 0.9, "logit_bias": {"300": 8, "455": -100}, "seed": 9' \
         '"temperature": 0.8, "top_p": 0.9, "logit_bias": {"58": -100, "411": 4}, "seed": 9' \
+        '"temperature": 0.8, "top_p": 0.9, "allowed_token_ids": [58, 455, 411, 300], "seed": 9' \
         '"temperature": 0.8, "top_p": 0.9, "seed": 1'; do
         echo "{\"id\": $(wc -l <"$OUT/gu.jsonl"), $p, $l}" >>"$OUT/gu.jsonl"
     done
@@ -217,9 +220,11 @@ runs = {k: [json.loads(x)["token_ids"] for x in open("%s/gu-%s-%s.out" % (o, tp,
 a, b, h = runs.values()
 bad = [i for i in range(len(h)) if not (a[i] == b[i] == h[i])]
 print("TP=%s: %d lines; updated in place == new graphs == host path: %s; the last == line 1: %s; "
-      "the two logit biases' lines (one graph, the bias vector sent again) differ: %s"
-      % (tp, len(h), "yes" if not bad else "no, lines %s" % bad, a[-1] == a[1], a[10] != a[11]))
-sys.exit(1 if bad or a[-1] != a[1] or a[10] == a[11] or len(h) != 13 else 0)
+      "the two logit biases' lines (one graph, the bias vector sent again) differ: %s; "
+      "the allowed tokens' line: %s" % (tp, len(h), "yes" if not bad else "no, lines %s" % bad,
+                                        a[-1] == a[1], a[10] != a[11], a[12]))
+sys.exit(1 if bad or a[-1] != a[1] or a[10] == a[11] or len(h) != 14
+         or any(t not in (58, 455, 411, 300) for t in a[12]) else 0)
 PY
     done
     return $ok

@@ -1415,8 +1415,9 @@ static void tests_row_logprobs(void)
 // logits bitwise the reference's (the same roundings, none fused), hist and count too; outputs
 // poisoned before each step. Tokens drawn from four ids, so counts pass 1 in any window of 5 or
 // more; one step's token outside the vocabulary (it counts for nothing in either). Each case
-// without and with a logit bias (every 7th token: -100, 100 or N(0, 10); the rest 0), and the
-// bias alone (no penalty: the engine's step with a logit bias only).
+// without and with a logit bias (every 7th token: -100, 100 or N(0, 10); every 11th -inf, as
+// outside a list of allowed tokens; the rest 0), and the bias alone (no penalty: the engine's
+// step with a logit bias only).
 static void tests_penalize(void)
 {
     struct pcfg {
@@ -1438,6 +1439,7 @@ static void tests_penalize(void)
                     std::vector<float> bias(V, 0.0f);
                     for (int v = 0; v < V; v += 7)
                         bias[v] = v % 3 == 0 ? -100.0f : v % 3 == 1 ? 100.0f : R.normal() * 10.0f;
+                    for (int v = 5; v < V; v += 11) bias[v] = -INFINITY; // not allowed
                     dev<float> dbias(V);
                     dbias.up(bias);
                     const float *hb = with_bias ? bias.data() : nullptr;

@@ -209,11 +209,17 @@ cat >"$tmp/lb.jsonl" <<'JSONL'
 {"id": "g", "prompt": [5, 6, 7, 8, 9], "logit_bias": [7]}
 {"id": "h", "prompt": [5, 6, 7, 8, 9], "logit_bias": {"49152": 1}}
 {"id": "i", "prompt": [5, 6, 7, 8, 9], "logit_bias": {"9": -100.5}}
+{"id": "j", "prompt": [5, 6, 7, 8, 9], "max_tokens": 6, "ignore_eos": true, "allowed_token_ids": [11, 12]}
+{"id": "k", "prompt": [5, 6, 7, 8, 9], "allowed_token_ids": []}
+{"id": "l", "prompt": [5, 6, 7, 8, 9], "allowed_token_ids": [49152]}
+{"id": "m", "prompt": [5, 6, 7, 8, 9], "allowed_token_ids": [1, "a"]}
 JSONL
 run_mpi 2 "$LOCKSTEP" batch --cpu --dummy smollm2-135m --input "$tmp/lb.jsonl" --output "$tmp/lb.out" --logit-bias 8=100
 lbsel() { jq -c "select(.id == \"$1\") | .error // .token_ids" "$tmp/lb.out" 2>/dev/null; }
 check "batch logit_bias: +100 on token 7 in the line, +100 on 8 from the command line in the other" \
     eval '[ "$rc" -eq 0 ] && [ "$(lbsel a)" = "[7,7,7,7]" ] && [ "$(lbsel c)" = "[8,8,8,8]" ]'
+check "batch allowed_token_ids: only those tokens (the command line's +100 on 8 is no help to it)" \
+    test "$(jq -c 'select(.id == "j") | [.token_ids[] | select(. != 11 and . != 12)] | length' "$tmp/lb.out")" = 0
 jq -r 'select(.error) | .error' "$tmp/lb.out" >"$tmp/lb.err"
 cat >"$tmp/lb.want" <<'TXT'
 line 3: field "logit_bias": key "x": expected a token id (digits)
@@ -222,12 +228,27 @@ line 5: logit_bias: token 7 given twice
 line 6: field "logit_bias": expected an object of token ids to biases, found an array
 line 7: logit_bias: token id 49152 is outside the vocabulary [0, 49152)
 line 8: logit_bias of token 9: expected -100..100, found -100.5
+line 10: field "allowed_token_ids": expected a list of 1 to 4096 token ids, found a list of 0
+line 11: allowed_token_ids: token id 49152 is outside the vocabulary [0, 49152)
+line 12: field "allowed_token_ids"[1]: expected a token id (an integer >= 0), found a string
 TXT
 check "batch logit_bias: each bad one is its line's error" cmp -s "$tmp/lb.err" "$tmp/lb.want"
+# batch "n" with a logit bias: the choices after the first start from the prompt's kept logits,
+# sent back to the backend, where the bias is added as on a fresh prefill's
+printf '%s\n' '{"id": "n3", "prompt": [60, 7, 300], "max_tokens": 8, "temperature": 1.2, "seed": 3, "n": 3, "logit_bias": {"57": -100, "48": 3}}' \
+    '{"id": "s5", "prompt": [60, 7, 300], "max_tokens": 8, "temperature": 1.2, "seed": 5, "logit_bias": {"57": -100, "48": 3}}' >"$tmp/nb.jsonl"
+run_mpi 2 "$LOCKSTEP" batch --cpu -m "$tiny" --input "$tmp/nb.jsonl" --output "$tmp/nb.out"
+check "batch n=3 with a logit bias: choice 2 is the line drawn with its seed alone" \
+    eval '[ "$rc" -eq 0 ] && [ "$(jq -c "select(.id == \"n3\") | .choices[2].token_ids" "$tmp/nb.out")" = "$(jq -c "select(.id == \"s5\") | .token_ids" "$tmp/nb.out")" ] && [ "$(jq -c "select(.id == \"s5\") | .token_ids | length" "$tmp/nb.out")" -eq 8 ]'
 for a in "7|expected ID=BIAS (e.g. 1234=-100), found '7'" "7=x|--logit-bias: expected a number, found 'x'" \
     "7=101|logit_bias of token 7: expected -100..100, found 101" "49152=1|logit_bias: token id 49152 is outside the vocabulary"; do
     run_mpi 2 "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 5 -n 1 --logit-bias "${a%%|*}"
     check "--logit-bias ${a%%|*}: non-zero, said" eval '[ "$rc" -ne 0 ] && err_has "${a#*|}"'
+done
+for a in "1,x|--allowed-token-ids: token 1: expected an id in 0..1073741824 (ids separated by commas), found 'x'" \
+    "3,49152|allowed_token_ids: token id 49152 is outside the vocabulary"; do
+    run_mpi 2 "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 5 -n 1 --allowed-token-ids "${a%%|*}"
+    check "--allowed-token-ids ${a%%|*}: non-zero, said" eval '[ "$rc" -ne 0 ] && err_has "${a#*|}"'
 done
 run_mpi 1 "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 5 -n 1 --logit-bias 7=1 --logit-bias 7=2
 check "--logit-bias twice for one token: said" eval '[ "$rc" -ne 0 ] && err_has "logit_bias: token 7 given twice"'
@@ -443,6 +464,18 @@ pen_case "logit bias after 6 min_tokens host steps, with --logprobs 3" -n 24 --m
     --stop-token-id 11 --temperature 0.8 --seed 3 --logit-bias "$lb_b=-30" --logprobs 3
 check "logit bias: the backend's log-probabilities are the host path's (within 1e-4)" \
     test "$(jq -n "$(lp_diff "$tmp/pen.1" "$tmp/pen.host") < 1e-4")" = true
+# allowed tokens (vLLM's allowed_token_ids, --allowed-token-ids): the others -inf before the
+# bias and the penalties, in the backend as on the host
+pen_case "greedy, four allowed tokens" -n 16 --allowed-token-ids 1000,2000,3000,28
+check "allowed tokens: every token is one of them" \
+    test "$(jq '[.ids[] | select(. != 1000 and . != 2000 and . != 3000 and . != 28)] | length' "$tmp/pen.1")" -eq 0
+pen_case "drawn, allowed tokens with a bias and repeat 1.3" -n 24 --temperature 1.0 --seed 3 \
+    --allowed-token-ids 1000,2000,3000,28,"$lb_a" --logit-bias 28=-100 --logit-bias 2000=1.5 --repeat-penalty 1.3
+check "allowed tokens: drawn ones are among them and the banned one never comes" \
+    test "$(jq "[.ids[] | select(. != 1000 and . != 2000 and . != 3000 and . != $lb_a)] | length" "$tmp/pen.1")" -eq 0
+run_mpi 2 "$LOCKSTEP" generate -m "$model" -p "Once" -n 4 --allowed-token-ids 2 --min-tokens 2
+check "allowed tokens that all end the generation, with min_tokens: non-zero, said" \
+    eval '[ "$rc" -ne 0 ] && [ "$(count_in_err "allowed_token_ids: every allowed token ends the generation, which min_tokens 2 forbids at the first step")" -eq 1 ]'
 
 # ---- batch
 cat >"$tmp/in.jsonl" <<'JSONL'

@@ -49,7 +49,8 @@ for model in tiny-llama tiny-qwen2 tiny-qwen3 tiny-llama/sharded; do
 done
 
 # The logit bias (OpenAI's logit_bias) against transformers' sequence_bias of one-token
-# sequences, with its repetition penalty (tests/fixtures/make_bias_reference.py): each case's 16
+# sequences, allowed tokens (vLLM's allowed_token_ids) against its prefix_allowed_tokens_fn, with
+# its repetition penalty (tests/fixtures/make_bias_reference.py): each case's 16
 # greedy tokens are transformers' at TP=1 and 2; the bans (of tokens the plain run chose) change
 # the tokens, as the fixture says.
 bref=$fx/tiny-llama/bias_reference.json
@@ -60,6 +61,8 @@ for tp in 1 2; do
         p=$(jq ".cases[$c].prompt" "$bref")
         ids=$(jq -r ".prompts[$p].ids | map(tostring) | join(\",\")" "$fx/tiny-llama/reference.json")
         mapfile -t bias < <(jq -r ".cases[$c].logit_bias | to_entries[] | \"--logit-bias\n\(.key)=\(.value)\"" "$bref")
+        allowed=$(jq -r ".cases[$c].allowed_token_ids // [] | map(tostring) | join(\",\")" "$bref")
+        [ -n "$allowed" ] && bias+=(--allowed-token-ids "$allowed")
         run_mpi $tp "$LOCKSTEP" generate --cpu -m "$fx/tiny-llama" --prompt-ids "$ids" -n 16 --ignore-eos \
             --json --quiet "${bias[@]}" --repeat-penalty "$(jq ".cases[$c].repetition_penalty" "$bref")"
         got=$(jq -c .ids "$tmp/out" 2>/dev/null)
@@ -69,8 +72,8 @@ for tp in 1 2; do
         ban*) [ "$want" != "$(jq -c ".cases[$c].plain_ids" "$bref")" ] || moved=0 ;;
         esac
     done
-    check "tiny-llama at TP=$tp: $ncases logit bias and repetition penalty cases give transformers' 16 greedy tokens" \
-        test "$ncases" -ge 16 -a $same -eq 1
+    check "tiny-llama at TP=$tp: $ncases logit bias, allowed tokens and repetition penalty cases give transformers' 16 greedy tokens" \
+        test "$ncases" -ge 20 -a $same -eq 1
     check "tiny-llama at TP=$tp: every ban changes the greedy tokens" test $moved -eq 1
 done
 

@@ -236,6 +236,53 @@ static void test_logit_bias_before_the_penalties(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "logit_bias of token 12"));
 }
 
+/* allowed tokens: every other logit -inf, then the bias (a disallowed token stays out whatever
+ * its bias), then the penalties; drawn tokens stay in the list; the list's checks */
+static void test_allowed_tokens(void)
+{
+    struct ls_sampling p;
+    char err[128];
+    ls_sampling_defaults(&p);
+    CU_ASSERT_EQUAL(ls_sampling_add_allowed(&p, 1, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(ls_sampling_add_allowed(&p, 3, err, sizeof err), 0);
+    CU_ASSERT(ls_sampling_adjusted(&p) && ls_sampling_biased(&p) && !ls_sampling_penalized(&p));
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 0, 100.0, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(ls_sampling_add_bias(&p, 3, -1.0, err, sizeof err), 0);
+    p.repetition_penalty = 2.0f;
+    float l[5] = {9.0f, 2.0f, 8.0f, 4.0f, -1.0f};
+    int hist[1] = {3};
+    struct ls_sampler *s = ls_sampler_new(&p, 5);
+    CU_ASSERT_EQUAL(ls_sampler_sample(s, l, hist, 1), 1);
+    CU_ASSERT(isinf(l[0]) && l[0] < 0 && isinf(l[2]) && isinf(l[4]));
+    CU_ASSERT_EQUAL(l[1], 2.0f);
+    CU_ASSERT_EQUAL(l[3], 1.5f); /* (4 - 1) / 2 */
+    ls_sampler_free(s);
+
+    p.temperature = 1.0f;
+    p.repetition_penalty = 1.0f;
+    s = ls_sampler_new(&p, 5);
+    int outside = 0;
+    for (int i = 0; i < 200; i++) {
+        float m[5] = {3.0f, 0.5f, 3.0f, 0.0f, 3.0f};
+        const int t = ls_sampler_sample(s, m, hist, 1);
+        outside += t != 1 && t != 3;
+    }
+    CU_ASSERT_EQUAL(outside, 0);
+    ls_sampler_free(s);
+
+    CU_ASSERT_EQUAL(ls_sampling_check_vocab(&p, 4, err, sizeof err), 0);
+    struct ls_sampling q;
+    ls_sampling_defaults(&q);
+    CU_ASSERT_EQUAL(ls_sampling_add_allowed(&q, 7, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(ls_sampling_check_vocab(&q, 5, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "allowed_token_ids: token id 7 is outside the vocabulary"));
+    CU_ASSERT_EQUAL(ls_sampling_add_allowed(&p, -2, err, sizeof err), -1);
+    while (p.n_allowed < LS_MAX_ALLOWED_TOKENS)
+        CU_ASSERT_EQUAL(ls_sampling_add_allowed(&p, p.n_allowed, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(ls_sampling_add_allowed(&p, 5, err, sizeof err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "at most 4096 tokens"));
+}
+
 static void test_penalty_window(void)
 {
     struct ls_sampling p;
@@ -498,6 +545,7 @@ int main(void)
     CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
     CU_add_test(s, "the logit bias comes before the penalties",
                 test_logit_bias_before_the_penalties);
+    CU_add_test(s, "allowed tokens only, bias and penalties after", test_allowed_tokens);
     CU_add_test(s, "the backend's carried window penalises as the sampler",
                 test_penalty_window_carried_as_the_sampler_counts_it);
     CU_add_test(s, "top-k draws from a selection as from the full sort",
