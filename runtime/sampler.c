@@ -137,16 +137,24 @@ int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen)
     return 0;
 }
 
-int ls_sampling_add_bias(struct ls_sampling *s, long id, double bias, char *err, size_t errlen)
+/* -1 with a message when the list named field, holding n of at most max tokens, cannot take
+ * token id (full, or not an id) */
+static int list_takes(const char *field, int n, int max, long id, char *err, size_t errlen)
 {
-    if (s->n_bias >= LS_MAX_LOGIT_BIAS) {
-        snprintf(err, errlen, "logit_bias: at most %d tokens", LS_MAX_LOGIT_BIAS);
+    if (n >= max) {
+        snprintf(err, errlen, "%s: at most %d tokens", field, max);
         return -1;
     }
     if (id < 0 || id > INT_MAX) {
-        snprintf(err, errlen, "logit_bias: expected a token id >= 0, found %ld", id);
+        snprintf(err, errlen, "%s: expected a token id >= 0, found %ld", field, id);
         return -1;
     }
+    return 0;
+}
+
+int ls_sampling_add_bias(struct ls_sampling *s, long id, double bias, char *err, size_t errlen)
+{
+    if (list_takes("logit_bias", s->n_bias, LS_MAX_LOGIT_BIAS, id, err, errlen)) return -1;
     for (int j = 0; j < s->n_bias; j++)
         if (s->bias_id[j] == id) {
             snprintf(err, errlen, "logit_bias: token %ld given twice", id);
@@ -208,14 +216,8 @@ int ls_sampling_biased(const struct ls_sampling *s)
 
 int ls_sampling_add_allowed(struct ls_sampling *s, long id, char *err, size_t errlen)
 {
-    if (s->n_allowed >= LS_MAX_ALLOWED_TOKENS) {
-        snprintf(err, errlen, "allowed_token_ids: at most %d tokens", LS_MAX_ALLOWED_TOKENS);
+    if (list_takes("allowed_token_ids", s->n_allowed, LS_MAX_ALLOWED_TOKENS, id, err, errlen))
         return -1;
-    }
-    if (id < 0 || id > INT_MAX) {
-        snprintf(err, errlen, "allowed_token_ids: expected a token id >= 0, found %ld", id);
-        return -1;
-    }
     s->allowed_id[s->n_allowed++] = (int)id;
     return 0;
 }
