@@ -56,8 +56,10 @@ static const char bench_help[] =
     "  --sweep-max BYTES    largest message of the sweep (default 64 MiB)\n"
     "  --temperature F, --top-k N, --top-p F, --min-p F\n"
     "  --repeat-penalty F, --presence-penalty F, --frequency-penalty F, --repeat-last-n N\n"
-    "  --logit-bias ID=B    time sampled or penalised decode (the draw, the bias and the\n"
-    "                       penalties inside the step) instead of greedy\n" LS_COMMON_HELP;
+    "  --logit-bias ID=B, --allowed-token-ids LIST\n"
+    "                       time sampled or penalised decode (the draw, the bias, the allowed\n"
+    "                       tokens and the penalties inside the step) instead of "
+    "greedy\n" LS_COMMON_HELP;
 
 struct decode_run {
     double seconds; /* for the timed steps */
@@ -242,6 +244,7 @@ int cmd_bench(int argc, char **argv)
         {"frequency-penalty", required_argument, NULL, RC_OPT_FREQ},
         {"repeat-last-n", required_argument, NULL, RC_OPT_LAST_N},
         {"logit-bias", required_argument, NULL, RC_OPT_LOGIT_BIAS},
+        {"allowed-token-ids", required_argument, NULL, RC_OPT_ALLOWED},
         {"help", no_argument, NULL, 'h'},
         LS_COMMON_LONGOPTS,
         {NULL, 0, NULL, 0}};
@@ -308,6 +311,7 @@ int cmd_bench(int argc, char **argv)
         case RC_OPT_FREQ:
         case RC_OPT_LAST_N:
         case RC_OPT_LOGIT_BIAS:
+        case RC_OPT_ALLOWED:
             if (rc_sampling_opt(opt, optarg, &gp, &unused_ctx, err, sizeof err))
                 return ls_usage_error("bench", err);
             break;
@@ -453,6 +457,9 @@ int cmd_bench(int argc, char **argv)
         if (sp.n_bias > 0)
             printf("  %-38s %d token%s (in the step)\n", "logit bias", sp.n_bias,
                    sp.n_bias == 1 ? "" : "s");
+        if (sp.n_allowed > 0)
+            printf("  %-38s %d token%s (the rest -inf in the step)\n", "allowed tokens",
+                   sp.n_allowed, sp.n_allowed == 1 ? "" : "s");
         printf("  %-38s %10.1f GB/s = %.1f%% of the read roofline (ceiling %.1f tok/s)\n",
                "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
         printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
@@ -483,6 +490,8 @@ int cmd_bench(int argc, char **argv)
                                           "penalty_last_n", sp.penalty_last_n));
             json_object_set_new(json_object_get(o, "sampling"), "logit_bias_tokens",
                                 json_integer(sp.n_bias));
+            json_object_set_new(json_object_get(o, "sampling"), "allowed_tokens",
+                                json_integer(sp.n_allowed));
             if (json_write(o, json, json_path) != 0) json_ok = 0;
         }
         fflush(stdout);

@@ -45,6 +45,10 @@ run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 -
     --logit-bias 1000=-100 --logit-bias 2000=5 --json "$tmp/bl.json"
 check "bench with a logit bias: exits 0, says it, the JSON counts its tokens" \
     eval '[ "$rc" -eq 0 ] && out_has "logit bias  *2 tokens (in the step)" && jq_file "$tmp/bl.json" ".sampling.logit_bias_tokens == 2"'
+run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --warmup 2 --bw-bytes 67108864 \
+    --allowed-token-ids 5,6,7 --json "$tmp/ba.json"
+check "bench with allowed tokens: exits 0, says it, the JSON counts them" \
+    eval '[ "$rc" -eq 0 ] && out_has "allowed tokens  *3 tokens (the rest -inf in the step)" && jq_file "$tmp/ba.json" ".sampling.allowed_tokens == 3"'
 run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --logit-bias 49152=1
 check "bench --logit-bias past the vocabulary: non-zero, said" \
     eval '[ "$rc" -ne 0 ] && err_has "bench: logit_bias: token id 49152 is outside the vocabulary \[0, 49152)"'
