@@ -283,6 +283,28 @@ static int num_field(json_t *req, const char *key, double lo, double hi, int int
     return 1;
 }
 
+/* a list of lo to hi token ids (absent or null: dst and *n untouched) into dst, *n; -1 with err
+ * naming the field and what was found */
+static int token_list_field(json_t *req, const char *key, int lo, int hi, int *dst, int *n,
+                            char *err, size_t errlen)
+{
+    json_t *v = json_object_get(req, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_array(v) || json_array_size(v) < (size_t)lo || json_array_size(v) > (size_t)hi) {
+        char found[48], want[48];
+        if (lo > 0)
+            snprintf(want, sizeof want, "%d to %d", lo, hi);
+        else
+            snprintf(want, sizeof want, "at most %d", hi);
+        snprintf(err, errlen, "field \"%s\": expected a list of %s token ids, found %s", key, want,
+                 list_or_type(v, found, sizeof found));
+        return -1;
+    }
+    if (token_ids_from(v, key, dst, err, errlen)) return -1;
+    *n = (int)json_array_size(v);
+    return 0;
+}
+
 /* a float sampling parameter: its key is the sampler's name for it and its bounds the
  * sampler's (an open low end is left to ls_sampling_validate, which says it) */
 static int float_field(json_t *req, enum ls_sampling_param p, double *out, char *err, size_t errlen)
@@ -339,18 +361,9 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
                  p->max_tokens);
         return -1;
     }
-    json_t *sti = json_object_get(req, "stop_token_ids");
-    if (sti && !json_is_null(sti)) {
-        char found[48];
-        if (!json_is_array(sti) || json_array_size(sti) > LS_MAX_STOP_IDS) {
-            snprintf(err, errlen,
-                     "field \"stop_token_ids\": expected a list of at most %d token ids, found %s",
-                     LS_MAX_STOP_IDS, list_or_type(sti, found, sizeof found));
-            return -1;
-        }
-        if (token_ids_from(sti, "stop_token_ids", p->stop_ids, err, errlen)) return -1;
-        p->n_stop_ids = (int)json_array_size(sti);
-    }
+    if (token_list_field(req, "stop_token_ids", 0, LS_MAX_STOP_IDS, p->stop_ids, &p->n_stop_ids,
+                         err, errlen))
+        return -1;
     /* OpenAI's: {"token id": bias, ...}, in place of the command line's --logit-bias */
     json_t *lb = json_object_get(req, "logit_bias");
     if (lb && !json_is_null(lb)) {
@@ -383,19 +396,9 @@ static int request_params(json_t *req, const struct ls_gen_params *dflt, struct 
         }
     }
     /* vLLM's: only these tokens, in place of the command line's --allowed-token-ids */
-    json_t *al = json_object_get(req, "allowed_token_ids");
-    if (al && !json_is_null(al)) {
-        char found[48];
-        if (!json_is_array(al) || !json_array_size(al) ||
-            json_array_size(al) > LS_MAX_ALLOWED_TOKENS) {
-            snprintf(err, errlen,
-                     "field \"allowed_token_ids\": expected a list of 1 to %d token ids, found %s",
-                     LS_MAX_ALLOWED_TOKENS, list_or_type(al, found, sizeof found));
-            return -1;
-        }
-        if (token_ids_from(al, "allowed_token_ids", s->allowed_id, err, errlen)) return -1;
-        s->n_allowed = (int)json_array_size(al);
-    }
+    if (token_list_field(req, "allowed_token_ids", 1, LS_MAX_ALLOWED_TOKENS, s->allowed_id,
+                         &s->n_allowed, err, errlen))
+        return -1;
     if ((r = num_field(req, "n", 1, BATCH_MAX_N, 1, &d, err, errlen)) < 0) return -1;
     if (r) *n_choices = (int)d;
     if ((r = float_field(req, LS_TEMPERATURE, &d, err, errlen)) < 0) return -1;

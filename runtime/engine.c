@@ -656,24 +656,29 @@ static void draw_alloc(struct ls_engine *e, const struct ls_sampling *sp)
         ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for sampling");
 }
 
+/* ends the job: no backend memory for what (need bytes), with the numbers */
+static void die_no_memory(const struct ls_engine *e, const char *what, size_t need)
+{
+    const struct ls_backend *be = e->be;
+    const size_t free_b = be->mem_free ? be->mem_free() : 0;
+    char msg[200];
+    snprintf(msg, sizeof msg, "rank %d: out of %s memory for %s: %.1f MB needed, %.1f MB free",
+             e->comm->rank, be->name, what, need / 1e6, free_b / 1e6);
+    ls_die(__FILE__, __LINE__, "ls_engine_decode", msg);
+}
+
 /* the penalties' buffers, once (before any capture); out of memory ends the job, saying so */
 static void pen_alloc(struct ls_engine *e)
 {
     if (e->plogits) return;
     const struct ls_backend *be = e->be;
-    const size_t V = (size_t)e->m->cfg.vocab,
-                 need = V * sizeof(float) + V * sizeof(int) + (size_t)e->max_ctx * sizeof(int);
+    const size_t V = (size_t)e->m->cfg.vocab;
     e->plogits = be->alloc(V * sizeof(float));
     e->pcount = be->alloc(V * sizeof(int));
     e->phist = be->alloc((size_t)e->max_ctx * sizeof(int));
-    if (!e->plogits || !e->pcount || !e->phist) {
-        const size_t free_b = be->mem_free ? be->mem_free() : 0;
-        char msg[200];
-        snprintf(msg, sizeof msg,
-                 "rank %d: out of %s memory for the penalties: %.1f MB needed, %.1f MB free",
-                 e->comm->rank, be->name, need / 1e6, free_b / 1e6);
-        ls_die(__FILE__, __LINE__, "ls_engine_decode", msg);
-    }
+    if (!e->plogits || !e->pcount || !e->phist)
+        die_no_memory(e, "the penalties",
+                      V * sizeof(float) + V * sizeof(int) + (size_t)e->max_ctx * sizeof(int));
 }
 
 /* the penalties' window for a step at position p from the caller's history (hist[0..p]): the
@@ -708,17 +713,8 @@ static void bias_sync(struct ls_engine *e, const struct ls_sampling *sp)
 {
     const struct ls_backend *be = e->be;
     const int V = e->m->cfg.vocab;
-    if (!e->pbias) {
-        e->pbias = be->alloc((size_t)V * sizeof(float));
-        if (!e->pbias) {
-            char msg[200];
-            snprintf(msg, sizeof msg,
-                     "rank %d: out of %s memory for the logit bias: %.1f MB needed, %.1f MB free",
-                     e->comm->rank, be->name, V * sizeof(float) / 1e6,
-                     (be->mem_free ? be->mem_free() : 0) / 1e6);
-            ls_die(__FILE__, __LINE__, "ls_engine_decode", msg);
-        }
-    }
+    if (!e->pbias && !(e->pbias = be->alloc((size_t)V * sizeof(float))))
+        die_no_memory(e, "the logit bias", (size_t)V * sizeof(float));
     if (e->bias_sent && same_vector(e->bias_sent, sp)) return;
     float *dense = calloc((size_t)V, sizeof *dense);
     CHECK_ALLOC(dense);
