@@ -131,6 +131,35 @@ extern "C" void ls_add(float *x, const float *y, size_t n, void *stream)
     CHECK_CUDA(cudaGetLastError());
 }
 
+// 32 x 32 tiles through shared memory (a column of 33: no bank conflicts), 32 x 8 threads
+static __global__ void transpose16_kernel(uint16_t *__restrict__ out,
+                                          const uint16_t *__restrict__ in, int rows, int cols)
+{
+    __shared__ uint16_t t[32][33];
+    pdl_launch_dependents();
+    pdl_wait();
+    const int c0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int r = r0 + i, c = c0 + threadIdx.x;
+        if (r < rows && c < cols) t[i][threadIdx.x] = in[(size_t)r * cols + c];
+    }
+    __syncthreads();
+    for (int i = threadIdx.y; i < 32; i += 8) {
+        const int c = c0 + i, r = r0 + threadIdx.x;
+        if (c < cols && r < rows) out[(size_t)c * rows + r] = t[threadIdx.x][i];
+    }
+}
+
+extern "C" void ls_transpose16(uint16_t *out, const uint16_t *in, int rows, int cols, void *stream)
+{
+    if (rows <= 0 || cols <= 0) return;
+    if ((rows + 31) / 32 > 65535)
+        ls_die(__FILE__, __LINE__, "ls_transpose16", "expected at most 65535 * 32 rows");
+    dim3 grid((unsigned)((cols + 31) / 32), (unsigned)((rows + 31) / 32));
+    pdl_launch(transpose16_kernel, grid, dim3(32, 8), 0, (cudaStream_t)stream, out, in, rows, cols);
+    CHECK_CUDA(cudaGetLastError());
+}
+
 extern "C" void ls_bf16_to_fp32(float *out, const uint16_t *in, size_t n, void *stream)
 {
     if (n == 0) return;

@@ -28,6 +28,9 @@ void ls_swiglu_cat_bf16(uint16_t *out, const float *gu, int T, int f, void *stre
 /* x[i] += y[i], i < n */
 void ls_add(float *x, const float *y, size_t n, void *stream);
 
+/* out[c][r] = in[r][c] (bf16 bits), a [rows][cols] matrix to [cols][rows] */
+void ls_transpose16(uint16_t *out, const uint16_t *in, int rows, int cols, void *stream);
+
 void ls_bf16_to_fp32(float *out, const uint16_t *in, size_t n, void *stream);
 void ls_fp32_to_bf16(uint16_t *out, const float *in, size_t n, void *stream);
 

@@ -366,12 +366,30 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // SO: the SwiGLU in the epilogue of the fused gate+up matrix (n = 2f rows: gate, then up): a
 // block takes gate rows u0 .. u1 - 1 and the up rows f + u0 .. f + u1 - 1 with them, and writes
 // y[i] = silu(gate_i) * up_i for its i (f outputs).
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false>
+// FD (with SO, one rank's whole MLP; ls_gemv_mlp): the down projection split along its inputs.
+// The block's h_i (its SwiGLU outputs, kept in shared memory, not written to y) meet the rows of
+// the transposed down that those inputs reach (fd.dt, [n/2][k] bf16), each thread 8 outputs of
+// one row in RS = NT / (k/8) row sets, whose first rows are issued before the epilogue (they do
+// not depend on h); the row sets' sums meet in shared memory and the block adds its partial
+// output into fd.out with float atomics. So the gate+up -> down boundary (the release, the down's
+// ramp, its slowest block) is gone; the sum's order is the blocks' arrival: not reproducible.
+// fd.out must not be x: x is read after the wait by blocks that may start late.
+// ACC with fd.y2: each updated y also stored there (the fused MLP's input copy).
+struct gemv_fd {
+    float *y2;       // ACC: a copy of each updated y
+    const uint4 *dt; // FD: the down matrix transposed
+    float *out;      // FD: the residual the partial outputs are added to
+};
+#define FD_INFLIGHT 4 // transposed-down loads in flight per thread
+
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false,
+          bool FD = false>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
-                     const float *__restrict__ nw, float eps, const gemv_rope rp)
+                     const float *__restrict__ nw, float eps, const gemv_rope rp, const gemv_fd fd)
 {
+    static_assert(!FD || SO, "the fused down follows the SwiGLU epilogue");
     constexpr int NW = NT / 32;
     constexpr bool FAST = IN == GEMV_IN_SWIGLU_FAST, SWIGLU = FAST || IN == GEMV_IN_SWIGLU,
                    NORM = IN == GEMV_IN_NORM;
@@ -517,6 +535,16 @@ static __global__ void __launch_bounds__(NT, 1)
             }
         }
     }
+    // FD: this thread's chunk c of the down rows part, part + RS, ... (hrows of them)
+    const int C = k >> 3, RS = NT / C, part = threadIdx.x / C, c8 = threadIdx.x - part * C;
+    const int hrows = FD && part < RS ? (rows / 2 - part + RS - 1) / RS : 0;
+    uint4 dw[FD ? FD_INFLIGHT : 1];
+    if constexpr (FD) {
+        const uint4 *dt = fd.dt + (size_t)(r0 / 2 + part) * C + c8;
+#pragma unroll
+        for (int i = 0; i < FD_INFLIGHT; i++)
+            dw[i] = i < hrows ? ld_weights(dt + (size_t)i * RS * C) : make_uint4(0, 0, 0, 0);
+    }
     if (NORM) {
         ss = warp_sum(ss);
         if (g == 0 && lane == 0) red[slot] = ss;
@@ -567,7 +595,47 @@ static __global__ void __launch_bounds__(NT, 1)
                 gs = __fmul_rn(gs, scale);
                 us = __fmul_rn(us, scale);
             }
-            y[r0 / 2 + t] = silu_mul(gs, us);
+            if (FD)
+                psum[rows * ps + t] = silu_mul(gs, us);
+            else
+                y[r0 / 2 + t] = silu_mul(gs, us);
+        }
+        if constexpr (FD) {
+            const float *hs = psum + rows * ps;
+            __syncthreads(); // hs written; psum's sums read
+            float acc[8] = {};
+            const uint4 *dt = fd.dt + (size_t)(r0 / 2 + part) * C + c8;
+            for (int u = 0; u < hrows; u += FD_INFLIGHT) {
+#pragma unroll
+                for (int i = 0; i < FD_INFLIGHT; i++) {
+                    if (u + i >= hrows) break;
+                    const float h = hs[part + (u + i) * RS];
+                    float wf[8];
+                    unpack8(dw[i], wf);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[e] = fmaf(h, wf[e], acc[e]);
+                    const int nx = u + i + FD_INFLIGHT;
+                    if (nx < hrows) dw[i] = ld_weights(dt + (size_t)nx * RS * C);
+                }
+            }
+            // the row sets' sums in part order, then the block's partial output
+            float *comb = psum + rows * ps + rows / 2; // (RS - 1) x k floats
+            if (part > 0 && part < RS)
+                for (int e = 0; e < 8; e++) comb[(size_t)(part - 1) * k + 8 * c8 + e] = acc[e];
+            __syncthreads();
+            if (part == 0) {
+                for (int p2 = 1; p2 < RS; p2++)
+                    for (int e = 0; e < 8; e++) acc[e] += comb[(size_t)(p2 - 1) * k + 8 * c8 + e];
+                float *o = fd.out + 8 * c8;
+#if __CUDA_ARCH__ >= 900
+                atomicAdd(reinterpret_cast<float4 *>(o),
+                          make_float4(acc[0], acc[1], acc[2], acc[3]));
+                atomicAdd(reinterpret_cast<float4 *>(o + 4),
+                          make_float4(acc[4], acc[5], acc[6], acc[7]));
+#else
+                for (int e = 0; e < 8; e++) atomicAdd(o + e, acc[e]);
+#endif
+            }
         }
     } else {
         for (int r = threadIdx.x; r < rows; r += NT) {
@@ -576,7 +644,9 @@ static __global__ void __launch_bounds__(NT, 1)
             if (NORM) sum = __fmul_rn(sum, scale);
             const float b = bias ? bias[r0 + r] : 0.0f;
             float *yp = y + r0 + r;
-            *yp = ACC ? *yp + (sum + b) : sum + b;
+            const float v = ACC ? *yp + (sum + b) : sum + b;
+            *yp = v;
+            if (ACC && fd.y2) fd.y2[r0 + r] = v;
         }
     }
 }
@@ -742,7 +812,7 @@ static void set_smem_attr(const void *fn, const ls_device &di)
 // [input form (GEMV_IN_*, GEMV_IN_SWIGLU_FAST)][output: 0 y =, 1 y +=, 2 y = with RoPE and the
 // cache store (plain or norm input), 3 the SwiGLU of gate | up rows (plain or norm input)]
 typedef void (*xreg_fn)(float *, const uint4 *, const float *, const float *, int, int,
-                        const float *, float, const gemv_rope);
+                        const float *, float, const gemv_rope, const gemv_fd);
 template <int NT, int L, int CM, bool TR> struct xreg_fns {
     xreg_fn f[4][4];
 };
@@ -766,35 +836,54 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
     return t;
 }
 
+// the fused MLP's kernels (FD: the default 1024-thread form with one column a warp only)
+static xreg_fn xreg_fd_fn(int in)
+{
+    return in == GEMV_IN_NORM
+               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_NORM, false, true, false, true, true>
+           : in == GEMV_IN_PLAIN
+               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_PLAIN, false, true, false, true, true>
+               : nullptr;
+}
+
 // launches the column-resident kernel when the shape suits it (columns per warp within the
 // shape's limit, the per-row sums in shared memory); false: the caller takes another path
 // acc: 0 y =, 1 y +=, 2 RoPE and the cache store (rp; n even, whole pairs per block), 3 the
-// SwiGLU of the gate | up rows (n even, y of n / 2)
+// SwiGLU of the gate | up rows (n even, y of n / 2), 4 that with the down after it (fd; the
+// two-batch 1024-thread form, k <= 8192); check: only say whether it would launch
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const ls_device &di,
-                        size_t smem_max, cudaStream_t s, const gemv_rope &rp = {})
+                        size_t smem_max, cudaStream_t s, const gemv_rope &rp = {},
+                        const gemv_fd &fd = {}, bool check = false)
 {
     const int nt = g_xreg >= 2 ? 1024 : 512;
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
+    if (acc == 4 && (g_xreg != 3 || cm != 1 || k / 8 > nt)) return false;
     if (in == GEMV_IN_SWIGLU && g_silu_fast) in = GEMV_IN_SWIGLU_FAST;
     const int units = acc >= 2 ? n / 2 : n; // rows, or pairs of rows
     const int grid = units < di.sms ? units : di.sms;
     const int rows = (acc >= 2 ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
-    const size_t smem = (size_t)rows * (slots | 1) * sizeof(float); // odd stride: no bank conflicts
+    // odd stride: no bank conflicts; FD: then h and the row sets' sums
+    const size_t smem = ((size_t)rows * (slots | 1) +
+                         (acc == 4 ? (size_t)rows / 2 + (size_t)(nt / (k / 8) - 1) * k : 0)) *
+                        sizeof(float);
     if (smem > smem_max) return false;
+    if (check) return true;
     // the two-batch form for one column per warp only (with two it spills)
-    xreg_fn fn = nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
-                                                      : xreg_table<1024, 4, 1>().f[in][acc])
-                                       : xreg_table<1024, 4, 2>().f[in][acc])
-                 : cm == 1  ? xreg_table<512, 8, 1>().f[in][acc]
-                 : cm == 2  ? xreg_table<512, 8, 2>().f[in][acc]
-                            : xreg_table<512, 8, 4>().f[in][acc];
+    xreg_fn fn = acc == 4     ? xreg_fd_fn(in)
+                 : nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
+                                                        : xreg_table<1024, 4, 1>().f[in][acc])
+                                         : xreg_table<1024, 4, 2>().f[in][acc])
+                 : cm == 1    ? xreg_table<512, 8, 1>().f[in][acc]
+                 : cm == 2    ? xreg_table<512, 8, 2>().f[in][acc]
+                              : xreg_table<512, 8, 4>().f[in][acc];
+    if (!fn) return false;
     set_smem_attr((const void *)fn, di);
     pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
-               eps, rp);
+               eps, rp, fd);
     return true;
 }
 
@@ -919,6 +1008,51 @@ extern "C" int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x,
     if (!fast_path(W, x, norm_w, k, smem_max)) return 0;
     return xreg_launch(h, W, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 3,
                        norm_w, eps, di, smem_max, (cudaStream_t)stream);
+}
+
+// the fused MLP's shapes: the column-resident gate+up kernel's (acc 3) and the down's rows
+static bool mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *out,
+                      const float *norm_w, int f, int k, const ls_device &di, size_t smem_max)
+{
+    return g_xreg && f >= 1 && fast_path(Wgu, x, norm_w, k, smem_max) &&
+           ((uintptr_t)DT & 15) == 0 && ((uintptr_t)out & 15) == 0 &&
+           xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
+                       norm_w, 0.0f, di, smem_max, nullptr, {}, {}, true);
+}
+
+extern "C" int ls_gemv_mlp(float *out, const float *x, const uint16_t *Wgu, const uint16_t *DT,
+                           const float *norm_w, float eps, int f, int k, void *stream)
+{
+    if (f < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "expected f, k >= 1");
+    if (out == x) ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "out must not be the input x");
+    shapes_from_env();
+    const ls_device di = ls_device_get();
+    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
+    if (!mlp_takes(Wgu, DT, x, out, norm_w, f, k, di, smem_max)) return 0;
+    const gemv_fd fd = {nullptr, (const uint4 *)DT, out};
+    return xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
+                       norm_w, eps, di, smem_max, (cudaStream_t)stream, {}, fd);
+}
+
+extern "C" int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x,
+                                 const float *out, const float *norm_w, int f, int k)
+{
+    shapes_from_env();
+    const ls_device di = ls_device_get();
+    return mlp_takes(Wgu, DT, x, out, norm_w, f, k, di, (size_t)di.smem_optin - GEMV_STATIC_SMEM);
+}
+
+extern "C" int ls_gemv_residual_copy(float *y, float *y2, const uint16_t *W, const float *x, int n,
+                                     int k, void *stream)
+{
+    if (n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_residual_copy", "expected n, k >= 1");
+    shapes_from_env();
+    const ls_device di = ls_device_get();
+    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
+    if (!g_xreg || !fast_path(W, x, nullptr, k, smem_max)) return 0;
+    const gemv_fd fd = {y2, nullptr, nullptr};
+    return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, di, smem_max,
+                       (cudaStream_t)stream, {}, fd);
 }
 
 extern "C" int ls_gemv_shapes(void)

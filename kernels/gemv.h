@@ -60,6 +60,25 @@ void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float 
 int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x, const float *norm_w, float eps,
                       int f, int k, void *stream);
 
+/* One position, one rank's whole MLP (an experiment: LOCKSTEP_MLP_FUSED=1 in the engine):
+ * out += Wdown . h, h = silu(g) * u, g | u = Wgu . x (x normed first when norm_w is set, as in
+ * ls_gemv_gu_swiglu), in one kernel: the down is split along its inputs, each block multiplying
+ * its h_i by the rows of DT (the down matrix transposed, [f][k] bf16: row i holds input i's
+ * weight on every output) and adding its partial output into out with float atomics, so the
+ * sum's order (and its last bits) changes from run to run. out must not be x (blocks read x
+ * after others have added). Returns 0, launching nothing, where the shape is not taken
+ * (ls_gemv_mlp_takes says so beforehand: as ls_gemv_gu_swiglu, and k <= 8192). */
+int ls_gemv_mlp(float *out, const float *x, const uint16_t *Wgu, const uint16_t *DT,
+                const float *norm_w, float eps, int f, int k, void *stream);
+int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *out,
+                      const float *norm_w, int f, int k);
+
+/* One position: y += W . x as ls_gemv_ex with accumulate, each updated y[r] also stored in
+ * y2[r] (the fused MLP's input copy). Returns 0, launching nothing, where the column-resident
+ * kernel does not take the shape. */
+int ls_gemv_residual_copy(float *y, float *y2, const uint16_t *W, const float *x, int n, int k,
+                          void *stream);
+
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above
  * (overrides LOCKSTEP_GEMV=S,M,L); returns the small one's name, NULL for an index out of range.

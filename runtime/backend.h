@@ -66,6 +66,16 @@ struct ls_backend {
      * backend does not take the shape, having done nothing (NULL: not offered) */
     int (*matmul_gu_swiglu)(float *h, const float *x, const float *nw, float eps, const void *W,
                             int k, int f);
+    /* Optional, an experiment (the engine's LOCKSTEP_MLP_FUSED=1; NULL: not offered): one
+     * position at one rank, x += Wo . att with xin = x after it (a copy the MLP reads), then
+     * x += the MLP of xin (rmsnorm(xin) * nw, gate+up, SwiGLU, down) in one operation that reads
+     * the down matrix transposed (downT, [f][dim], from transpose_matrix). Not bitwise
+     * reproducible (the CUDA kernel adds its blocks' partial outputs with float atomics).
+     * Returns 0, having done nothing, where the shapes are not taken. */
+    int (*attn_out_mlp)(float *x, float *xin, const float *att, const void *Wo, const void *Wgu,
+                        const void *downT, const float *nw, float eps, int qd, int dim, int f);
+    /* a new matrix [cols][rows], W [rows][cols] transposed; NULL when out of memory */
+    void *(*transpose_matrix)(const void *W, size_t rows, size_t cols);
     /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
      * positions pos[t], k and v stored in the caches at pos[t] */
     void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos,

@@ -353,6 +353,30 @@ static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float
                     interleaved, stream_get());
 }
 
+static int cu_attn_out_mlp(float *x, float *xin, const float *att, const void *Wo, const void *Wgu,
+                           const void *downT, const float *nw, float eps, int qd, int dim, int f)
+{
+    if (!ls_gemv_mlp_takes(Wgu, downT, xin, x, nw, f, dim)) return 0;
+    if (!ls_gemv_residual_copy(x, xin, Wo, att, dim, qd, stream_get())) return 0;
+    if (!ls_gemv_mlp(x, xin, Wgu, downT, nw, eps, f, dim, stream_get()))
+        ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "a shape it had taken was refused");
+    return 1;
+}
+
+static void *cu_transpose_matrix(const void *W, size_t rows, size_t cols)
+{
+    if (rows > INT_MAX || cols > INT_MAX) return NULL;
+    void *d = NULL;
+    if (cudaMalloc(&d, rows * cols * sizeof(uint16_t) + 2) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    CHECK_CUDA(cudaDeviceSynchronize()); /* W's upload (its own stream) done */
+    ls_transpose16(d, W, (int)rows, (int)cols, stream_get());
+    CHECK_CUDA(cudaStreamSynchronize(stream_get()));
+    return d;
+}
+
 /* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
  * clusters. The cluster merge shortens the attention at contexts within one cluster of chunks,
  * but the clustered launch costs at long contexts, where every chunk is live and merges through
@@ -548,6 +572,8 @@ const struct ls_backend ls_backend_cuda = {
     .rope_kv = cu_rope_kv,
     .matmul_rope_kv = cu_matmul_rope_kv,
     .matmul_gu_swiglu = cu_matmul_gu_swiglu,
+    .attn_out_mlp = cu_attn_out_mlp,
+    .transpose_matrix = cu_transpose_matrix,
     .attention = cu_attention,
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,

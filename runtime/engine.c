@@ -34,6 +34,7 @@ struct ls_engine {
     float *logits_all;   /* [tp][vpad] every rank's slice */
     float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
+    void **down_t;       /* [n_layers] the down matrices transposed (mlp_fused), or NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
     void *graph[2];              /* captured decode step per backend form, or NULL */
@@ -77,6 +78,38 @@ static float *balloc(struct ls_engine *e, size_t n, int *failed)
     float *p = e->be->alloc(n * sizeof(float));
     if (!p) *failed = 1;
     return p;
+}
+
+/* The attention output, the MLP's norm, gate+up, SwiGLU and down of one position at one rank in
+ * two kernels instead of three (the backend's attn_out_mlp: the down split along its inputs,
+ * read transposed): an experiment, LOCKSTEP_MLP_FUSED=1 (off by default: its float atomics make
+ * the results differ in their last bits from run to run) */
+static int mlp_fused_wanted(const struct ls_engine *e)
+{
+    const char *v = getenv("LOCKSTEP_MLP_FUSED");
+    return v && !strcmp(v, "1") && e->m->tp == 1 && e->be->attn_out_mlp && e->be->transpose_matrix;
+}
+
+/* the transposed down matrices (a second copy of each); -1 with err when out of memory */
+static int mlp_fused_alloc(struct ls_engine *e, char *err, size_t errlen)
+{
+    const struct ls_model *m = e->m;
+    const int n = m->cfg.n_layers, D = m->cfg.dim, F = m->shard.ffn_cols;
+    e->down_t = calloc((size_t)n, sizeof *e->down_t);
+    CHECK_ALLOC(e->down_t);
+    for (int l = 0; l < n; l++) {
+        e->down_t[l] = e->be->transpose_matrix(m->layers[l].w_down, (size_t)D, (size_t)F);
+        if (!e->down_t[l]) {
+            snprintf(err, errlen,
+                     "out of %s memory for the transposed down matrices of LOCKSTEP_MLP_FUSED=1: "
+                     "%.2f GB needed",
+                     e->be->name, (double)n * D * F * e->be->weight_bytes / 1e9);
+            return -1;
+        }
+    }
+    fprintf(stderr, "LOCKSTEP_MLP_FUSED=1: the down matrices transposed (%.2f GB more)\n",
+            (double)n * D * F * e->be->weight_bytes / 1e9);
+    return 0;
 }
 
 struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
@@ -125,6 +158,10 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
         e->kc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
         e->vc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
         if (!e->kc[l] || !e->vc[l]) failed = 1;
+    }
+    if (!failed && mlp_fused_wanted(e) && mlp_fused_alloc(e, err, errlen)) {
+        ls_engine_free(e);
+        return NULL;
     }
     if (failed) {
         double need = ((double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes +
@@ -197,6 +234,9 @@ void ls_engine_free(struct ls_engine *e)
         if (e->kc[l]) be->free(e->kc[l]);
         if (e->vc[l]) be->free(e->vc[l]);
     }
+    for (int l = 0; e->down_t && l < e->m->cfg.n_layers; l++)
+        if (e->down_t[l]) be->free(e->down_t[l]);
+    free(e->down_t);
     free(e->kc);
     free(e->vc);
     free(e->host_pos);
@@ -326,6 +366,18 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
                   e->max_ctx);
     if (fused) {
+        /* LOCKSTEP_MLP_FUSED=1: proj (unused at one rank) holds the MLP's input copy */
+        if (T == 1 && e->down_t) {
+            if (be->attn_out_mlp(e->x, e->proj, e->att, L->wo, L->w_gu, e->down_t[l], L->ffn_norm,
+                                 eps, qd, D, F))
+                return;
+            static int said;
+            if (!said++)
+                fprintf(stderr,
+                        "LOCKSTEP_MLP_FUSED=1: the backend does not take this shape "
+                        "(dim %d, ffn %d); the separate kernels run\n",
+                        D, F);
+        }
         be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);
         if (gu_swiglu(e, L, T, e->x, L->ffn_norm)) {
             be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 0);

@@ -5,7 +5,7 @@
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring,
 # scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, graphs, pflong, longctx, attbench,
-# attforms, shapes, layers, ab, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
+# attforms, shapes, layers, ab, mlp, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
 # table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
@@ -778,6 +778,54 @@ stage_allreduce() {
             [ $rc -ne 0 ] && [ $rc -ne 124 ] || return 1
         done
     done
+}
+
+# LOCKSTEP_MLP_FUSED=1 (an experiment: at one rank the attention output and the MLP in two
+# kernels, the down split along its inputs and read transposed, float atomics): every decode
+# step's logits (8 of them: the fused path is the one-position step's) against the CPU path's on
+# the tiny models and the SmolLM2 shape (TOL_BF16), and against the unfused GPU path's on the
+# random 8B (the same bf16 weights: within 1e-2); the greedy tokens are reported
+mlp_steps() { # A.json B.json TOL
+    python3 - "$@" <<'PY'
+import json, math, sys
+a, b, tol = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
+worst = 0.0
+for sa, sb in zip(a["top_logits"], b["top_logits"]):
+    va, vb = dict(zip(sa["ids"], sa["logits"])), dict(zip(sb["ids"], sb["logits"]))
+    ks = set(va) & set(vb)
+    num = math.sqrt(sum((va[k] - vb[k]) ** 2 for k in ks))
+    den = math.sqrt(sum(vb[k] ** 2 for k in ks))
+    worst = max(worst, num / den if den else float("inf"))
+same = 0
+for x, y in zip(a["ids"], b["ids"]):
+    if x != y:
+        break
+    same += 1
+print(f"{len(a['top_logits'])} steps: worst relative error {worst:.3e} (tol {tol}), "
+      f"the same first {same} of {len(a['ids'])} tokens")
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+stage_mlp() {
+    local ok=0 m v
+    export LOCKSTEP_MLP_FUSED=1
+    for m in "--dummy smollm2-135m" "-m tests/fixtures/tiny-llama" "-m tests/fixtures/tiny-qwen2" "-m tests/fixtures/tiny-qwen3"; do
+        v=$(case $m in *smollm2*) echo 49152 ;; *) echo 512 ;; esac)
+        # shellcheck disable=SC2086
+        gen_json 1 "$OUT/mlp-cpu.json" --cpu $m --prompt-ids "$(seq -s, 11 47)" -n 8 --top-logits "$v" --top-logit-steps 8 &&
+            gen_json 1 "$OUT/mlp-gpu.json" -x LOCKSTEP_MLP_FUSED --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 8 --top-logits "$v" --top-logit-steps 8 &&
+            echo -n "$m fused GPU vs CPU: " && mlp_steps "$OUT/mlp-gpu.json" "$OUT/mlp-cpu.json" "$TOL_BF16" || ok=1
+    done
+    m=(--dummy llama-3.1-8b --prompt-ids "$(seq -s, 11 138)" -n 8 --top-logits 128256 --top-logit-steps 8 --max-context 512)
+    gen_json 1 "$OUT/mlp-8b-fused.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}" &&
+        (export LOCKSTEP_MLP_FUSED=0; gen_json 1 "$OUT/mlp-8b-plain.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}") &&
+        echo -n "random 8B fused vs unfused GPU: " && mlp_steps "$OUT/mlp-8b-fused.json" "$OUT/mlp-8b-plain.json" 1e-2 || ok=1
+    # the greedy graph's tokens, fused and not (random weights: near ties may split them)
+    gen_json 1 "$OUT/mlp-g1.json" -x LOCKSTEP_MLP_FUSED --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 32 &&
+        (export LOCKSTEP_MLP_FUSED=0; gen_json 1 "$OUT/mlp-g0.json" -x LOCKSTEP_MLP_FUSED --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 32) &&
+        echo "SmolLM2 shape greedy graph, fused:   $(ids_of "$OUT/mlp-g1.json")" &&
+        echo "SmolLM2 shape greedy graph, unfused: $(ids_of "$OUT/mlp-g0.json")"
+    return $ok
 }
 
 # the peer in the same call, and lockstep's logits on the same random 8B model saved by

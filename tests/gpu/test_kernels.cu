@@ -381,8 +381,111 @@ static void test_gemv_gu_swiglu(const char *label, int f, int k, bool norm, bool
     check(name, compare(h.data(), ref.data(), f), TOL_GEMV, TOL_GEMV);
 }
 
+// one rank's MLP in one kernel (ls_gemv_mlp, the down split along its inputs and read
+// transposed): out = out0 + down(silu(g) * u), g | u = Wgu . (rmsnorm(x) * nw), against the CPU's
+// functions; the transposed matrix (ls_transpose16) checked bitwise against the host's
+// transpose. The float atomics make the result order-dependent: within TOL_GEMV, not bitwise.
+// With pdl, x (and the residual) arrive from a kernel that lets the launch start ~20 us early.
+static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expect_taken,
+                          bool pdl = false)
+{
+    char name[200];
+    snprintf(name, sizeof name, "gemv_mlp %s f=%d k=%d%s%s", label, f, k, norm ? " norm-in" : "",
+             pdl ? " pdl" : "");
+    const float eps = 1e-5f;
+    std::vector<uint16_t> Wgu, Wd;
+    std::vector<float> Wguf, Wdf;
+    rand_bf16((size_t)2 * f * k, Wgu, Wguf);
+    rand_bf16((size_t)k * f, Wd, Wdf); // [k][f]: the down, k outputs of f inputs
+    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), out0 = randv(k, 2.0f), xin(k);
+    std::vector<float> gu((size_t)2 * f), h(f), ref(k);
+    if (norm)
+        ref_rmsnorm(xin.data(), x.data(), nw.data(), 1, k, eps);
+    else
+        xin = x;
+    ref_matmul(gu.data(), xin.data(), Wguf.data(), nullptr, 1, k, 2 * f);
+    ref_swiglu(h.data(), gu.data(), gu.data() + f, (size_t)f);
+    ref_matmul(ref.data(), h.data(), Wdf.data(), nullptr, 1, f, k);
+    for (int i = 0; i < k; i++) ref[i] += out0[i];
+    dev<uint16_t> dgu((size_t)2 * f * k), dd((size_t)k * f), ddt((size_t)f * k);
+    dev<float> dx(k), dnw(k), dout(k);
+    dgu.up(Wgu);
+    dd.up(Wd);
+    dnw.up(nw);
+    ls_transpose16(ddt.p, dd.p, k, f, nullptr);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    {
+        std::vector<uint16_t> t(ddt.n);
+        CHECK_CUDA(cudaMemcpy(t.data(), ddt.p, t.size() * 2, cudaMemcpyDeviceToHost));
+        size_t bad = 0;
+        for (int r = 0; r < k; r++)
+            for (int c = 0; c < f; c++) bad += t[(size_t)c * k + r] != Wd[(size_t)r * f + c];
+        report(bad == 0, "transpose16 %dx%d: %zu elements differ", k, f, bad);
+    }
+    const int takes = ls_gemv_mlp_takes(dgu.p, ddt.p, dx.p, dout.p, norm ? dnw.p : nullptr, f, k);
+    int taken = 0;
+    dout.up(out0);
+    with_input(dx, x, pdl, [&] {
+        taken = ls_gemv_mlp(dout.p, dx.p, dgu.p, ddt.p, norm ? dnw.p : nullptr, eps, f, k, nullptr);
+    });
+    CHECK_CUDA(cudaGetLastError());
+    report(taken == takes, "%s: ls_gemv_mlp_takes says %d, ls_gemv_mlp did %d", name, takes, taken);
+    if (!taken) {
+        report(!expect_taken, "%s: not taken (%s)", name,
+               expect_taken ? "expected to be" : "as expected");
+        std::vector<float> o = dout.down();
+        report(memcmp(o.data(), out0.data(), o.size() * sizeof(float)) == 0,
+               "%s: out untouched when not taken", name);
+        return;
+    }
+    report(expect_taken, "%s: taken", name);
+    std::vector<float> o = dout.down();
+    check(name, compare(o.data(), ref.data(), k), TOL_GEMV, TOL_GEMV);
+}
+
+// y += W . x with each updated y also in y2 (ls_gemv_residual_copy): y bitwise ls_gemv_ex's
+// accumulate, y2 bitwise y (poisoned before)
+static void test_gemv_residual_copy(const char *label, int n, int k)
+{
+    char name[160];
+    snprintf(name, sizeof name, "gemv_residual_copy %s n=%d k=%d", label, n, k);
+    std::vector<uint16_t> Wb;
+    std::vector<float> Wf;
+    rand_bf16((size_t)n * k, Wb, Wf);
+    std::vector<float> x = randv(k, 3.0f), y0 = randv(n, 2.0f);
+    dev<uint16_t> dW((size_t)n * k);
+    dev<float> dx(k), dy(n), dy2(n);
+    dW.up(Wb);
+    dx.up(x);
+    dy.up(y0);
+    ls_gemv_ex(dy.p, dW.p, dx.p, nullptr, 1, n, k, 0, nullptr, 0.0f, 1, nullptr);
+    std::vector<float> want = dy.down();
+    dy.up(y0);
+    dy2.poison();
+    const int taken = ls_gemv_residual_copy(dy.p, dy2.p, dW.p, dx.p, n, k, nullptr);
+    CHECK_CUDA(cudaGetLastError());
+    report(taken, "%s: taken", name);
+    if (!taken) return;
+    std::vector<float> y = dy.down(), y2 = dy2.down();
+    report(memcmp(y.data(), want.data(), n * sizeof(float)) == 0, "%s: y bitwise ls_gemv_ex's",
+           name);
+    report(memcmp(y2.data(), y.data(), n * sizeof(float)) == 0, "%s: the copy bitwise y", name);
+}
+
 static void tests_gemv(void)
 {
+    // one rank's MLP in one kernel (the LOCKSTEP_MLP_FUSED experiment) and its input copy
+    test_gemv_mlp("llama8b", 14336, 4096, true, true);
+    test_gemv_mlp("llama8b", 14336, 4096, true, true, true);
+    test_gemv_mlp("smollm2", 1536, 576, true, true);
+    test_gemv_mlp("odd", 333, 4104, true, true);
+    test_gemv_mlp("plain input", 1000, 2048, false, true);
+    test_gemv_mlp("fewer outputs than SMs", 50, 2048, true, true, true);
+    test_gemv_mlp("k % 8 (not taken)", 100, 577, true, false);
+    test_gemv_mlp("k > 8192 (not taken)", 100, 8200, true, false);
+    if (!g_quick) test_gemv_mlp("k 8192", 3584, 8192, true, true);
+    test_gemv_residual_copy("llama8b o", 4096, 4096);
+    test_gemv_residual_copy("smollm2 o", 576, 576);
     // the gate+up GEMV with the SwiGLU in its epilogue: the 8B's at TP=1 (norm in) and TP=2,
     // SmolLM2's, odd sizes, every column-resident form, and shapes it leaves to the caller
     test_gemv_gu_swiglu("llama8b", 14336, 4096, true, true);
