@@ -380,10 +380,8 @@ struct gemv_fd {
     const uint4 *dt; // FD: the down matrix transposed
     float *out;      // FD: the residual the partial outputs are added to
 };
-#define FD_INFLIGHT 4 // transposed-down loads in flight per thread
 
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false,
-          bool FD = false>
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false, int FD = 0>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
@@ -537,12 +535,12 @@ static __global__ void __launch_bounds__(NT, 1)
     }
     // FD: this thread's chunk c of the down rows part, part + RS, ... (hrows of them)
     const int C = k >> 3, RS = NT / C, part = threadIdx.x / C, c8 = threadIdx.x - part * C;
-    const int hrows = FD && part < RS ? (rows / 2 - part + RS - 1) / RS : 0;
-    uint4 dw[FD ? FD_INFLIGHT : 1];
-    if constexpr (FD) {
+    const int hrows = FD > 0 && part < RS ? (rows / 2 - part + RS - 1) / RS : 0;
+    uint4 dw[FD > 0 ? FD : 1];
+    if constexpr (FD > 0) {
         const uint4 *dt = fd.dt + (size_t)(r0 / 2 + part) * C + c8;
 #pragma unroll
-        for (int i = 0; i < FD_INFLIGHT; i++)
+        for (int i = 0; i < FD; i++)
             dw[i] = i < hrows ? ld_weights(dt + (size_t)i * RS * C) : make_uint4(0, 0, 0, 0);
     }
     if (NORM) {
@@ -595,26 +593,26 @@ static __global__ void __launch_bounds__(NT, 1)
                 gs = __fmul_rn(gs, scale);
                 us = __fmul_rn(us, scale);
             }
-            if (FD)
+            if (FD > 0)
                 psum[rows * ps + t] = silu_mul(gs, us);
             else
                 y[r0 / 2 + t] = silu_mul(gs, us);
         }
-        if constexpr (FD) {
+        if constexpr (FD > 0) {
             const float *hs = psum + rows * ps;
             __syncthreads(); // hs written; psum's sums read
             float acc[8] = {};
             const uint4 *dt = fd.dt + (size_t)(r0 / 2 + part) * C + c8;
-            for (int u = 0; u < hrows; u += FD_INFLIGHT) {
+            for (int u = 0; u < hrows; u += FD) {
 #pragma unroll
-                for (int i = 0; i < FD_INFLIGHT; i++) {
+                for (int i = 0; i < FD; i++) {
                     if (u + i >= hrows) break;
                     const float h = hs[part + (u + i) * RS];
                     float wf[8];
                     unpack8(dw[i], wf);
 #pragma unroll
                     for (int e = 0; e < 8; e++) acc[e] = fmaf(h, wf[e], acc[e]);
-                    const int nx = u + i + FD_INFLIGHT;
+                    const int nx = u + i + FD;
                     if (nx < hrows) dw[i] = ld_weights(dt + (size_t)nx * RS * C);
                 }
             }
@@ -740,6 +738,7 @@ static int g_shapes_set;
 // threads: 4.401 / 2.929), 0 (LOCKSTEP_GEMV_XREG=0): never (4.432 / 3.034)
 static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
+static int g_mlp_inflight = 4; // the fused MLP's down loads in flight a thread: 2, 4 or 8
 
 static void shapes_from_env(void)
 {
@@ -747,6 +746,9 @@ static void shapes_from_env(void)
     g_shapes_set = 1;
     const char *xr = getenv("LOCKSTEP_GEMV_XREG");
     if (xr && xr[0] >= '0' && xr[0] <= '3' && !xr[1]) g_xreg = xr[0] - '0';
+    const char *mi = getenv("LOCKSTEP_MLP_INFLIGHT");
+    if (mi && (!strcmp(mi, "2") || !strcmp(mi, "4") || !strcmp(mi, "8")))
+        g_mlp_inflight = mi[0] - '0';
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -836,14 +838,22 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
     return t;
 }
 
-// the fused MLP's kernels (FD: the default 1024-thread form with one column a warp only)
-static xreg_fn xreg_fd_fn(int in)
+// the fused MLP's kernels (FD: the default 1024-thread form with one column a warp only), with
+// FDI transposed-down loads in flight per thread
+template <int FDI> static xreg_fn xreg_fd_fn_n(int in)
 {
     return in == GEMV_IN_NORM
-               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_NORM, false, true, false, true, true>
+               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_NORM, false, true, false, true, FDI>
            : in == GEMV_IN_PLAIN
-               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_PLAIN, false, true, false, true, true>
+               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_PLAIN, false, true, false, true, FDI>
                : nullptr;
+}
+
+static xreg_fn xreg_fd_fn(int in)
+{
+    return g_mlp_inflight == 2   ? xreg_fd_fn_n<2>(in)
+           : g_mlp_inflight == 8 ? xreg_fd_fn_n<8>(in)
+                                 : xreg_fd_fn_n<4>(in);
 }
 
 // launches the column-resident kernel when the shape suits it (columns per warp within the
@@ -1053,6 +1063,14 @@ extern "C" int ls_gemv_residual_copy(float *y, float *y2, const uint16_t *W, con
     const gemv_fd fd = {y2, nullptr, nullptr};
     return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, di, smem_max,
                        (cudaStream_t)stream, {}, fd);
+}
+
+extern "C" int ls_gemv_set_mlp_inflight(int n)
+{
+    shapes_from_env();
+    const int old = g_mlp_inflight;
+    if (n == 2 || n == 4 || n == 8) g_mlp_inflight = n;
+    return old;
 }
 
 extern "C" int ls_gemv_shapes(void)

@@ -73,6 +73,10 @@ int ls_gemv_mlp(float *out, const float *x, const uint16_t *Wgu, const uint16_t 
 int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *out,
                       const float *norm_w, int f, int k);
 
+/* The fused MLP's transposed-down loads in flight a thread: 2, 4 (default) or 8 (others leave
+ * it; LOCKSTEP_MLP_INFLIGHT sets it too). Returns the previous setting. */
+int ls_gemv_set_mlp_inflight(int n);
+
 /* One position: y += W . x as ls_gemv_ex with accumulate, each updated y[r] also stored in
  * y2[r] (the fused MLP's input copy). Returns 0, launching nothing, where the column-resident
  * kernel does not take the shape. */

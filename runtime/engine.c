@@ -80,14 +80,23 @@ static float *balloc(struct ls_engine *e, size_t n, int *failed)
     return p;
 }
 
-/* The attention output, the MLP's norm, gate+up, SwiGLU and down of one position at one rank in
- * two kernels instead of three (the backend's attn_out_mlp: the down split along its inputs,
- * read transposed): an experiment, LOCKSTEP_MLP_FUSED=1 (off by default: its float atomics make
- * the results differ in their last bits from run to run) */
-static int mlp_fused_wanted(const struct ls_engine *e)
+/* LOCKSTEP_MLP_FUSED=1: the attention output, the MLP's norm, gate+up, SwiGLU and down of one
+ * position at one rank in two kernels instead of three (the backend's attn_out_mlp: the down
+ * split along its inputs, read transposed; ~2% faster on the 8B). Off by default: its float
+ * atomics make the results differ in their last bits from run to run. 1 where it applies, 0
+ * off (a notice where it was asked for and does not apply), -1 with err for a bad value. */
+static int mlp_fused_switch(const struct ls_engine *e, char *err, size_t errlen)
 {
     const char *v = getenv("LOCKSTEP_MLP_FUSED");
-    return v && !strcmp(v, "1") && e->m->tp == 1 && e->be->attn_out_mlp && e->be->transpose_matrix;
+    if (!v || !*v || !strcmp(v, "0")) return 0;
+    if (strcmp(v, "1"))
+        return ls_errf(err, errlen, "LOCKSTEP_MLP_FUSED: expected 0 or 1, found '%s'", v);
+    if (e->m->tp == 1 && e->be->attn_out_mlp && e->be->transpose_matrix) return 1;
+    if (e->comm->rank == 0)
+        ls_warn("LOCKSTEP_MLP_FUSED=1 has no effect here: it applies at one rank on a GPU "
+                "(TP=%d, %s backend)",
+                e->m->tp, e->be->name);
+    return 0;
 }
 
 /* the transposed down matrices (a second copy of each); -1 with err when out of memory */
@@ -107,8 +116,6 @@ static int mlp_fused_alloc(struct ls_engine *e, char *err, size_t errlen)
             return -1;
         }
     }
-    fprintf(stderr, "LOCKSTEP_MLP_FUSED=1: the down matrices transposed (%.2f GB more)\n",
-            (double)n * D * F * e->be->weight_bytes / 1e9);
     return 0;
 }
 
@@ -159,9 +166,12 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
         e->vc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
         if (!e->kc[l] || !e->vc[l]) failed = 1;
     }
-    if (!failed && mlp_fused_wanted(e) && mlp_fused_alloc(e, err, errlen)) {
-        ls_engine_free(e);
-        return NULL;
+    if (!failed) {
+        const int mf = mlp_fused_switch(e, err, errlen);
+        if (mf < 0 || (mf > 0 && mlp_fused_alloc(e, err, errlen))) {
+            ls_engine_free(e);
+            return NULL;
+        }
     }
     if (failed) {
         double need = ((double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes +
@@ -278,6 +288,14 @@ int ls_engine_max_ctx(const struct ls_engine *e)
     return e->max_ctx;
 }
 
+double ls_engine_mlp_fused_bytes(const struct ls_engine *e)
+{
+    const struct ls_model *m = e->m;
+    return e->down_t
+               ? (double)m->cfg.n_layers * m->cfg.dim * m->shard.ffn_cols * e->be->weight_bytes
+               : 0.0;
+}
+
 struct ls_graph_stats ls_engine_graph_stats(const struct ls_engine *e)
 {
     return e->gstats;
@@ -373,9 +391,8 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
                 return;
             static int said;
             if (!said++)
-                fprintf(stderr,
-                        "LOCKSTEP_MLP_FUSED=1: the backend does not take this shape "
-                        "(dim %d, ffn %d); the separate kernels run\n",
+                ls_warn("LOCKSTEP_MLP_FUSED=1: the backend does not take this shape (dim %d, "
+                        "ffn %d); the separate kernels run",
                         D, F);
         }
         be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);

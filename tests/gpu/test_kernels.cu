@@ -477,6 +477,14 @@ static void tests_gemv(void)
     // one rank's MLP in one kernel (the LOCKSTEP_MLP_FUSED experiment) and its input copy
     test_gemv_mlp("llama8b", 14336, 4096, true, true);
     test_gemv_mlp("llama8b", 14336, 4096, true, true, true);
+    for (int fdi : {2, 8}) {
+        const int old = ls_gemv_set_mlp_inflight(fdi);
+        test_gemv_mlp(fdi == 2 ? "llama8b 2 in flight" : "llama8b 8 in flight", 14336, 4096, true,
+                      true);
+        test_gemv_mlp(fdi == 2 ? "smollm2 2 in flight" : "smollm2 8 in flight", 1536, 576, true,
+                      true);
+        ls_gemv_set_mlp_inflight(old);
+    }
     test_gemv_mlp("smollm2", 1536, 576, true, true);
     test_gemv_mlp("odd", 333, 4104, true, true);
     test_gemv_mlp("plain input", 1000, 2048, false, true);

@@ -11,6 +11,7 @@ check "bench prints decode ms/token and % of roofline" out_has "of the read roof
 check "bench JSON: positive bandwidth, prefill and decode figures" \
     jq_file "$tmp/b.json" '.read_gbs > 0 and .copy_gbs > 0 and .prefill_tok_s > 0 and .decode_ms_per_token > 0'
 check "bench JSON: TP=2, batch 1, 8 timed steps" jq_file "$tmp/b.json" '.tp == 2 and .batch == 1 and .gen == 8'
+check "bench JSON: the MLP in one kernel off (LOCKSTEP_MLP_FUSED unset)" jq_file "$tmp/b.json" '.mlp_fused == false'
 check "bench JSON: per-rank weights of the SmolLM2 shape split in two (0.2..0.4 GB in fp32)" \
     jq_file "$tmp/b.json" '.weight_bytes_per_rank > 2e8 and .weight_bytes_per_rank < 4e8'
 # the share is (decode - decode without collectives) / decode of the same run; both are CPU

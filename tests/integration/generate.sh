@@ -273,6 +273,16 @@ check "LOCKSTEP_WARMUP: warmup_s in the JSON, 0 when off" \
 LOCKSTEP_WARMUP=yes run_mpi 2 -x LOCKSTEP_WARMUP "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 1
 n_warm=$(count_in_err "LOCKSTEP_WARMUP: expected 0 or 1, found 'yes'")
 check "LOCKSTEP_WARMUP=yes: non-zero, said on every rank" test "$rc" -ne 0 -a "$n_warm" -eq 2
+# LOCKSTEP_MLP_FUSED (one rank on a GPU only): a bad value is an error on every rank; 1 on CPU
+# ranks says it has no effect there, and the tokens are those without it
+LOCKSTEP_MLP_FUSED=on run_mpi 2 -x LOCKSTEP_MLP_FUSED "$LOCKSTEP" generate --cpu --dummy smollm2-135m --prompt-ids 1
+n_mlp=$(count_in_err "LOCKSTEP_MLP_FUSED: expected 0 or 1, found 'on'")
+check "LOCKSTEP_MLP_FUSED=on: non-zero, said on every rank" test "$rc" -ne 0 -a "$n_mlp" -eq 2
+LOCKSTEP_MLP_FUSED=1 run_mpi 2 -x LOCKSTEP_MLP_FUSED "$LOCKSTEP" generate --cpu --dummy smollm2-135m \
+    --prompt-ids 5,6,7,8,9 -n 12 --ignore-eos --json --quiet
+check "LOCKSTEP_MLP_FUSED=1 on CPU ranks: said once to have no effect, the same greedy tokens" \
+    eval '[ "$rc" -eq 0 ] && [ "$(count_in_err "LOCKSTEP_MLP_FUSED=1 has no effect here")" -eq 1 ] &&
+        [ "$(jq -c .ids "$tmp/out")" = "$(cat "$tmp/warm0")" ]'
 run_mpi 2 "$LOCKSTEP" generate --cpu --dummy "$fx/tiny-qwen2/config.json" --prompt-ids 1,2 -n 4 --json --quiet
 check "--dummy with a config.json runs" jq_ok '.generated_tokens >= 0'
 run_mpi 2 "$LOCKSTEP" generate --cpu --dummy llama-9000 --prompt-ids 1
