@@ -585,6 +585,34 @@ static __global__ void __launch_bounds__(SP_THREADS)
 // itself in writes the index and clears the word and the count for the next call. One block
 // over a 128K row was ~125 dependent scalar loads a thread (~8.6 us alone); here each thread
 // loads one or two float4s.
+// The grid kernels' "last block to arrive goes on" (the grid argmax, the top-p passes, min-p,
+// the kept weight): each block arrives once on a counter of the launch. For the one thread
+// whose global stores (and atomics) the block's result is: true in the last block to arrive;
+// what every block stored before arriving is then visible to that thread (a fence before the
+// count, so a block's stores are in before the count says so; one after it in the last, so its
+// reads come after every block's count). The caller sets the counter back to 0 for the next
+// launch.
+static __device__ __forceinline__ bool arrive_last(unsigned *done)
+{
+    __threadfence();
+    const bool last = atomicAdd(done, 1u) == gridDim.x - 1;
+    if (last) __threadfence();
+    return last;
+}
+
+// the same for a block whose threads all stored (every thread calls it; true in every thread of
+// the last block, each of which then reads after a fence of its own)
+static __device__ bool block_arrive_last(unsigned *done)
+{
+    __shared__ int last;
+    __threadfence(); // this thread's stores in before thread 0 counts the block
+    __syncthreads();
+    if (threadIdx.x == 0) last = arrive_last(done);
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 #define AM_THREADS 256
 static __device__ unsigned long long g_am_key;
 static __device__ unsigned g_am_done;
@@ -629,9 +657,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
     if (threadIdx.x != 0) return;
     for (int w = 1; w < AM_THREADS / 32; w++) k = red[w] > k ? red[w] : k;
     if (k) atomicMax(&g_am_key, k);
-    __threadfence(); // the key is in before the count says so
-    if (atomicAdd(&g_am_done, 1u) != gridDim.x - 1) return;
-    __threadfence(); // every block's key is in: read it after the count
+    if (!arrive_last(&g_am_done)) return;
     const unsigned long long best = atomicExch(&g_am_key, 0ull);
     g_am_done = 0;
     *out = best ? (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFull)) : 0;
@@ -884,7 +910,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
 {
     __shared__ unsigned hh[TP_BINS], hl[TP_BINS];
     __shared__ uint64_t scan[32];
-    __shared__ int last, pick;
+    __shared__ int pick;
     __shared__ unsigned long long pick_above;
     pdl_launch_dependents();
     const int tid = threadIdx.x, nb = tp_nbins(pass), shift = tp_shift(pass);
@@ -904,12 +930,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
         const unsigned long long v = ((unsigned long long)hh[b] << 16) + hl[b];
         if (v) atomicAdd(&gh[b], v);
     }
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(&st->done[phase][pass], 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!block_arrive_last(&st->done[phase][pass])) return;
     // thread tid holds bins nb - 1 - k * tid ... (k = nb / SP_THREADS of them, from the top)
     const int k = nb / SP_THREADS; // 1 or 2
     const uint64_t b0 = __ldcg(&gh[nb - 1 - k * tid]),
@@ -948,7 +969,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
                    const double *__restrict__ u, tp_state *st, int phase, int draw)
 {
     __shared__ uint64_t scan[32];
-    __shared__ int last, blk;
+    __shared__ int blk;
     __shared__ unsigned long long blk_above;
     pdl_launch_dependents();
     pdl_wait();
@@ -958,12 +979,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
     uint64_t total;
     block_scan(t.w, &total, scan);
     if (tid == 0) st->tsum[blockIdx.x] = total;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(&st->done[phase][TP_PASSES], 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!block_arrive_last(&st->done[phase][TP_PASSES])) return;
     const uint64_t above = st->above, target = st->target;
     // the block whose ties reach the target (blocks in id order; at most TP_MAX_BLOCKS)
     uint64_t running = 0;
@@ -1018,21 +1034,15 @@ static __global__ void __launch_bounds__(SP_THREADS)
                    int all)
 {
     __shared__ uint64_t scan[32];
-    __shared__ int last;
     pdl_launch_dependents();
     pdl_wait();
     const samp sp = {logits[st->max_idx], temp};
     const tp_tok t = tp_kept(logits, n, sp, st, all);
     const float l = t.w > 0 ? logits[t.i] : 0.0f;
     const uint32_t k = block_max_u32(t.w > 0 && sp.e(l) >= min_p ? ~t.key : 0u, scan);
-    if (threadIdx.x == 0) {
-        if (k) atomicMax(&st->kinv, k);
-        __threadfence();
-        last = atomicAdd(&st->done_mp, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last || threadIdx.x != 0) return;
-    __threadfence();
+    if (threadIdx.x != 0) return;
+    if (k) atomicMax(&st->kinv, k);
+    if (!arrive_last(&st->done_mp)) return;
     const uint32_t kmin = ~atomicAdd(&st->kinv, 0u);
     if (all || kmin > st->c.key) st->c = {kmin, INT_MAX};
 }
@@ -1044,19 +1054,13 @@ static __global__ void __launch_bounds__(SP_THREADS)
                      const double *__restrict__ u, tp_state *st, int all)
 {
     __shared__ uint64_t scan[32];
-    __shared__ int last;
     pdl_launch_dependents();
     pdl_wait();
     const samp sp = {logits[st->max_idx], temp};
     const uint64_t s = block_sum(tp_kept(logits, n, sp, st, all).w, scan);
-    if (threadIdx.x == 0) {
-        if (s) atomicAdd(&st->kw, s);
-        __threadfence();
-        last = atomicAdd(&st->done_kw, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last || threadIdx.x != 0) return;
-    __threadfence();
+    if (threadIdx.x != 0) return;
+    if (s) atomicAdd(&st->kw, s);
+    if (!arrive_last(&st->done_kw)) return;
     const uint64_t kw = atomicAdd(&st->kw, 0ull);
     uint64_t r = (uint64_t)(*u * (double)kw);
     if (r >= kw) r = kw - 1;
