@@ -504,7 +504,8 @@ stage_bench() {
 
 # what the engine's graphs and first launches cost a request (random 8B, one GPU): batch lines
 # whose sampling changes, the decode graph updated in place or always new; the first request
-# of a process with and without the warm-up at start-up
+# of a process with and without the warm-up at start-up (greedy, drawn, and a scoring one that
+# asks for the prompt's log-probabilities)
 stage_graphs() {
     local i v w s
     # what a sampling change costs the decode graph: 16 batch lines of 32 tokens, the
@@ -521,7 +522,7 @@ stage_graphs() {
     cmp -s "$OUT/gu8b-1.out" "$OUT/gu8b-0.out" && echo "batch: the same results either way" ||
         { echo "batch: the results differ with LOCKSTEP_GRAPH_UPDATE=0"; return 1; }
     for w in 0 1; do
-        for s in "" "--temperature 0.6 --top-p 0.9"; do
+        for s in "" "--temperature 0.6 --top-p 0.9" "--prompt-logprobs 1"; do
             # shellcheck disable=SC2086
             LOCKSTEP_WARMUP=$w mpi -x LOCKSTEP_WARMUP -np 1 build-gpu/lockstep generate --gpu --dummy llama-3.1-8b \
                 --prompt-ids "$(seq -s, 1000 1127)" -n 32 --ignore-eos $s --json --quiet >"$OUT/warm$w.json" &&
