@@ -909,11 +909,6 @@ int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out)
     return ls_engine_decode(e, in, NULL, 0.0, NULL, out);
 }
 
-static void warmup_score(void *ctx, int t, const struct ls_scores *s)
-{
-    (void)ctx, (void)t, (void)s;
-}
-
 int ls_engine_warmup(struct ls_engine *e, int n)
 {
     const int V = e->m->cfg.vocab;
@@ -928,16 +923,8 @@ int ls_engine_warmup(struct ls_engine *e, int n)
     const struct ls_sampling drawn = {
         .temperature = 1.0f, .top_p = 0.9f, .repetition_penalty = 1.0f};
     int next = 0, out = 0;
-    char err[256];
     ls_engine_reset(e);
-    /* the forward as a scoring request runs it (prompt_logprobs, perplexity): the LM head over
-     * every position and the scores in the backend, whose buffers are allocated now, at
-     * start-up; without the memory for them, the plain forward (the scoring request will say
-     * what it lacks) */
-    if (ls_engine_score(e, ids, n, 1, logits, warmup_score, NULL, err, sizeof err) != 0) {
-        ls_engine_reset(e);
-        ls_engine_forward(e, ids, n, logits);
-    }
+    ls_engine_forward(e, ids, n, logits);
     ls_engine_choose(e, &drawn, 0.5, ids, NULL, &next);
     ls_engine_decode_greedy(e, next, &out);
     ls_engine_reset(e);

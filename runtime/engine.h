@@ -72,12 +72,10 @@ int ls_engine_score(struct ls_engine *e, const int *ids, int n, int top_n, float
  * Returns 0, or -1 when the context is full. */
 int ls_engine_decode_greedy(struct ls_engine *e, int in, int *out);
 /* The work of a first request, done once and forgotten: a forward of up to n positions (token
- * ids 0, 1, ...) with every position's scores (as ls_engine_score; its buffers allocated here;
- * a plain forward where there is no memory for them), a drawn choice of the next token and one
- * greedy decode step, then a reset. On a GPU the kernels' first launches (module loads, the
- * GEMMs' algorithm choice) and the greedy step's graph capture then happen here instead of in
- * the first request. Returns 0, or -1 when the cache holds fewer than 2 positions (nothing
- * done). */
+ * ids 0, 1, ...), a drawn choice of the next token and one greedy decode step, then a reset.
+ * On a GPU the kernels' first launches (module loads, the GEMMs' algorithm choice) and the
+ * greedy step's graph capture then happen here instead of in the first request. Returns 0, or
+ * -1 when the cache holds fewer than 2 positions (nothing done). */
 int ls_engine_warmup(struct ls_engine *e, int n);
 /* The same with the token chosen in the backend by sp (NULL or temperature 0: greedy; else
  * drawn at sp's temperature, top-k, top-p and min-p with the uniform draw u, ls_sampler_uniform)
