@@ -99,6 +99,13 @@ static int mlp_fused_switch(const struct ls_engine *e, char *err, size_t errlen)
     return 0;
 }
 
+/* the bytes of a transposed copy of every down matrix */
+static double down_t_bytes(const struct ls_engine *e)
+{
+    const struct ls_model *m = e->m;
+    return (double)m->cfg.n_layers * m->cfg.dim * m->shard.ffn_cols * e->be->weight_bytes;
+}
+
 /* the transposed down matrices (a second copy of each); -1 with err when out of memory */
 static int mlp_fused_alloc(struct ls_engine *e, char *err, size_t errlen)
 {
@@ -112,7 +119,7 @@ static int mlp_fused_alloc(struct ls_engine *e, char *err, size_t errlen)
             snprintf(err, errlen,
                      "out of %s memory for the transposed down matrices of LOCKSTEP_MLP_FUSED=1: "
                      "%.2f GB needed",
-                     e->be->name, (double)n * D * F * e->be->weight_bytes / 1e9);
+                     e->be->name, down_t_bytes(e) / 1e9);
             return -1;
         }
     }
@@ -290,10 +297,7 @@ int ls_engine_max_ctx(const struct ls_engine *e)
 
 double ls_engine_mlp_fused_bytes(const struct ls_engine *e)
 {
-    const struct ls_model *m = e->m;
-    return e->down_t
-               ? (double)m->cfg.n_layers * m->cfg.dim * m->shard.ffn_cols * e->be->weight_bytes
-               : 0.0;
+    return e->down_t ? down_t_bytes(e) : 0.0;
 }
 
 struct ls_graph_stats ls_engine_graph_stats(const struct ls_engine *e)
