@@ -33,8 +33,7 @@ enum {
     OPT_CHAT,
     OPT_CHAT_TEMPLATE,
     OPT_CHAT_KWARGS,
-    OPT_CONTENT_FMT,
-    OPT_DUMMY
+    OPT_CONTENT_FMT
 };
 
 static const char batch_help[] =
@@ -619,8 +618,7 @@ static int close_files(FILE *in, FILE *out, const char *out_path, int failed)
 int cmd_batch(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"dummy", required_argument, NULL, OPT_DUMMY},
+        RC_MODEL_LONGOPTS,
         {"input", required_argument, NULL, OPT_INPUT},
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"max-tokens", required_argument, NULL, 'n'},
@@ -636,20 +634,15 @@ int cmd_batch(int argc, char **argv)
     ls_common_defaults(&common);
     struct ls_gen_params dflt;
     ls_gen_defaults(&dflt);
-    const char *model = NULL, *in_path = NULL, *out_path = NULL;
+    struct rc_model_arg model = {0};
+    const char *in_path = NULL, *out_path = NULL;
     const char *template_path = NULL, *kwargs_text = NULL;
     int chat = 0, max_ctx = 0, reset = 1, opt, rc, content_format = CHAT_CONTENT_AUTO;
     long v;
-    char err[1024], dummy[4200];
+    char err[1024];
     while ((opt = ls_getopt(argc, argv, "m:n:h", longopts, &reset, err, sizeof err)) != -1) {
+        if (rc_model_opt(opt, optarg, &model)) continue;
         switch (opt) {
-        case 'm':
-            model = optarg;
-            break;
-        case OPT_DUMMY:
-            snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
-            model = dummy;
-            break;
         case OPT_INPUT:
             in_path = optarg;
             break;
@@ -694,7 +687,7 @@ int cmd_batch(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
         return ls_usage_error("batch", err);
     }
-    if (!model) return ls_usage_error("batch", "missing --model (-m) or --dummy");
+    if (!model.path) return ls_usage_error("batch", "missing --model (-m) or --dummy");
     if (!in_path) return ls_usage_error("batch", "missing --input");
     if (!out_path) return ls_usage_error("batch", "missing --output");
     /* the chat template: the model's, unless a file replaces it; read before the model loads */
@@ -710,7 +703,7 @@ int cmd_batch(int argc, char **argv)
     FILE *in = NULL, *out = NULL;
     if (!ls_agree(j.ctx.rank != 0 || open_files(in_path, out_path, &in, &out) == 0))
         ls_abort_quiet(&j.ctx);
-    rc_job_load(&j, model, max_ctx, RC_PREFILL_CHUNK);
+    rc_job_load(&j, model.path, max_ctx, RC_PREFILL_CHUNK);
     chat_env_add_tokenizer(&env, j.model->tok);
 
     char *line = NULL;

@@ -21,8 +21,7 @@
 #include <string.h>
 
 enum {
-    OPT_DUMMY = 1500,
-    OPT_PROMPT_LEN,
+    OPT_PROMPT_LEN = 1500,
     OPT_GEN,
     OPT_BATCH,
     OPT_JSON,
@@ -224,8 +223,7 @@ static int allreduce_sweep(struct rc_job *j, size_t max_bytes, FILE *json, const
 int cmd_bench(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"dummy", required_argument, NULL, OPT_DUMMY},
+        RC_MODEL_LONGOPTS,
         {"prompt-len", required_argument, NULL, OPT_PROMPT_LEN},
         {"gen", required_argument, NULL, OPT_GEN},
         {"warmup", required_argument, NULL, OPT_WARMUP},
@@ -250,8 +248,9 @@ int cmd_bench(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     struct ls_common_opts common;
     ls_common_defaults(&common);
-    const char *model = NULL, *json_path = NULL;
-    char dummy[4200], err[512];
+    struct rc_model_arg model = {0};
+    const char *json_path = NULL;
+    char err[512];
     long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, sweep_max = 64L << 20,
          max_ctx = 0, v;
     int reset = 1, opt, sweep = 0;
@@ -260,14 +259,8 @@ int cmd_bench(int argc, char **argv)
     gp.sampling.seed = 1;
     int unused_ctx = 0;
     while ((opt = ls_getopt(argc, argv, "m:h", longopts, &reset, err, sizeof err)) != -1) {
+        if (rc_model_opt(opt, optarg, &model)) continue;
         switch (opt) {
-        case 'm':
-            model = optarg;
-            break;
-        case OPT_DUMMY:
-            snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
-            model = dummy;
-            break;
         case OPT_PROMPT_LEN:
             if (ls_parse_long("--prompt-len", optarg, 1, 1 << 20, &prompt_len, err, sizeof err))
                 return ls_usage_error("bench", err);
@@ -343,7 +336,7 @@ int cmd_bench(int argc, char **argv)
         ls_shutdown(&j.ctx);
         return ok ? 0 : 1;
     }
-    if (!model) return ls_usage_error("bench", "missing --model (-m) or --dummy");
+    if (!model.path) return ls_usage_error("bench", "missing --model (-m) or --dummy");
 
     struct rc_job j;
     int ctx_len = (int)(prompt_len + warmup + gen + 1);
@@ -358,7 +351,7 @@ int cmd_bench(int argc, char **argv)
     const int chunk = (int)(prompt_len < RC_PREFILL_CHUNK ? prompt_len : RC_PREFILL_CHUNK);
     rc_job_start(&j, &argc, &argv, &common, NULL, ctx_len, chunk);
     FILE *json = json_open(&j, json_path);
-    rc_job_load(&j, model, ctx_len, chunk);
+    rc_job_load(&j, model.path, ctx_len, chunk);
     char verr[128];
     const int vocab_ok = ls_sampling_check_vocab(&sp, j.model->cfg.vocab, verr, sizeof verr) == 0;
     if (!vocab_ok && j.ctx.rank == 0) ls_error("bench: %s", verr);

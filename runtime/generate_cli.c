@@ -18,7 +18,6 @@
 #include <string.h>
 
 enum {
-    OPT_DUMMY = 1299,
     OPT_CHAT = 1300,
     OPT_SYSTEM,
     OPT_PROMPT_IDS,
@@ -128,9 +127,8 @@ static void print_json(const struct rc_job *j, const int *prompt, int n_prompt,
 int cmd_generate(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'},
+        RC_MODEL_LONGOPTS,
         {"prompt", required_argument, NULL, 'p'},
-        {"dummy", required_argument, NULL, OPT_DUMMY},
         {"max-tokens", required_argument, NULL, 'n'},
         {"help", no_argument, NULL, 'h'},
         {"chat", no_argument, NULL, OPT_CHAT},
@@ -153,20 +151,15 @@ int cmd_generate(int argc, char **argv)
     struct ls_gen_params gp;
     ls_gen_defaults(&gp);
     gp.top_logit_steps = 4;
-    const char *model = NULL, *prompt = NULL, *ids_arg = NULL, *system = NULL;
+    struct rc_model_arg model = {0};
+    const char *prompt = NULL, *ids_arg = NULL, *system = NULL;
     const char *template_path = NULL, *kwargs_text = NULL, *tools_path = NULL;
     int chat = 0, json = 0, quiet = 0, max_ctx = 0, reset = 1, opt, rc;
     long v;
-    char err[1024], dummy[4200];
+    char err[1024];
     while ((opt = ls_getopt(argc, argv, "m:p:n:h", longopts, &reset, err, sizeof err)) != -1) {
+        if (rc_model_opt(opt, optarg, &model)) continue;
         switch (opt) {
-        case 'm':
-            model = optarg;
-            break;
-        case OPT_DUMMY:
-            snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
-            model = dummy;
-            break;
         case 'p':
             prompt = optarg;
             break;
@@ -238,7 +231,7 @@ int cmd_generate(int argc, char **argv)
                  argv[optind]);
         return ls_usage_error("generate", err);
     }
-    if (!model) return ls_usage_error("generate", "missing --model (-m) or --dummy");
+    if (!model.path) return ls_usage_error("generate", "missing --model (-m) or --dummy");
     if (!prompt == !ids_arg)
         return ls_usage_error("generate", "give exactly one of --prompt (-p) and --prompt-ids");
     if (ids_arg && chat)
@@ -269,7 +262,7 @@ int cmd_generate(int argc, char **argv)
     }
 
     struct rc_job j;
-    rc_job_start(&j, &argc, &argv, &common, model, max_ctx, RC_PREFILL_CHUNK);
+    rc_job_start(&j, &argc, &argv, &common, model.path, max_ctx, RC_PREFILL_CHUNK);
     char *text = NULL;
     if (prompt && !strcmp(prompt, "-")) {
         size_t n = 0;

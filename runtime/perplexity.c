@@ -31,8 +31,7 @@
 #include <string.h>
 
 enum {
-    OPT_DUMMY = LS_OPT_FIRST_FREE,
-    OPT_PROMPT_IDS,
+    OPT_PROMPT_IDS = LS_OPT_FIRST_FREE,
     OPT_CTX,
     OPT_STRIDE,
     OPT_SCORE_FROM,
@@ -92,8 +91,7 @@ static void score(void *ctx, int t, const struct ls_scores *s)
 int cmd_perplexity(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"dummy", required_argument, NULL, OPT_DUMMY},
+        RC_MODEL_LONGOPTS,
         {"file", required_argument, NULL, 'f'},
         {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS},
         {"ctx", required_argument, NULL, OPT_CTX},
@@ -108,20 +106,15 @@ int cmd_perplexity(int argc, char **argv)
         {NULL, 0, NULL, 0}};
     struct ls_common_opts common;
     ls_common_defaults(&common);
-    const char *model = NULL, *file = NULL, *ids_arg = NULL;
+    struct rc_model_arg model = {0};
+    const char *file = NULL, *ids_arg = NULL;
     int ctx = 512, stride = 0, score_from = -1, json = 0, reset = 1, opt, rc;
     int whole = 0, window_bos = 0, llama_cpp = 0;
     long v;
-    char err[1024], dummy[4200];
+    char err[1024];
     while ((opt = ls_getopt(argc, argv, "m:f:h", longopts, &reset, err, sizeof err)) != -1) {
+        if (rc_model_opt(opt, optarg, &model)) continue;
         switch (opt) {
-        case 'm':
-            model = optarg;
-            break;
-        case OPT_DUMMY:
-            snprintf(dummy, sizeof dummy, "dummy:%s", optarg);
-            model = dummy;
-            break;
         case 'f':
             file = optarg;
             break;
@@ -169,7 +162,7 @@ int cmd_perplexity(int argc, char **argv)
         snprintf(err, sizeof err, "unexpected argument '%s'", argv[optind]);
         return ls_usage_error("perplexity", err);
     }
-    if (!model) return ls_usage_error("perplexity", "missing --model (-m) or --dummy");
+    if (!model.path) return ls_usage_error("perplexity", "missing --model (-m) or --dummy");
     if (!file == !ids_arg)
         return ls_usage_error("perplexity", "give exactly one of --file (-f) and --prompt-ids");
     if (llama_cpp && stride) {
@@ -198,7 +191,7 @@ int cmd_perplexity(int argc, char **argv)
     }
 
     struct rc_job j;
-    rc_job_start(&j, &argc, &argv, &common, model, ctx, RC_PREFILL_CHUNK);
+    rc_job_start(&j, &argc, &argv, &common, model.path, ctx, RC_PREFILL_CHUNK);
     int *ids = NULL, n = 0, ok = 1;
     if (ids_arg) {
         ok = rc_parse_ids("--prompt-ids", ids_arg, &ids, &n, err, sizeof err) == 0;

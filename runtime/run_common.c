@@ -40,6 +40,18 @@ static int parse_float(const char *flag, const char *s, enum ls_sampling_param p
     return 0;
 }
 
+int rc_model_opt(int opt, const char *arg, struct rc_model_arg *m)
+{
+    if (opt == 'm') {
+        m->path = arg;
+        return 1;
+    }
+    if (opt != RC_OPT_DUMMY) return 0;
+    snprintf(m->dummy, sizeof m->dummy, "dummy:%s", arg);
+    m->path = m->dummy;
+    return 1;
+}
+
 int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err,
                     size_t errlen)
 {

@@ -69,6 +69,21 @@ enum {
     "  --min-tokens N       end-of-sequence and stop tokens cannot come before N tokens\n"         \
     "  --max-context N      KV cache length (default: the model's, at most 4096)\n"
 
+/* -m PATH and --dummy PRESET|FILE, the model flags of every command that loads one
+ * (RC_MODEL_LONGOPTS among its long options, "m:" among its short ones) */
+#define RC_OPT_DUMMY 1199
+#define RC_MODEL_LONGOPTS                                                                          \
+    {"model", required_argument, NULL, 'm'},                                                       \
+    {                                                                                              \
+        "dummy", required_argument, NULL, RC_OPT_DUMMY                                             \
+    }
+struct rc_model_arg {
+    const char *path; /* as rc_job_start takes it; NULL until one of the flags is given */
+    char dummy[4200]; /* "dummy:PRESET" */
+};
+/* takes -m or --dummy (opt) into m: 1 when opt is one of them, else 0 */
+int rc_model_opt(int opt, const char *arg, struct rc_model_arg *m);
+
 /* handles an RC_OPT_* option: 0 handled, -1 bad value (err), 1 not ours */
 int rc_sampling_opt(int opt, const char *arg, struct ls_gen_params *p, int *max_ctx, char *err,
                     size_t errlen);
