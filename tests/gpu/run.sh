@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/lockstep-out}
 mkdir -p "$OUT"
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
-stages=${STAGES:-build info launcher kernels e2e allreduce hang bench peer}
+stages=${STAGES:-build info launcher kernels e2e mlp allreduce hang bench peer}
 declare -A result
 
 # The machine has Open MPI's runtime but no headers, and no hwloc/CUnit/jansson/PCRE2/utf8proc
