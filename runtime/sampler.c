@@ -87,6 +87,18 @@ static int out_of_range(enum ls_sampling_param p, float v, char *err, size_t err
     return 1;
 }
 
+/* 1 with the message when token id's logit bias b is outside its range (NaN is); b as given,
+ * before it is narrowed to a float, so that a value past a float's range is named as it came */
+static int bias_out_of_range(long id, double b, char *err, size_t errlen)
+{
+    const struct ls_sampling_range *r = &ls_sampling_ranges[LS_LOGIT_BIAS];
+    if (b >= r->lo && b <= r->hi) return 0;
+    char range[64];
+    snprintf(err, errlen, "logit_bias of token %ld: expected %s, found %g", id,
+             ls_sampling_range_text(LS_LOGIT_BIAS, range, sizeof range), b);
+    return 1;
+}
+
 /* 1 with the message when v < 0 */
 static int negative(const char *field, int v, char *err, size_t errlen)
 {
@@ -126,13 +138,7 @@ int ls_sampling_validate(const struct ls_sampling *s, char *err, size_t errlen)
             snprintf(err, errlen, "logit_bias: expected token ids >= 0, found %d", s->bias_id[i]);
             return -1;
         }
-        if (!(s->bias[i] >= -100.0f && s->bias[i] <= 100.0f)) {
-            char range[64];
-            snprintf(err, errlen, "logit_bias of token %d: expected %s, found %g", s->bias_id[i],
-                     ls_sampling_range_text(LS_LOGIT_BIAS, range, sizeof range),
-                     (double)s->bias[i]);
-            return -1;
-        }
+        if (bias_out_of_range(s->bias_id[i], s->bias[i], err, errlen)) return -1;
     }
     return 0;
 }
@@ -160,12 +166,7 @@ int ls_sampling_add_bias(struct ls_sampling *s, long id, double bias, char *err,
             snprintf(err, errlen, "logit_bias: token %ld given twice", id);
             return -1;
         }
-    if (!(bias >= -100.0 && bias <= 100.0)) {
-        char range[64];
-        snprintf(err, errlen, "logit_bias of token %ld: expected %s, found %g", id,
-                 ls_sampling_range_text(LS_LOGIT_BIAS, range, sizeof range), bias);
-        return -1;
-    }
+    if (bias_out_of_range(id, bias, err, errlen)) return -1;
     s->bias_id[s->n_bias] = (int)id;
     s->bias[s->n_bias++] = (float)bias;
     return 0;
