@@ -173,13 +173,6 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
         e->vc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
         if (!e->kc[l] || !e->vc[l]) failed = 1;
     }
-    if (!failed) {
-        const int mf = mlp_fused_switch(e, err, errlen);
-        if (mf < 0 || (mf > 0 && mlp_fused_alloc(e, err, errlen))) {
-            ls_engine_free(e);
-            return NULL;
-        }
-    }
     if (failed) {
         double need = ((double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes +
                        (double)B * (3.0 * D + 2.0 * qd + 2.0 * kd + 2.0 * F) * 4);
@@ -190,6 +183,11 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
                  "out of %s memory for the KV cache and activations: %.2f GB needed for "
                  "--max-context %d%s; lower --max-context",
                  be->name, need / 1e9, max_ctx, have);
+        ls_engine_free(e);
+        return NULL;
+    }
+    const int mf = mlp_fused_switch(e, err, errlen);
+    if (mf < 0 || (mf > 0 && mlp_fused_alloc(e, err, errlen))) {
         ls_engine_free(e);
         return NULL;
     }
