@@ -76,6 +76,19 @@ static __global__ void add_kernel(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
+// the same sums, in the same order, as gemv.cu's pending-sum readers
+static __global__ void pending_resolve_kernel(float *x, float *pend, size_t n)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        x[i] = __fadd_rn(__fadd_rn(x[i], pend[i]), pend[n + i]);
+        pend[i] = 0.0f;
+        pend[n + i] = 0.0f;
+    }
+}
+
 static __global__ void to_fp32_kernel(float *__restrict__ out, const uint16_t *__restrict__ in,
                                       size_t n)
 {
@@ -128,6 +141,14 @@ extern "C" void ls_add(float *x, const float *y, size_t n, void *stream)
 {
     if (n == 0) return;
     pdl_launch(add_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, x, y, n);
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_pending_resolve(float *x, float *pend, size_t n, void *stream)
+{
+    if (n == 0) return;
+    pdl_launch(pending_resolve_kernel, ew_blocks(n), EW_THREADS, 0, (cudaStream_t)stream, x, pend,
+               n);
     CHECK_CUDA(cudaGetLastError());
 }
 

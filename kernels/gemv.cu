@@ -371,15 +371,52 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // the transposed down that those inputs reach (fd.dt, [n/2][k] bf16), each thread 8 outputs of
 // one row in RS = NT / (k/8) row sets, whose first rows are issued before the epilogue (they do
 // not depend on h); the row sets' sums meet in shared memory and the block adds its partial
-// output into fd.out with float atomics. So the gate+up -> down boundary (the release, the down's
-// ramp, its slowest block) is gone; the sum's order is the blocks' arrival: not reproducible.
-// fd.out must not be x: x is read after the wait by blocks that may start late.
-// ACC with fd.y2: each updated y also stored there (the fused MLP's input copy).
+// output into the pending sum fd.out with float atomics (pending_split: exact, so in any order
+// the same bits). So the gate+up -> down boundary (the release, the down's ramp, its slowest
+// block) is gone.
+// ACC with fd.y2: each updated y also stored there (the fused MLP's input copy); with fd.pend,
+// y's pending sum added to y first (when fd.pend_live) and zeroed.
+// fd.xpend (plain or norm input): x's pending sum, added to x as it is loaded.
 struct gemv_fd {
-    float *y2;       // ACC: a copy of each updated y
-    const uint4 *dt; // FD: the down matrix transposed
-    float *out;      // FD: the residual the partial outputs are added to
+    float *y2;          // ACC: a copy of each updated y
+    const uint4 *dt;    // FD: the down matrix transposed
+    float *out;         // FD: the pending sum [2][k] the partial outputs are added to
+    float *pend;        // ACC: y's pending sum [2][n], or NULL
+    const float *xpend; // x's pending sum [2][k], or NULL
+    int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
 };
+
+// A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
+// stands for (y[i] + p[i]) + p[n + i]. The blocks of the fused MLP add their partial outputs in
+// the order they finish; float atomics would round differently in each order. So each partial v
+// is split into hi, a multiple of 2R, and lo = v - hi rounded to a multiple of R / 2^16, where
+// R = 2^-ilogb(scale) (scale = 1 / rms of the MLP's input: every block has the same), and hi
+// goes to p[i], lo to p[n + i]. Sums of multiples of q below 2^24 q are exact in floats, so
+// the order does not matter: the lo sums stay within blocks x R < 256 R = 2^24 x R / 2^16 for
+// fewer than 256 blocks, the hi sums within 2^25 R (an output 2^24 times its input's RMS would
+// be rounded, in some order). hi - v is exact (Sterbenz: |v - hi| <= R <= |hi| / 2 when hi is
+// not 0). Each partial is off by at most R / 2^17 (~1e-5 of the input's RMS in all, across the
+// 132 partials of an H200), far below the bf16 weights' rounding.
+#define PEND_LO_BITS    16
+#define PEND_MAX_BLOCKS 255
+
+static __device__ __forceinline__ float pow2f(int e) // 2^e, -126 <= e <= 127
+{
+    return __int_as_float((127 + e) << 23);
+}
+
+static __device__ __forceinline__ float4 pend_add(float4 a, float4 b)
+{
+    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z),
+                       __fadd_rn(a.w, b.w));
+}
+
+static __device__ __forceinline__ void pending_split(float v, int E, float &hi, float &lo)
+{
+    hi = __fmul_rn(rintf(__fmul_rn(v, pow2f(E - 1))), pow2f(1 - E));
+    lo = __fmul_rn(rintf(__fmul_rn(__fsub_rn(v, hi), pow2f(E + PEND_LO_BITS))),
+                   pow2f(-E - PEND_LO_BITS));
+}
 
 template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false, int FD = 0>
 static __global__ void __launch_bounds__(NT, 1)
@@ -479,6 +516,14 @@ static __global__ void __launch_bounds__(NT, 1)
         } else {
             xa[j] = x4[2 * q[j]];
             xb[j] = x4[2 * q[j] + 1];
+            // (x + hi) + lo, as the ACC form takes it in; in the forms that read a residual
+            // with one (y = or RoPE; one column a warp): the launch declines others, in which
+            // the registers would spill
+            if (CM == 1 && !ACC && !SO && fd.xpend) {
+                const float4 *h4 = reinterpret_cast<const float4 *>(fd.xpend), *l4 = h4 + (k >> 2);
+                xa[j] = pend_add(pend_add(xa[j], h4[2 * q[j]]), l4[2 * q[j]]);
+                xb[j] = pend_add(pend_add(xb[j], h4[2 * q[j] + 1]), l4[2 * q[j] + 1]);
+            }
             if (NORM) {
                 const float4 *w4 = reinterpret_cast<const float4 *>(nw);
                 const float4 a = xa[j], b = xb[j], wa = w4[2 * q[j]], wb = w4[2 * q[j] + 1];
@@ -624,15 +669,28 @@ static __global__ void __launch_bounds__(NT, 1)
             if (part == 0) {
                 for (int p2 = 1; p2 < RS; p2++)
                     for (int e = 0; e < 8; e++) acc[e] += comb[(size_t)(p2 - 1) * k + 8 * c8 + e];
-                float *o = fd.out + 8 * c8;
+                // the pending sum's grids (pending_split), from the norm's scale (plain input:
+                // R = 1); four outputs at a time
+                const int E = NORM ? max(-60, min(60, ilogbf(scale))) : 0;
+#pragma unroll
+                for (int h4 = 0; h4 < 8; h4 += 4) {
+                    float hi[4], lo[4];
+                    for (int e = 0; e < 4; e++) pending_split(acc[h4 + e], E, hi[e], lo[e]);
+                    float *oh = fd.out + 8 * c8 + h4, *ol = fd.out + k + 8 * c8 + h4;
+                    const bool any_hi = hi[0] != 0.0f || hi[1] != 0.0f || hi[2] != 0.0f ||
+                                        hi[3] != 0.0f; // rare: a partial of the input's RMS
 #if __CUDA_ARCH__ >= 900
-                atomicAdd(reinterpret_cast<float4 *>(o),
-                          make_float4(acc[0], acc[1], acc[2], acc[3]));
-                atomicAdd(reinterpret_cast<float4 *>(o + 4),
-                          make_float4(acc[4], acc[5], acc[6], acc[7]));
+                    atomicAdd(reinterpret_cast<float4 *>(ol),
+                              make_float4(lo[0], lo[1], lo[2], lo[3]));
+                    if (any_hi)
+                        atomicAdd(reinterpret_cast<float4 *>(oh),
+                                  make_float4(hi[0], hi[1], hi[2], hi[3]));
 #else
-                for (int e = 0; e < 8; e++) atomicAdd(o + e, acc[e]);
+                    for (int e = 0; e < 4; e++) atomicAdd(ol + e, lo[e]);
+                    if (any_hi)
+                        for (int e = 0; e < 4; e++) atomicAdd(oh + e, hi[e]);
 #endif
+                }
             }
         }
     } else {
@@ -642,7 +700,14 @@ static __global__ void __launch_bounds__(NT, 1)
             if (NORM) sum = __fmul_rn(sum, scale);
             const float b = bias ? bias[r0 + r] : 0.0f;
             float *yp = y + r0 + r;
-            const float v = ACC ? *yp + (sum + b) : sum + b;
+            float y0 = ACC ? *yp : 0.0f;
+            if (ACC && fd.pend) { // y's pending sum resolved (as an xpend input reads it), zeroed
+                if (fd.pend_live)
+                    y0 = __fadd_rn(__fadd_rn(y0, fd.pend[r0 + r]), fd.pend[n + r0 + r]);
+                fd.pend[r0 + r] = 0.0f;
+                fd.pend[n + r0 + r] = 0.0f;
+            }
+            const float v = ACC ? y0 + (sum + b) : sum + b;
             *yp = v;
             if (ACC && fd.y2) fd.y2[r0 + r] = v;
         }
@@ -871,9 +936,12 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
     if (acc == 4 && (g_xreg != 3 || cm != 1 || k / 8 > nt)) return false;
+    if (fd.xpend && (cm != 1 || in == GEMV_IN_SWIGLU || acc == 1 || acc >= 3))
+        return false; // the kernel's xpend forms
     if (in == GEMV_IN_SWIGLU && g_silu_fast) in = GEMV_IN_SWIGLU_FAST;
     const int units = acc >= 2 ? n / 2 : n; // rows, or pairs of rows
     const int grid = units < di.sms ? units : di.sms;
+    if (acc == 4 && grid > PEND_MAX_BLOCKS) return false; // the pending sum's lo bound
     const int rows = (acc >= 2 ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     // odd stride: no bank conflicts; FD: then h and the row sets' sums
@@ -980,10 +1048,10 @@ extern "C" void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const fl
     gemv_launch(y, W, x, bias, T, n, k, swiglu != 0, norm_w, eps, accumulate, stream);
 }
 
-extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *bias,
-                                int k, const float *norm_w, float eps, int hq, int hkv, int hd,
-                                uint16_t *kcache, uint16_t *vcache, const int *pos,
-                                const float *inv_freq, int max_ctx, int interleaved, void *stream)
+extern "C" int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *xpend,
+                               const float *bias, int k, const float *norm_w, float eps, int hq,
+                               int hkv, int hd, uint16_t *kcache, uint16_t *vcache, const int *pos,
+                               const float *inv_freq, int max_ctx, int interleaved, void *stream)
 {
     if (k < 1 || hq < 1 || hkv < 1 || hd < 2 || hd % 2 || hd > 256)
         ls_die(__FILE__, __LINE__, "ls_gemv_rope_kv",
@@ -998,13 +1066,33 @@ extern "C" void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, c
         while ((1 << sh) < hd) sh++;
         const gemv_rope rp = {kcache,          vcache, pos,     inv_freq,        hq * hd,
                               (hq + hkv) * hd, sh,     max_ctx, interleaved != 0};
-        if (xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
-                        eps, di, smem_max, s, rp))
-            return;
+        gemv_fd fd = {};
+        fd.xpend = xpend;
+        if ((!xpend || ((uintptr_t)xpend & 15) == 0) &&
+            xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
+                        eps, di, smem_max, s, rp, fd))
+            return 1;
     }
+    if (xpend) return 0;
     gemv_launch(qkv, W, x, bias, 1, n, k, false, norm_w, eps, 0, stream);
     ls_rope_kv(qkv, qkv + (size_t)hq * hd, qkv + (size_t)(hq + hkv) * hd, n, n, kcache, vcache, pos,
                inv_freq, 1, hq, hkv, hd, max_ctx, interleaved, nullptr, nullptr, 0.0f, stream);
+    return 1;
+}
+
+extern "C" int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const float *xpend,
+                            const float *bias, int n, int k, const float *norm_w, float eps,
+                            void *stream)
+{
+    if (n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_pend", "expected n, k >= 1");
+    shapes_from_env();
+    const ls_device di = ls_device_get();
+    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
+    if (!g_xreg || !fast_path(W, x, norm_w, k, smem_max) || ((uintptr_t)xpend & 15)) return 0;
+    gemv_fd fd = {};
+    fd.xpend = xpend;
+    return xreg_launch(y, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 0, norm_w, eps,
+                       di, smem_max, (cudaStream_t)stream, {}, fd);
 }
 
 extern "C" int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x,
@@ -1021,46 +1109,61 @@ extern "C" int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x,
 }
 
 // the fused MLP's shapes: the column-resident gate+up kernel's (acc 3) and the down's rows
-static bool mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *out,
+static bool mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *pend,
                       const float *norm_w, int f, int k, const ls_device &di, size_t smem_max)
 {
     return g_xreg && f >= 1 && fast_path(Wgu, x, norm_w, k, smem_max) &&
-           ((uintptr_t)DT & 15) == 0 && ((uintptr_t)out & 15) == 0 &&
+           ((uintptr_t)DT & 15) == 0 && ((uintptr_t)pend & 15) == 0 &&
            xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
                        norm_w, 0.0f, di, smem_max, nullptr, {}, {}, true);
 }
 
-extern "C" int ls_gemv_mlp(float *out, const float *x, const uint16_t *Wgu, const uint16_t *DT,
+extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, const uint16_t *DT,
                            const float *norm_w, float eps, int f, int k, void *stream)
 {
     if (f < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "expected f, k >= 1");
-    if (out == x) ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "out must not be the input x");
+    if (pend == x) ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "pend must not be the input x");
     shapes_from_env();
     const ls_device di = ls_device_get();
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    if (!mlp_takes(Wgu, DT, x, out, norm_w, f, k, di, smem_max)) return 0;
-    const gemv_fd fd = {nullptr, (const uint4 *)DT, out};
+    if (!mlp_takes(Wgu, DT, x, pend, norm_w, f, k, di, smem_max)) return 0;
+    gemv_fd fd = {};
+    fd.dt = (const uint4 *)DT;
+    fd.out = pend;
     return xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
                        norm_w, eps, di, smem_max, (cudaStream_t)stream, {}, fd);
 }
 
 extern "C" int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x,
-                                 const float *out, const float *norm_w, int f, int k)
+                                 const float *pend, const float *norm_w, int f, int k)
 {
     shapes_from_env();
     const ls_device di = ls_device_get();
-    return mlp_takes(Wgu, DT, x, out, norm_w, f, k, di, (size_t)di.smem_optin - GEMV_STATIC_SMEM);
+    return mlp_takes(Wgu, DT, x, pend, norm_w, f, k, di, (size_t)di.smem_optin - GEMV_STATIC_SMEM);
 }
 
-extern "C" int ls_gemv_residual_copy(float *y, float *y2, const uint16_t *W, const float *x, int n,
-                                     int k, void *stream)
+extern "C" int ls_gemv_residual_copy_takes(const uint16_t *W, const float *x, int n, int k)
+{
+    shapes_from_env();
+    const ls_device di = ls_device_get();
+    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
+    return n >= 1 && k >= 1 && g_xreg && fast_path(W, x, nullptr, k, smem_max) &&
+           xreg_launch(nullptr, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, di, smem_max,
+                       nullptr, {}, {}, true);
+}
+
+extern "C" int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_live,
+                                     const uint16_t *W, const float *x, int n, int k, void *stream)
 {
     if (n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_residual_copy", "expected n, k >= 1");
     shapes_from_env();
     const ls_device di = ls_device_get();
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
     if (!g_xreg || !fast_path(W, x, nullptr, k, smem_max)) return 0;
-    const gemv_fd fd = {y2, nullptr, nullptr};
+    gemv_fd fd = {};
+    fd.y2 = y2;
+    fd.pend = pend;
+    fd.pend_live = pend_live;
     return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, di, smem_max,
                        (cudaStream_t)stream, {}, fd);
 }

@@ -45,11 +45,19 @@ void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const float *bias, 
  * then exactly ls_rope_kv(q = qkv, k = qkv + hq*hd, v = qkv + (hq + hkv)*hd, T = 1, no q/k
  * norms) at position pos[0]: the same bits as those two calls, which it makes itself where the
  * one-kernel form does not apply (head_dim not a power of two, unaligned or too wide inputs,
- * the column-resident kernel off). kcache, vcache: this layer's cache, as in rope.h. */
-void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *bias, int k,
-                     const float *norm_w, float eps, int hq, int hkv, int hd, uint16_t *kcache,
-                     uint16_t *vcache, const int *pos, const float *inv_freq, int max_ctx,
-                     int interleaved, void *stream);
+ * the column-resident kernel off). kcache, vcache: this layer's cache, as in rope.h.
+ * xpend: x's pending sum (ls_gemv_mlp), or NULL; with one, where the one-kernel form does not
+ * apply, it returns 0 having done nothing (else 1). */
+int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *xpend,
+                    const float *bias, int k, const float *norm_w, float eps, int hq, int hkv,
+                    int hd, uint16_t *kcache, uint16_t *vcache, const int *pos,
+                    const float *inv_freq, int max_ctx, int interleaved, void *stream);
+
+/* One position: y = W . x' (+ bias), x' = (x[i] + xpend[i]) + xpend[k + i] (x with its pending
+ * sum, ls_gemv_mlp), normed first when norm_w is set: ls_gemv_ex of x' in one kernel. Returns 0,
+ * launching nothing, where the column-resident kernel does not take the shape. */
+int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const float *xpend, const float *bias,
+                 int n, int k, const float *norm_w, float eps, void *stream);
 
 /* One position: h[i] = silu(g[i]) * u[i] for i < f, where g | u = W . x (W [2f][k] bf16: the
  * gate rows, then the up rows; x normed first as in ls_gemv_ex when norm_w is set): the gate+up
@@ -60,17 +68,20 @@ void ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float 
 int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x, const float *norm_w, float eps,
                       int f, int k, void *stream);
 
-/* One position, one rank's whole MLP (an experiment: LOCKSTEP_MLP_FUSED=1 in the engine):
- * out += Wdown . h, h = silu(g) * u, g | u = Wgu . x (x normed first when norm_w is set, as in
- * ls_gemv_gu_swiglu), in one kernel: the down is split along its inputs, each block multiplying
- * its h_i by the rows of DT (the down matrix transposed, [f][k] bf16: row i holds input i's
- * weight on every output) and adding its partial output into out with float atomics, so the
- * sum's order (and its last bits) changes from run to run. out must not be x (blocks read x
- * after others have added). Returns 0, launching nothing, where the shape is not taken
- * (ls_gemv_mlp_takes says so beforehand: as ls_gemv_gu_swiglu, and k <= 8192). */
-int ls_gemv_mlp(float *out, const float *x, const uint16_t *Wgu, const uint16_t *DT,
+/* One position, one rank's whole MLP (the engine's fused MLP): Wdown . h, h = silu(g) * u,
+ * g | u = Wgu . x (x normed first when norm_w is set, as in ls_gemv_gu_swiglu), in one kernel:
+ * the down is split along its inputs, each block multiplying its h_i by the rows of DT (the down
+ * matrix transposed, [f][k] bf16: row i holds input i's weight on every output) and adding its
+ * partial output into the pending sum pend [2][k] (16-byte aligned). A residual y with a pending
+ * sum stands for (y[i] + pend[i]) + pend[k + i]: the blocks add their partials in the order they
+ * finish, on grids that make every such sum exact (gemv.cu, pending_split), so the result is the
+ * same bits in any order, within ~1e-5 of the input's RMS of the exact sum. Readers:
+ * ls_gemv_residual_copy, ls_gemv_rope_kv, ls_gemv_pend, ls_pending_resolve; pend starts zeroed.
+ * Returns 0, launching nothing, where the shape is not taken (ls_gemv_mlp_takes says so
+ * beforehand: as ls_gemv_gu_swiglu, k <= 8192, fewer than 256 blocks). */
+int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, const uint16_t *DT,
                 const float *norm_w, float eps, int f, int k, void *stream);
-int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *out,
+int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *pend,
                       const float *norm_w, int f, int k);
 
 /* The fused MLP's transposed-down loads in flight a thread: 2, 4 (default) or 8 (others leave
@@ -78,10 +89,12 @@ int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, c
 int ls_gemv_set_mlp_inflight(int n);
 
 /* One position: y += W . x as ls_gemv_ex with accumulate, each updated y[r] also stored in
- * y2[r] (the fused MLP's input copy). Returns 0, launching nothing, where the column-resident
- * kernel does not take the shape. */
-int ls_gemv_residual_copy(float *y, float *y2, const uint16_t *W, const float *x, int n, int k,
-                          void *stream);
+ * y2[r] (the fused MLP's input copy). pend (or NULL): y's pending sum [2][n] (ls_gemv_mlp),
+ * taken into y first where pend_live, as (y[r] + pend[r]) + pend[n + r], and zeroed either way.
+ * Returns 0, launching nothing, where the column-resident kernel does not take the shape. */
+int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_live, const uint16_t *W,
+                          const float *x, int n, int k, void *stream);
+int ls_gemv_residual_copy_takes(const uint16_t *W, const float *x, int n, int k);
 
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above

@@ -66,14 +66,26 @@ struct ls_backend {
      * backend does not take the shape, having done nothing (NULL: not offered) */
     int (*matmul_gu_swiglu)(float *h, const float *x, const float *nw, float eps, const void *W,
                             int k, int f);
-    /* Optional, an experiment (the engine's LOCKSTEP_MLP_FUSED=1; NULL: not offered): one
-     * position at one rank, x += Wo . att with xin = x after it (a copy the MLP reads), then
-     * x += the MLP of xin (rmsnorm(xin) * nw, gate+up, SwiGLU, down) in one operation that reads
-     * the down matrix transposed (downT, [f][dim], from transpose_matrix). Not bitwise
-     * reproducible (the CUDA kernel adds its blocks' partial outputs with float atomics).
-     * Returns 0, having done nothing, where the shapes are not taken. */
-    int (*attn_out_mlp)(float *x, float *xin, const float *att, const void *Wo, const void *Wgu,
-                        const void *downT, const float *nw, float eps, int qd, int dim, int f);
+    /* Optional (the engine's fused MLP; NULL: not offered): one position at one rank,
+     * x += Wo . att with xin = x after it (a copy the MLP reads), then the MLP of xin
+     * (rmsnorm(xin) * nw, gate+up, SwiGLU, down) in one operation that reads the down matrix
+     * transposed (downT, [f][dim], from transpose_matrix). The MLP's output is left in pend
+     * [2][dim] as x's pending sum: x then stands for (x[i] + pend[i]) + pend[dim + i] until the
+     * next attn_out_mlp takes it in (pend_live: pend holds one; else it is only zeroed first);
+     * matmul_rope_kv and matmul_rmsnorm_pend read x with it. The same bits in every run (the
+     * CUDA kernel's partial sums are exact in any order; see kernels/gemv.h). Returns 0, having
+     * done nothing, where the shapes are not taken; attn_out_mlp_takes says so beforehand. */
+    int (*attn_out_mlp)(float *x, float *xin, float *pend, int pend_live, const float *att,
+                        const void *Wo, const void *Wgu, const void *downT, const float *nw,
+                        float eps, int qd, int dim, int f);
+    int (*attn_out_mlp_takes)(const float *x, const float *xin, const float *pend, const float *att,
+                              const void *Wo, const void *Wgu, const void *downT, const float *nw,
+                              int qd, int dim, int f);
+    /* One position: out = (rmsnorm(x') * nw) . W^T (+ bias), x' = x with its pending sum xpend
+     * (attn_out_mlp), which the backend may first take into x (x and xpend then written).
+     * Offered with attn_out_mlp. */
+    void (*matmul_rmsnorm_pend)(float *out, float *x, float *xpend, const float *nw, float eps,
+                                const void *W, const float *bias, int k, int n);
     /* a new matrix [cols][rows], W [rows][cols] transposed; NULL when out of memory */
     void *(*transpose_matrix)(const void *W, size_t rows, size_t cols);
     /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
@@ -84,11 +96,11 @@ struct ls_backend {
     /* One position: qkv [(hq + 2 hkv) * hd] = the QKV matmul of x (normed by nw first when nw
      * is set, as matmul_rmsnorm; else as matmul), then rope_kv of it without q/k norms, as one
      * operation (the CUDA backend: RoPE and the cache store in the GEMV's epilogue; NULL: not
-     * offered) */
-    void (*matmul_rope_kv)(float *qkv, const float *x, const float *nw, float eps, const void *W,
-                           const float *bias, int k, void *kc, void *vc, const int *pos,
-                           const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
-                           int interleaved);
+     * offered). xpend: x's pending sum (attn_out_mlp) or NULL, as in matmul_rmsnorm_pend. */
+    void (*matmul_rope_kv)(float *qkv, float *x, float *xpend, const float *nw, float eps,
+                           const void *W, const float *bias, int k, void *kc, void *vc,
+                           const int *pos, const float *inv_freq, int hq, int hkv, int hd,
+                           int max_ctx, int interleaved);
     /* causal attention of the T positions pos[0] .. pos[0] + T - 1 (pos0 is pos[0] as known to
      * the host; a decode step of a graph reads pos instead); q at qkv + t * stride; out
      * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */

@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "kernels/ref.h"
 #include "log.h"
+#include "check.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -140,11 +141,13 @@ static void cpu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *p
 }
 
 /* composed: the engine's fused sequence is the same calls on the CPU */
-static void cpu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps,
+static void cpu_matmul_rope_kv(float *qkv, float *x, float *xpend, const float *nw, float eps,
                                const void *W, const float *bias, int k, void *kc, void *vc,
                                const int *pos, const float *inv_freq, int hq, int hkv, int hd,
                                int max_ctx, int interleaved)
 {
+    if (xpend) /* made only by attn_out_mlp, which this backend does not offer */
+        ls_die(__FILE__, __LINE__, "cpu_matmul_rope_kv", "a pending sum on the CPU backend");
     const int n = (hq + 2 * hkv) * hd;
     if (nw)
         cpu_matmul_rmsnorm(qkv, x, nw, eps, W, bias, 1, k, n);

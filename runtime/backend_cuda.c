@@ -344,21 +344,44 @@ static int cu_matmul_gu_swiglu(float *h, const float *x, const float *nw, float 
     return ls_gemv_gu_swiglu(h, W, x, nw, eps, f, k, stream_get());
 }
 
-static void cu_matmul_rope_kv(float *qkv, const float *x, const float *nw, float eps, const void *W,
-                              const float *bias, int k, void *kc, void *vc, const int *pos,
-                              const float *inv_freq, int hq, int hkv, int hd, int max_ctx,
-                              int interleaved)
+/* x's pending sum read with x by the GEMV, or (a shape it does not take) taken into x first */
+static void cu_matmul_rope_kv(float *qkv, float *x, float *xpend, const float *nw, float eps,
+                              const void *W, const float *bias, int k, void *kc, void *vc,
+                              const int *pos, const float *inv_freq, int hq, int hkv, int hd,
+                              int max_ctx, int interleaved)
 {
-    ls_gemv_rope_kv(qkv, W, x, bias, k, nw, eps, hq, hkv, hd, kc, vc, pos, inv_freq, max_ctx,
+    if (xpend && ls_gemv_rope_kv(qkv, W, x, xpend, bias, k, nw, eps, hq, hkv, hd, kc, vc, pos,
+                                 inv_freq, max_ctx, interleaved, stream_get()))
+        return;
+    if (xpend) ls_pending_resolve(x, xpend, (size_t)k, stream_get());
+    ls_gemv_rope_kv(qkv, W, x, NULL, bias, k, nw, eps, hq, hkv, hd, kc, vc, pos, inv_freq, max_ctx,
                     interleaved, stream_get());
 }
 
-static int cu_attn_out_mlp(float *x, float *xin, const float *att, const void *Wo, const void *Wgu,
-                           const void *downT, const float *nw, float eps, int qd, int dim, int f)
+static void cu_matmul_rmsnorm_pend(float *out, float *x, float *xpend, const float *nw, float eps,
+                                   const void *W, const float *bias, int k, int n)
 {
-    if (!ls_gemv_mlp_takes(Wgu, downT, xin, x, nw, f, dim)) return 0;
-    if (!ls_gemv_residual_copy(x, xin, Wo, att, dim, qd, stream_get())) return 0;
-    if (!ls_gemv_mlp(x, xin, Wgu, downT, nw, eps, f, dim, stream_get()))
+    if (ls_gemv_pend(out, W, x, xpend, bias, n, k, nw, eps, stream_get())) return;
+    ls_pending_resolve(x, xpend, (size_t)k, stream_get());
+    cu_matmul_rmsnorm(out, x, nw, eps, W, bias, 1, k, n);
+}
+
+static int cu_attn_out_mlp_takes(const float *x, const float *xin, const float *pend,
+                                 const float *att, const void *Wo, const void *Wgu,
+                                 const void *downT, const float *nw, int qd, int dim, int f)
+{
+    (void)x;
+    return ls_gemv_residual_copy_takes(Wo, att, dim, qd) &&
+           ls_gemv_mlp_takes(Wgu, downT, xin, pend, nw, f, dim);
+}
+
+static int cu_attn_out_mlp(float *x, float *xin, float *pend, int pend_live, const float *att,
+                           const void *Wo, const void *Wgu, const void *downT, const float *nw,
+                           float eps, int qd, int dim, int f)
+{
+    if (!ls_gemv_mlp_takes(Wgu, downT, xin, pend, nw, f, dim)) return 0;
+    if (!ls_gemv_residual_copy(x, xin, pend, pend_live, Wo, att, dim, qd, stream_get())) return 0;
+    if (!ls_gemv_mlp(pend, xin, Wgu, downT, nw, eps, f, dim, stream_get()))
         ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "a shape it had taken was refused");
     return 1;
 }
@@ -573,6 +596,8 @@ const struct ls_backend ls_backend_cuda = {
     .matmul_rope_kv = cu_matmul_rope_kv,
     .matmul_gu_swiglu = cu_matmul_gu_swiglu,
     .attn_out_mlp = cu_attn_out_mlp,
+    .attn_out_mlp_takes = cu_attn_out_mlp_takes,
+    .matmul_rmsnorm_pend = cu_matmul_rmsnorm_pend,
     .transpose_matrix = cu_transpose_matrix,
     .attention = cu_attention,
     .add = cu_add,

@@ -35,6 +35,8 @@ struct ls_engine {
     float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
     void **down_t;       /* [n_layers] the down matrices transposed (mlp_fused), or NULL */
+    float *pend;         /* [2][dim] x's pending sum, the fused MLP's output (with down_t) */
+    float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
     void *graph[2];              /* captured decode step per backend form, or NULL */
@@ -82,16 +84,18 @@ static float *balloc(struct ls_engine *e, size_t n, int *failed)
 
 /* LOCKSTEP_MLP_FUSED=1: the attention output, the MLP's norm, gate+up, SwiGLU and down of one
  * position at one rank in two kernels instead of three (the backend's attn_out_mlp: the down
- * split along its inputs, read transposed; ~2% faster on the 8B). Off by default: its float
- * atomics make the results differ in their last bits from run to run. 1 where it applies, 0
- * off (a notice where it was asked for and does not apply), -1 with err for a bad value. */
+ * split along its inputs, read transposed, its output left as x's pending sum; ~2% faster on the
+ * 8B), at the price of a transposed copy of every down matrix. 1 where it applies, 0 off (a
+ * notice where it was asked for and does not apply), -1 with err for a bad value. */
 static int mlp_fused_switch(const struct ls_engine *e, char *err, size_t errlen)
 {
     const char *v = getenv("LOCKSTEP_MLP_FUSED");
     if (!v || !*v || !strcmp(v, "0")) return 0;
     if (strcmp(v, "1"))
         return ls_errf(err, errlen, "LOCKSTEP_MLP_FUSED: expected 0 or 1, found '%s'", v);
-    if (e->m->tp == 1 && e->be->attn_out_mlp && e->be->transpose_matrix) return 1;
+    if (e->m->tp == 1 && e->be->attn_out_mlp && e->be->attn_out_mlp_takes &&
+        e->be->matmul_rmsnorm_pend && e->be->transpose_matrix)
+        return 1;
     if (e->comm->rank == 0)
         ls_warn("LOCKSTEP_MLP_FUSED=1 has no effect here: it applies at one rank on a GPU "
                 "(TP=%d, %s backend)",
@@ -106,13 +110,30 @@ static double down_t_bytes(const struct ls_engine *e)
     return (double)m->cfg.n_layers * m->cfg.dim * m->shard.ffn_cols * e->be->weight_bytes;
 }
 
-/* the transposed down matrices (a second copy of each); -1 with err when out of memory */
+static void mlp_fused_free(struct ls_engine *e)
+{
+    for (int l = 0; e->down_t && l < e->m->cfg.n_layers; l++)
+        if (e->down_t[l]) e->be->free(e->down_t[l]);
+    free(e->down_t);
+    e->down_t = NULL;
+    if (e->pend) e->be->free(e->pend);
+    e->pend = NULL;
+}
+
+/* the transposed down matrices (a second copy of each) and the pending sum; -1 with err when out
+ * of memory; none (and a notice) where the backend does not take a layer's shapes */
 static int mlp_fused_alloc(struct ls_engine *e, char *err, size_t errlen)
 {
     const struct ls_model *m = e->m;
-    const int n = m->cfg.n_layers, D = m->cfg.dim, F = m->shard.ffn_cols;
+    const int n = m->cfg.n_layers, D = m->cfg.dim, F = m->shard.ffn_cols,
+              qd = m->shard.q_heads * m->cfg.head_dim;
     e->down_t = calloc((size_t)n, sizeof *e->down_t);
     CHECK_ALLOC(e->down_t);
+    e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
+    if (!e->pend) {
+        snprintf(err, errlen, "out of %s memory for the fused MLP's pending sum", e->be->name);
+        return -1;
+    }
     for (int l = 0; l < n; l++) {
         e->down_t[l] = e->be->transpose_matrix(m->layers[l].w_down, (size_t)D, (size_t)F);
         if (!e->down_t[l]) {
@@ -121,6 +142,16 @@ static int mlp_fused_alloc(struct ls_engine *e, char *err, size_t errlen)
                      "%.2f GB needed",
                      e->be->name, down_t_bytes(e) / 1e9);
             return -1;
+        }
+        const struct ls_layer *L = &m->layers[l];
+        if (!e->be->attn_out_mlp_takes(e->x, e->proj, e->pend, e->att, L->wo, L->w_gu, e->down_t[l],
+                                       L->ffn_norm, qd, D, F)) {
+            if (e->comm->rank == 0)
+                ls_warn("LOCKSTEP_MLP_FUSED=1: the %s backend does not take layer %d's shapes "
+                        "(dim %d, ffn %d); the separate kernels run",
+                        e->be->name, l, D, F);
+            mlp_fused_free(e);
+            return 0;
         }
     }
     return 0;
@@ -249,9 +280,7 @@ void ls_engine_free(struct ls_engine *e)
         if (e->kc[l]) be->free(e->kc[l]);
         if (e->vc[l]) be->free(e->vc[l]);
     }
-    for (int l = 0; e->down_t && l < e->m->cfg.n_layers; l++)
-        if (e->down_t[l]) be->free(e->down_t[l]);
-    free(e->down_t);
+    mlp_fused_free(e);
     free(e->kc);
     free(e->vc);
     free(e->host_pos);
@@ -352,6 +381,19 @@ static int norm_in_matmul(const struct ls_engine *e)
     return switch_on("LOCKSTEP_NORM_IN_MATMUL", &on) && e->be->matmul_rmsnorm;
 }
 
+/* out = (rmsnorm(x) * nw) . W^T (+ bias) of T positions, x with its pending sum when it has one
+ * (xpend: then one position) */
+static void matmul_rmsnorm_x(struct ls_engine *e, float *out, float *x, float *xpend,
+                             const float *nw, const void *W, const float *bias, int T, int k, int n)
+{
+    const float eps = e->m->cfg.norm_eps;
+    if (xpend && T != 1) ls_die(__FILE__, __LINE__, "matmul_rmsnorm_x", "a pending sum of T > 1");
+    if (xpend)
+        e->be->matmul_rmsnorm_pend(out, x, xpend, nw, eps, W, bias, k, n);
+    else
+        e->be->matmul_rmsnorm(out, x, nw, eps, W, bias, T, k, n);
+}
+
 /* One decoder layer. Tensor-parallel: the residual stream x is all-reduced and added in one
  * step after each row-parallel matmul; each norm is taken inside the matmul that reads it
  * (norm_in_matmul), or else by that step into xn (on entry xn = rmsnorm(x) * attn_norm of this
@@ -370,14 +412,17 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     const float eps = c->norm_eps;
 
     const int fused = fused_tp1(e), nin = norm_in_matmul(e);
+    /* the fused MLP: the layer before left x a pending sum (every layer but the first) */
+    const int mlp1 = fused && T == 1 && e->down_t;
+    float *xpend = mlp1 && l > 0 ? e->pend : NULL;
 
     if (rope_in_matmul(e, L, T)) {
-        be->matmul_rope_kv(e->qkv, nin ? e->x : e->xn, nin ? L->attn_norm : NULL, eps, L->wqkv,
-                           L->bqkv, D, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, hq, hkv, hd,
-                           e->max_ctx, rope_il);
+        be->matmul_rope_kv(e->qkv, nin ? e->x : e->xn, xpend, nin ? L->attn_norm : NULL, eps,
+                           L->wqkv, L->bqkv, D, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, hq,
+                           hkv, hd, e->max_ctx, rope_il);
     } else {
         if (nin)
-            be->matmul_rmsnorm(e->qkv, e->x, L->attn_norm, eps, L->wqkv, L->bqkv, T, D, stride);
+            matmul_rmsnorm_x(e, e->qkv, e->x, xpend, L->attn_norm, L->wqkv, L->bqkv, T, D, stride);
         else
             be->matmul(e->qkv, e->xn, L->wqkv, L->bqkv, T, D, stride);
         be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
@@ -386,16 +431,14 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
                   e->max_ctx);
     if (fused) {
-        /* LOCKSTEP_MLP_FUSED=1: proj (unused at one rank) holds the MLP's input copy */
-        if (T == 1 && e->down_t) {
-            if (be->attn_out_mlp(e->x, e->proj, e->att, L->wo, L->w_gu, e->down_t[l], L->ffn_norm,
-                                 eps, qd, D, F))
-                return;
-            static int said;
-            if (!said++)
-                ls_warn("LOCKSTEP_MLP_FUSED=1: the backend does not take this shape (dim %d, "
-                        "ffn %d); the separate kernels run",
-                        D, F);
+        /* LOCKSTEP_MLP_FUSED=1: proj (unused at one rank) holds the MLP's input copy; the MLP's
+         * output is x's pending sum, which the next layer's o takes in (the first layer's
+         * only zeroes what the last forward left) */
+        if (mlp1) {
+            if (!be->attn_out_mlp(e->x, e->proj, e->pend, l > 0, e->att, L->wo, L->w_gu,
+                                  e->down_t[l], L->ffn_norm, eps, qd, D, F))
+                ls_die(__FILE__, __LINE__, "attn_out_mlp", "refused shapes it took at start-up");
+            return;
         }
         be->matmul_residual(e->x, e->att, L->wo, T, qd, D, 0);
         if (gu_swiglu(e, L, T, e->x, L->ffn_norm)) {
@@ -434,8 +477,8 @@ static void head_forward(struct ls_engine *e, int t)
     /* the whole vocabulary is this rank's at TP = 1 */
     float *out = m->tp == 1 ? e->logits : e->logits_local;
     if (norm_in_matmul(e))
-        be->matmul_rmsnorm(out, e->x + (size_t)t * D, m->final_norm, m->cfg.norm_eps, m->lm_head,
-                           NULL, 1, D, rows);
+        matmul_rmsnorm_x(e, out, e->x + (size_t)t * D, e->xpend, m->final_norm, m->lm_head, NULL, 1,
+                         D, rows);
     else
         be->matmul(out, e->xn + (size_t)t * D, m->lm_head, NULL, 1, D, rows);
     if (m->tp == 1) return;
@@ -457,6 +500,7 @@ static void chunk_layers(struct ls_engine *e, int T, int pos0)
         e->be->rmsnorm(e->xn, e->x, m->layers[0].attn_norm, T, m->cfg.dim, m->cfg.norm_eps);
     for (int l = 0; l < n; l++)
         layer_forward(e, l, T, pos0, l + 1 < n ? m->layers[l + 1].attn_norm : m->final_norm);
+    e->xpend = fused_tp1(e) && T == 1 && e->down_t ? e->pend : NULL;
 }
 
 /* ... and the logits of its last position */
@@ -588,8 +632,8 @@ static void score_chunk(struct ls_engine *e, const int *ids, int n, int done, in
     for (int r0 = 0; r0 < T; r0 += e->score_rows) {
         const int R = T - r0 < e->score_rows ? T - r0 : e->score_rows;
         if (norm_in_matmul(e))
-            be->matmul_rmsnorm(e->srows, e->x + (size_t)r0 * D, m->final_norm, m->cfg.norm_eps,
-                               m->lm_head, NULL, R, D, rows);
+            matmul_rmsnorm_x(e, e->srows, e->x + (size_t)r0 * D, e->xpend, m->final_norm,
+                             m->lm_head, NULL, R, D, rows);
         else
             be->matmul(e->srows, e->xn + (size_t)r0 * D, m->lm_head, NULL, R, D, rows);
         for (int i = 0; i < R; i++) {

@@ -821,6 +821,17 @@ stage_mlp() {
     gen_json 1 "$OUT/mlp-8b-fused.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}" &&
         (export LOCKSTEP_MLP_FUSED=0; gen_json 1 "$OUT/mlp-8b-plain.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}") &&
         echo -n "random 8B fused vs unfused GPU: " && mlp_steps "$OUT/mlp-8b-fused.json" "$OUT/mlp-8b-plain.json" 1e-2 || ok=1
+    # the same bits in every run: the pending sum's partials are exact in any order
+    gen_json 1 "$OUT/mlp-8b-fused2.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}" &&
+        python3 - "$OUT/mlp-8b-fused.json" "$OUT/mlp-8b-fused2.json" <<'PY' || ok=1
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+same = a["ids"] == b["ids"] and a["top_logits"] == b["top_logits"]
+n = sum(len(s["logits"]) for s in a["top_logits"])
+print(f"random 8B fused, two runs: {n} logits over {len(a['top_logits'])} steps "
+      f"{'bitwise equal' if same else 'DIFFER'}")
+sys.exit(0 if same else 1)
+PY
     # the greedy graph's tokens, fused and not (random weights: near ties may split them)
     gen_json 1 "$OUT/mlp-g1.json" -x LOCKSTEP_MLP_FUSED --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 32 &&
         (export LOCKSTEP_MLP_FUSED=0; gen_json 1 "$OUT/mlp-g0.json" -x LOCKSTEP_MLP_FUSED --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 32) &&

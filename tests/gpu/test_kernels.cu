@@ -213,6 +213,17 @@ static __global__ void spin_then_copy(float *dst, const float *src, size_t n, lo
         dst[i] = src[i];
 }
 
+// x with its pending sum p [2][n] taken in, as the kernels take it: (x[i] + p[i]) + p[n + i]
+static std::vector<float> pend_taken(const std::vector<float> &x, const std::vector<float> &p)
+{
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+        volatile float a = x[i] + p[i]; // two roundings, as on the device
+        r[i] = a + p[x.size() + i];
+    }
+    return r;
+}
+
 // x into dx, then run(): with pdl, x arrives from a kernel that lets run's kernel launch at once
 // and spins ~20 us before it writes: a kernel that read x before waiting for it would see poison
 template <typename F>
@@ -382,10 +393,13 @@ static void test_gemv_gu_swiglu(const char *label, int f, int k, bool norm, bool
 }
 
 // one rank's MLP in one kernel (ls_gemv_mlp, the down split along its inputs and read
-// transposed): out = out0 + down(silu(g) * u), g | u = Wgu . (rmsnorm(x) * nw), against the CPU's
-// functions; the transposed matrix (ls_transpose16) checked bitwise against the host's
-// transpose. The float atomics make the result order-dependent: within TOL_GEMV, not bitwise.
-// With pdl, x (and the residual) arrive from a kernel that lets the launch start ~20 us early.
+// transposed): a residual out0 with the pending sum the kernel leaves, (out0 + hi) + lo, against
+// out0 + down(silu(g) * u), g | u = Wgu . (rmsnorm(x) * nw), by the CPU's functions; the
+// transposed matrix (ls_transpose16) checked bitwise against the host's transpose. The blocks add
+// in the order they finish: the pending sum's hi and lo must lie on their grids (multiples of
+// 2R and R / 2^16, R = 2^-ilogb(1 / rms(x)), 1 with plain input), which makes every order exact,
+// and four more launches must give the same bits.
+// With pdl, x arrives from a kernel that lets the launch start ~20 us early.
 static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expect_taken,
                           bool pdl = false)
 {
@@ -422,54 +436,124 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
             for (int c = 0; c < f; c++) bad += t[(size_t)c * k + r] != Wd[(size_t)r * f + c];
         report(bad == 0, "transpose16 %dx%d: %zu elements differ", k, f, bad);
     }
-    const int takes = ls_gemv_mlp_takes(dgu.p, ddt.p, dx.p, dout.p, norm ? dnw.p : nullptr, f, k);
+    const std::vector<float> zeros(2 * (size_t)k, 0.0f);
+    dev<float> dpend(2 * (size_t)k);
+    const int takes = ls_gemv_mlp_takes(dgu.p, ddt.p, dx.p, dpend.p, norm ? dnw.p : nullptr, f, k);
     int taken = 0;
-    dout.up(out0);
+    dpend.up(zeros);
     with_input(dx, x, pdl, [&] {
-        taken = ls_gemv_mlp(dout.p, dx.p, dgu.p, ddt.p, norm ? dnw.p : nullptr, eps, f, k, nullptr);
+        taken =
+            ls_gemv_mlp(dpend.p, dx.p, dgu.p, ddt.p, norm ? dnw.p : nullptr, eps, f, k, nullptr);
     });
     CHECK_CUDA(cudaGetLastError());
     report(taken == takes, "%s: ls_gemv_mlp_takes says %d, ls_gemv_mlp did %d", name, takes, taken);
     if (!taken) {
         report(!expect_taken, "%s: not taken (%s)", name,
                expect_taken ? "expected to be" : "as expected");
-        std::vector<float> o = dout.down();
-        report(memcmp(o.data(), out0.data(), o.size() * sizeof(float)) == 0,
-               "%s: out untouched when not taken", name);
+        std::vector<float> o = dpend.down();
+        report(o == zeros, "%s: the pending sum untouched when not taken", name);
         return;
     }
     report(expect_taken, "%s: taken", name);
-    std::vector<float> o = dout.down();
+    const std::vector<float> pend = dpend.down(), o = pend_taken(out0, pend);
     check(name, compare(o.data(), ref.data(), k), TOL_GEMV, TOL_GEMV);
+    // the grids: hi / 2R and lo * 2^16 / R whole numbers
+    int E = 0;
+    if (norm) {
+        double ss = 0.0;
+        for (int i = 0; i < k; i++) ss += (double)x[i] * x[i];
+        E = ilogbf((float)(1.0 / sqrt(ss / k + eps)));
+    }
+    size_t off = 0, hi_set = 0;
+    for (int i = 0; i < k; i++) {
+        const double h = ldexp((double)pend[i], E - 1), l = ldexp((double)pend[k + i], E + 16);
+        off += h != rint(h) || l != rint(l);
+        hi_set += pend[i] != 0.0f;
+    }
+    report(off == 0, "%s: the pending sum on its grids (%zu of %d off; hi set at %zu)", name, off,
+           k, hi_set);
+    size_t differ = 0;
+    for (int r = 0; r < 4; r++) {
+        dpend.up(zeros);
+        ls_gemv_mlp(dpend.p, dx.p, dgu.p, ddt.p, norm ? dnw.p : nullptr, eps, f, k, nullptr);
+        differ += dpend.down() != pend;
+    }
+    CHECK_CUDA(cudaGetLastError());
+    report(differ == 0, "%s: four more launches the same bits (%zu differ)", name, differ);
 }
 
 // y += W . x with each updated y also in y2 (ls_gemv_residual_copy): y bitwise ls_gemv_ex's
-// accumulate, y2 bitwise y (poisoned before)
-static void test_gemv_residual_copy(const char *label, int n, int k)
+// accumulate, y2 bitwise y (poisoned before). pend: 0 none, 1 y's pending sum taken in first
+// (against ls_gemv_ex on y with it taken in on the host), 2 a stale one, only zeroed; either way
+// the pending sum is all zeros after.
+static void test_gemv_residual_copy(const char *label, int n, int k, int pend = 0)
 {
     char name[160];
-    snprintf(name, sizeof name, "gemv_residual_copy %s n=%d k=%d", label, n, k);
+    snprintf(name, sizeof name, "gemv_residual_copy %s n=%d k=%d%s", label, n, k,
+             pend == 1   ? " pending sum"
+             : pend == 2 ? " stale pending sum"
+                         : "");
     std::vector<uint16_t> Wb;
     std::vector<float> Wf;
     rand_bf16((size_t)n * k, Wb, Wf);
-    std::vector<float> x = randv(k, 3.0f), y0 = randv(n, 2.0f);
+    std::vector<float> x = randv(k, 3.0f), y0 = randv(n, 2.0f), p = randv(2 * (size_t)n, 0.5f);
     dev<uint16_t> dW((size_t)n * k);
-    dev<float> dx(k), dy(n), dy2(n);
+    dev<float> dx(k), dy(n), dy2(n), dp(2 * (size_t)n);
     dW.up(Wb);
     dx.up(x);
-    dy.up(y0);
+    dy.up(pend == 1 ? pend_taken(y0, p) : y0);
     ls_gemv_ex(dy.p, dW.p, dx.p, nullptr, 1, n, k, 0, nullptr, 0.0f, 1, nullptr);
     std::vector<float> want = dy.down();
     dy.up(y0);
     dy2.poison();
-    const int taken = ls_gemv_residual_copy(dy.p, dy2.p, dW.p, dx.p, n, k, nullptr);
+    dp.up(p);
+    const int taken = ls_gemv_residual_copy(dy.p, dy2.p, pend ? dp.p : nullptr, pend == 1, dW.p,
+                                            dx.p, n, k, nullptr);
     CHECK_CUDA(cudaGetLastError());
+    report(taken == ls_gemv_residual_copy_takes(dW.p, dx.p, n, k), "%s: takes agrees", name);
     report(taken, "%s: taken", name);
     if (!taken) return;
-    std::vector<float> y = dy.down(), y2 = dy2.down();
+    std::vector<float> y = dy.down(), y2 = dy2.down(), pa = dp.down();
     report(memcmp(y.data(), want.data(), n * sizeof(float)) == 0, "%s: y bitwise ls_gemv_ex's",
            name);
     report(memcmp(y2.data(), y.data(), n * sizeof(float)) == 0, "%s: the copy bitwise y", name);
+    if (pend)
+        report(std::all_of(pa.begin(), pa.end(), [](float v) { return v == 0.0f; }),
+               "%s: the pending sum zeroed", name);
+}
+
+// y = W . x' with x' = x and its pending sum (ls_gemv_pend: the LM head's form after the fused
+// MLP), bitwise ls_gemv_ex of x' taken in on the host; ls_pending_resolve bitwise the host's
+// taking in, its pending sum zeroed
+static void test_gemv_pend(const char *label, int n, int k, bool norm)
+{
+    char name[160];
+    snprintf(name, sizeof name, "gemv_pend %s n=%d k=%d%s", label, n, k, norm ? " norm-in" : "");
+    const float eps = 1e-5f;
+    std::vector<uint16_t> Wb;
+    std::vector<float> Wf;
+    rand_bf16((size_t)n * k, Wb, Wf);
+    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), p = randv(2 * (size_t)k, 0.5f);
+    const std::vector<float> xr = pend_taken(x, p);
+    dev<uint16_t> dW((size_t)n * k);
+    dev<float> dx(k), dnw(k), dp(2 * (size_t)k), dy(n), dy2(n);
+    dW.up(Wb);
+    dnw.up(nw);
+    dx.up(xr);
+    ls_gemv_ex(dy2.p, dW.p, dx.p, nullptr, 1, n, k, 0, norm ? dnw.p : nullptr, eps, 0, nullptr);
+    dx.up(x);
+    dp.up(p);
+    dy.poison();
+    const int taken =
+        ls_gemv_pend(dy.p, dW.p, dx.p, dp.p, nullptr, n, k, norm ? dnw.p : nullptr, eps, nullptr);
+    CHECK_CUDA(cudaGetLastError());
+    report(taken, "%s: taken", name);
+    if (taken)
+        report(dy.down() == dy2.down(), "%s: bitwise ls_gemv_ex of x with its pending sum", name);
+    ls_pending_resolve(dx.p, dp.p, (size_t)k, nullptr);
+    const std::vector<float> xa = dx.down(), pa = dp.down();
+    report(xa == xr && std::all_of(pa.begin(), pa.end(), [](float v) { return v == 0.0f; }),
+           "pending_resolve %s k=%d: x bitwise the host's, the pending sum zeroed", label, k);
 }
 
 static void tests_gemv(void)
@@ -494,6 +578,12 @@ static void tests_gemv(void)
     if (!g_quick) test_gemv_mlp("k 8192", 3584, 8192, true, true);
     test_gemv_residual_copy("llama8b o", 4096, 4096);
     test_gemv_residual_copy("smollm2 o", 576, 576);
+    test_gemv_residual_copy("llama8b o", 4096, 4096, 1);
+    test_gemv_residual_copy("llama8b o", 4096, 4096, 2);
+    test_gemv_residual_copy("smollm2 o", 576, 576, 1);
+    test_gemv_pend("llama8b head slice", 20000, 4096, true);
+    test_gemv_pend("smollm2 head", 49152, 576, true);
+    test_gemv_pend("odd", 1001, 4104, false);
     // the gate+up GEMV with the SwiGLU in its epilogue: the 8B's at TP=1 (norm in) and TP=2,
     // SmolLM2's, odd sizes, every column-resident form, and shapes it leaves to the caller
     test_gemv_gu_swiglu("llama8b", 14336, 4096, true, true);
@@ -928,13 +1018,15 @@ static void test_rope(const char *label, int hq, int hkv, int hd, int interleave
 // kernels it replaces (ls_gemv_ex, then ls_rope_kv): qkv and both caches bitwise the same, every
 // other cache entry still poison; and against the CPU reference (rmsnorm, matmul, rope) within
 // the GEMV's tolerance. pdl: x arrives from a kernel that spins first.
+// pend: x comes with a pending sum (xpend), against the two kernels on x taken in on the host.
 static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bool norm, bool bias,
-                           int interleaved, int p, bool pdl = false)
+                           int interleaved, int p, bool pdl = false, bool pend = false)
 {
     char name[200];
-    snprintf(name, sizeof name, "gemv_rope_kv %s hq=%d hkv=%d hd=%d k=%d%s%s %s pos=%d%s", label,
+    snprintf(name, sizeof name, "gemv_rope_kv %s hq=%d hkv=%d hd=%d k=%d%s%s %s pos=%d%s%s", label,
              hq, hkv, hd, k, norm ? " norm-in" : "", bias ? " bias" : "",
-             interleaved ? "interleaved" : "neox", p, pdl ? " pdl" : "");
+             interleaved ? "interleaved" : "neox", p, pdl ? " pdl" : "",
+             pend ? " pending sum" : "");
     const int n = (hq + 2 * hkv) * hd, max_ctx = 2048;
     const float eps = 1e-5f;
     std::vector<uint16_t> Wb;
@@ -943,23 +1035,27 @@ static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bo
     std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), b = randv(n, 0.5f);
     std::vector<float> inv(hd / 2);
     ref_rope_inv_freq(inv.data(), hd, 500000.0f, LS_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192);
+    // the pending sum, and x with it taken in (the value every path must see)
+    std::vector<float> xp = pend ? randv(2 * (size_t)k, 0.5f) : std::vector<float>(),
+                       xr = pend ? pend_taken(x, xp) : x;
 
     // reference: the CPU's rmsnorm, matmul and rope
     std::vector<float> xin(k), ref(n);
     if (norm)
-        ref_rmsnorm(xin.data(), x.data(), nw.data(), 1, k, eps);
+        ref_rmsnorm(xin.data(), xr.data(), nw.data(), 1, k, eps);
     else
-        xin = x;
+        xin = xr;
     ref_matmul(ref.data(), xin.data(), Wf.data(), bias ? b.data() : nullptr, 1, k, n);
     ref_rope(ref.data(), &p, 1, hq, hd, inv.data(), interleaved);
     ref_rope(ref.data() + (size_t)hq * hd, &p, 1, hkv, hd, inv.data(), interleaved);
 
     const size_t csz = (size_t)hkv * max_ctx * hd;
     dev<uint16_t> dW((size_t)n * k), dkc(csz), dvc(csz), dkc2(csz), dvc2(csz);
-    dev<float> dx(k), dnw(k), db(n), dinv(inv.size()), dy(n), dy2(n);
+    dev<float> dx(k), dnw(k), db(n), dinv(inv.size()), dy(n), dy2(n), dxp(pend ? 2 * k : 1), dxr(k);
     dev<int> dpos(1);
     dW.up(Wb);
     dnw.up(nw);
+    if (pend) dxp.up(xp);
     db.up(b);
     dinv.up(inv);
     dpos.up(&p);
@@ -967,13 +1063,17 @@ static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bo
     dy.poison();
     dy2.poison();
     const float *nwp = norm ? dnw.p : nullptr, *bp = bias ? db.p : nullptr;
+    int taken = 0;
     with_input(dx, x, pdl, [&] {
-        ls_gemv_rope_kv(dy.p, dW.p, dx.p, bp, k, nwp, eps, hq, hkv, hd, dkc.p, dvc.p, dpos.p,
-                        dinv.p, max_ctx, interleaved, nullptr);
+        taken = ls_gemv_rope_kv(dy.p, dW.p, dx.p, pend ? dxp.p : nullptr, bp, k, nwp, eps, hq, hkv,
+                                hd, dkc.p, dvc.p, dpos.p, dinv.p, max_ctx, interleaved, nullptr);
     });
     CHECK_CUDA(cudaGetLastError());
-    // the two-kernel path
-    ls_gemv_ex(dy2.p, dW.p, dx.p, bp, 1, n, k, 0, nwp, eps, 0, nullptr);
+    report(taken, "%s: taken", name);
+    if (!taken) return;
+    // the two-kernel path, on x with the pending sum taken in
+    dxr.up(xr);
+    ls_gemv_ex(dy2.p, dW.p, dxr.p, bp, 1, n, k, 0, nwp, eps, 0, nullptr);
     ls_rope_kv(dy2.p, dy2.p + (size_t)hq * hd, dy2.p + (size_t)(hq + hkv) * hd, n, n, dkc2.p,
                dvc2.p, dpos.p, dinv.p, 1, hq, hkv, hd, max_ctx, interleaved, nullptr, nullptr, 0.0f,
                nullptr);
@@ -995,6 +1095,8 @@ static void tests_gemv_rope(void)
 {
     test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 1500);
     test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 200, true);
+    test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 300, true, true);
+    test_gemv_rope("smollm2", 9, 3, 64, 576, true, false, 0, 17, false, true);
     test_gemv_rope("llama8b tp2", 16, 4, 128, 4096, false, false, 0, 37);
     test_gemv_rope("llama8b tp2 norm", 16, 4, 128, 4096, true, false, 0, 2047);
     test_gemv_rope("llama8b gguf", 32, 8, 128, 4096, true, false, 1, 5);
@@ -1964,8 +2066,8 @@ static void bench_layer_chain(int ctx)
             const uint16_t *wo = w + (size_t)nqkv * D, *wgu = wo + (size_t)D * hq * hd,
                            *wd = wgu + (size_t)2 * F * D;
             if (form == 1)
-                ls_gemv_rope_kv(qkv.p, w, x.p, nullptr, D, nw.p, 1e-5f, hq, hkv, hd, kc.p, vc.p,
-                                pos.p, inv.p, max_ctx, 0, nullptr);
+                ls_gemv_rope_kv(qkv.p, w, x.p, nullptr, nullptr, D, nw.p, 1e-5f, hq, hkv, hd, kc.p,
+                                vc.p, pos.p, inv.p, max_ctx, 0, nullptr);
             else
                 ls_gemv_ex(qkv.p, w, x.p, nullptr, 1, nqkv, D, 0, nw.p, 1e-5f, 0, nullptr);
             if (form == 0 || form == 3)
