@@ -39,10 +39,13 @@
 #define SP_WARPS   (SP_THREADS / 32)
 #define FULL       0xffffffffu
 
-// unsigned integer with the order of the floats (for non-NaN values)
+// unsigned integer with the order of the floats (for non-NaN values); -0 and +0 are one value
+// (one key), as the host sampler's comparisons and equal probabilities make them: otherwise the
+// +0 logits ordered before the -0 ones where the host orders the two by id
 static __device__ __forceinline__ uint32_t order_key(float f)
 {
     uint32_t b = __float_as_uint(f);
+    if (b == 0x80000000u) b = 0u;
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
@@ -618,11 +621,10 @@ static __device__ unsigned long long g_am_key;
 static __device__ unsigned g_am_done;
 
 // the key's unsigned order is argmax_merge's: the larger value first, then the lower index
-// (-0 and +0 are one value there, so one key); 0 is below every value's key
+// (-0 and +0 are one value there, as in order_key); 0 is below every value's key
 static __device__ __forceinline__ unsigned long long am_key(float v, int i)
 {
-    return ((unsigned long long)order_key(v == 0.0f ? 0.0f : v) << 32) |
-           (0xFFFFFFFFu - (unsigned)i);
+    return ((unsigned long long)order_key(v) << 32) | (0xFFFFFFFFu - (unsigned)i);
 }
 
 static __global__ void __launch_bounds__(AM_THREADS)

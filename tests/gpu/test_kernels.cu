@@ -1773,12 +1773,17 @@ static void tests_sample(void)
     if (!g_quick) sizes.push_back(49152), sizes.push_back(128256);
     const int NU = g_quick ? 4 : 32;
     for (int V : sizes) {
-        for (int dist = 0; dist < 3; dist++) {
-            // peaked (logits ~ N(0, 3)), flat (N(0, 0.3): many candidates), quantised (ties)
+        for (int dist = 0; dist < 4; dist++) {
+            // peaked (logits ~ N(0, 3)), flat (N(0, 0.3): many candidates), quantised (ties),
+            // quantised coarser with a quarter of the logits zeros, -0 at even ids and +0 at odd
+            // (one value, ordered by id: the GPU's keys once put every +0 first)
             std::vector<float> l(V);
-            for (auto &x : l) {
+            for (size_t i = 0; i < l.size(); i++) {
+                float &x = l[i];
                 x = R.normal() * (dist == 1 ? 0.3f : 3.0f);
                 if (dist == 2) x = roundf(x * 2.0f) / 2.0f;
+                if (dist == 3)
+                    x = roundf(x / 2.0f) * 2.0f, x = x == 0.0f ? (i % 2 ? 0.0f : -0.0f) : x;
             }
             std::vector<int> order(V);
             std::iota(order.begin(), order.end(), 0);
@@ -1841,7 +1846,8 @@ static void tests_sample(void)
                        V,
                        dist == 0   ? "peaked"
                        : dist == 1 ? "flat"
-                                   : "ties",
+                       : dist == 2 ? "ties"
+                                   : "signed-zero ties",
                        c.temp, c.top_k, c.top_p, c.min_p, bad, NU + 2 - skipped, skipped, split);
                 if (bad)
                     printf("     first: u index %d: got %d, expected %d\n", first_bad, got_bad,
