@@ -384,19 +384,7 @@ struct gemv_fd {
     float *pend;        // ACC: y's pending sum [2][n], or NULL
     const float *xpend; // x's pending sum [2][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
-    int lab_nohi;       // LAB: skip the hi atomics (wrong results; timing only)
 };
-// LAB (LOCKSTEP_PEND_LAB, timing only, results wrong): 1 no hi atomics, 2 readers ignore
-// xpend, 3 the o GEMV does not read pend, 4 all three
-static int g_pend_lab = -1;
-static int pend_lab()
-{
-    if (g_pend_lab < 0) {
-        const char *v = getenv("LOCKSTEP_PEND_LAB");
-        g_pend_lab = v ? atoi(v) : 0;
-    }
-    return g_pend_lab;
-}
 
 // A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
 // stands for (y[i] + p[i]) + p[n + i]. The blocks of the fused MLP add their partial outputs in
@@ -694,7 +682,7 @@ static __global__ void __launch_bounds__(NT, 1)
 #if __CUDA_ARCH__ >= 900
                     atomicAdd(reinterpret_cast<float4 *>(ol),
                               make_float4(lo[0], lo[1], lo[2], lo[3]));
-                    if (any_hi && !fd.lab_nohi)
+                    if (any_hi)
                         atomicAdd(reinterpret_cast<float4 *>(oh),
                                   make_float4(hi[0], hi[1], hi[2], hi[3]));
 #else
@@ -1079,7 +1067,7 @@ extern "C" int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, co
         const gemv_rope rp = {kcache,          vcache, pos,     inv_freq,        hq * hd,
                               (hq + hkv) * hd, sh,     max_ctx, interleaved != 0};
         gemv_fd fd = {};
-        fd.xpend = pend_lab() == 2 || pend_lab() == 4 ? nullptr : xpend;
+        fd.xpend = xpend;
         if ((!xpend || ((uintptr_t)xpend & 15) == 0) &&
             xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
                         eps, di, smem_max, s, rp, fd))
@@ -1102,7 +1090,7 @@ extern "C" int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const f
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
     if (!g_xreg || !fast_path(W, x, norm_w, k, smem_max) || ((uintptr_t)xpend & 15)) return 0;
     gemv_fd fd = {};
-    fd.xpend = pend_lab() == 2 || pend_lab() == 4 ? nullptr : xpend;
+    fd.xpend = xpend;
     return xreg_launch(y, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 0, norm_w, eps,
                        di, smem_max, (cudaStream_t)stream, {}, fd);
 }
@@ -1142,7 +1130,6 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
     gemv_fd fd = {};
     fd.dt = (const uint4 *)DT;
     fd.out = pend;
-    fd.lab_nohi = pend_lab() == 1 || pend_lab() == 4;
     return xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
                        norm_w, eps, di, smem_max, (cudaStream_t)stream, {}, fd);
 }
@@ -1176,7 +1163,7 @@ extern "C" int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_
     gemv_fd fd = {};
     fd.y2 = y2;
     fd.pend = pend;
-    fd.pend_live = pend_lab() == 3 || pend_lab() == 4 ? 0 : pend_live;
+    fd.pend_live = pend_live;
     return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, di, smem_max,
                        (cudaStream_t)stream, {}, fd);
 }
