@@ -82,25 +82,29 @@ static float *balloc(struct ls_engine *e, size_t n, int *failed)
     return p;
 }
 
-/* LOCKSTEP_MLP_FUSED=1: the attention output, the MLP's norm, gate+up, SwiGLU and down of one
- * position at one rank in two kernels instead of three (the backend's attn_out_mlp: the down
- * split along its inputs, read transposed, its output left as x's pending sum; ~2% faster on the
- * 8B), at the price of a transposed copy of every down matrix. 1 where it applies, 0 off (a
- * notice where it was asked for and does not apply), -1 with err for a bad value. */
+/* The fused MLP: the attention output, the MLP's norm, gate+up, SwiGLU and down of one position
+ * at one rank in two kernels instead of three (the backend's attn_out_mlp: the down split along
+ * its inputs, read transposed, its output left as x's pending sum; ~1% faster on the 8B), at the
+ * price of a transposed copy of every down matrix. On by default where it applies and the copy
+ * fits (MLP_FUSED_AUTO); LOCKSTEP_MLP_FUSED=1 asks for it (MLP_FUSED_ASKED: not fitting is then
+ * an error, and a notice says where it does not apply), 0 turns it off. -1 with err for a bad
+ * value. */
+enum { MLP_FUSED_OFF, MLP_FUSED_ASKED, MLP_FUSED_AUTO };
 static int mlp_fused_switch(const struct ls_engine *e, char *err, size_t errlen)
 {
     const char *v = getenv("LOCKSTEP_MLP_FUSED");
-    if (!v || !*v || !strcmp(v, "0")) return 0;
-    if (strcmp(v, "1"))
+    const int asked = v && *v;
+    if (asked && !strcmp(v, "0")) return MLP_FUSED_OFF;
+    if (asked && strcmp(v, "1"))
         return ls_errf(err, errlen, "LOCKSTEP_MLP_FUSED: expected 0 or 1, found '%s'", v);
     if (e->m->tp == 1 && e->be->attn_out_mlp && e->be->attn_out_mlp_takes &&
         e->be->matmul_rmsnorm_pend && e->be->transpose_matrix)
-        return 1;
-    if (e->comm->rank == 0)
+        return asked ? MLP_FUSED_ASKED : MLP_FUSED_AUTO;
+    if (asked && e->comm->rank == 0)
         ls_warn("LOCKSTEP_MLP_FUSED=1 has no effect here: it applies at one rank on a GPU "
                 "(TP=%d, %s backend)",
                 e->m->tp, e->be->name);
-    return 0;
+    return MLP_FUSED_OFF;
 }
 
 /* the bytes of a transposed copy of every down matrix */
@@ -120,35 +124,49 @@ static void mlp_fused_free(struct ls_engine *e)
     e->pend = NULL;
 }
 
-/* the transposed down matrices (a second copy of each) and the pending sum; -1 with err when out
- * of memory; none (and a notice) where the backend does not take a layer's shapes */
-static int mlp_fused_alloc(struct ls_engine *e, char *err, size_t errlen)
+/* memory left free beside the transposed copy when the fused MLP is on by default, for what is
+ * allocated after start-up (sampling and scoring buffers, the graphs) */
+#define MLP_FUSED_MARGIN 1e9
+
+/* the transposed down matrices (a second copy of each) and the pending sum (mode from
+ * mlp_fused_switch). Out of memory: -1 with err when asked for, else none and a notice; none and
+ * a notice where the backend does not take a layer's shapes. */
+static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errlen)
 {
     const struct ls_model *m = e->m;
     const int n = m->cfg.n_layers, D = m->cfg.dim, F = m->shard.ffn_cols,
               qd = m->shard.q_heads * m->cfg.head_dim;
+    const size_t free_b = e->be->mem_free ? e->be->mem_free() : 0;
+    const double need = down_t_bytes(e);
+    int room = !free_b || mode == MLP_FUSED_ASKED || free_b >= need + MLP_FUSED_MARGIN;
     e->down_t = calloc((size_t)n, sizeof *e->down_t);
     CHECK_ALLOC(e->down_t);
-    e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
-    if (!e->pend) {
-        snprintf(err, errlen, "out of %s memory for the fused MLP's pending sum", e->be->name);
-        return -1;
+    if (room) e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
+    for (int l = 0; room && l < n; l++)
+        room = (e->down_t[l] =
+                    e->be->transpose_matrix(m->layers[l].w_down, (size_t)D, (size_t)F)) != NULL;
+    if (!room || !e->pend) {
+        char have[64] = "";
+        if (free_b) snprintf(have, sizeof have, " (%.2f GB free)", free_b / 1e9);
+        mlp_fused_free(e);
+        if (mode == MLP_FUSED_ASKED)
+            return ls_errf(err, errlen,
+                           "out of %s memory for the transposed down matrices of "
+                           "LOCKSTEP_MLP_FUSED=1: %.2f GB needed%s",
+                           e->be->name, need / 1e9, have);
+        if (e->comm->rank == 0)
+            ls_warn("the fused MLP is off: its transposed down matrices (%.2f GB) do not fit%s; "
+                    "the separate kernels run (LOCKSTEP_MLP_FUSED=0 turns it off)",
+                    need / 1e9, have);
+        return 0;
     }
     for (int l = 0; l < n; l++) {
-        e->down_t[l] = e->be->transpose_matrix(m->layers[l].w_down, (size_t)D, (size_t)F);
-        if (!e->down_t[l]) {
-            snprintf(err, errlen,
-                     "out of %s memory for the transposed down matrices of LOCKSTEP_MLP_FUSED=1: "
-                     "%.2f GB needed",
-                     e->be->name, down_t_bytes(e) / 1e9);
-            return -1;
-        }
         const struct ls_layer *L = &m->layers[l];
         if (!e->be->attn_out_mlp_takes(e->x, e->proj, e->pend, e->att, L->wo, L->w_gu, e->down_t[l],
                                        L->ffn_norm, qd, D, F)) {
             if (e->comm->rank == 0)
-                ls_warn("LOCKSTEP_MLP_FUSED=1: the %s backend does not take layer %d's shapes "
-                        "(dim %d, ffn %d); the separate kernels run",
+                ls_warn("the fused MLP: the %s backend does not take layer %d's shapes (dim %d, "
+                        "ffn %d); the separate kernels run",
                         e->be->name, l, D, F);
             mlp_fused_free(e);
             return 0;
@@ -218,7 +236,7 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
         return NULL;
     }
     const int mf = mlp_fused_switch(e, err, errlen);
-    if (mf < 0 || (mf > 0 && mlp_fused_alloc(e, err, errlen))) {
+    if (mf < 0 || (mf > 0 && mlp_fused_alloc(e, mf, err, errlen))) {
         ls_engine_free(e);
         return NULL;
     }
