@@ -514,11 +514,6 @@ static __global__ void __launch_bounds__(NT, 1)
             xb[j] = make_float4(silu_mul_t<FAST>(g1.x, u1.x), silu_mul_t<FAST>(g1.y, u1.y),
                                 silu_mul_t<FAST>(g1.z, u1.z), silu_mul_t<FAST>(g1.w, u1.w));
         } else {
-            // every load issued before the first use: one round trip (the pending sum's adds
-            // between the x and norm-weight loads made it two, ~0.6 us a layer)
-            const float4 *w4 = reinterpret_cast<const float4 *>(nw);
-            float4 wa = make_float4(0.0f, 0.0f, 0.0f, 0.0f), wb = wa;
-            if (NORM) wa = w4[2 * q[j]], wb = w4[2 * q[j] + 1];
             xa[j] = x4[2 * q[j]];
             xb[j] = x4[2 * q[j] + 1];
             // (x + hi) + lo, as the ACC form takes it in; in the forms that read a residual
@@ -526,13 +521,12 @@ static __global__ void __launch_bounds__(NT, 1)
             // the registers would spill
             if (CM == 1 && !ACC && !SO && fd.xpend) {
                 const float4 *h4 = reinterpret_cast<const float4 *>(fd.xpend), *l4 = h4 + (k >> 2);
-                const float4 ha = h4[2 * q[j]], hb = h4[2 * q[j] + 1], la = l4[2 * q[j]],
-                             lb = l4[2 * q[j] + 1];
-                xa[j] = pend_add(pend_add(xa[j], ha), la);
-                xb[j] = pend_add(pend_add(xb[j], hb), lb);
+                xa[j] = pend_add(pend_add(xa[j], h4[2 * q[j]]), l4[2 * q[j]]);
+                xb[j] = pend_add(pend_add(xb[j], h4[2 * q[j] + 1]), l4[2 * q[j] + 1]);
             }
             if (NORM) {
-                const float4 a = xa[j], b = xb[j];
+                const float4 *w4 = reinterpret_cast<const float4 *>(nw);
+                const float4 a = xa[j], b = xb[j], wa = w4[2 * q[j]], wb = w4[2 * q[j] + 1];
                 if (g == 0) {
                     ss = fmaf(a.x, a.x, ss), ss = fmaf(a.y, a.y, ss), ss = fmaf(a.z, a.z, ss);
                     ss = fmaf(a.w, a.w, ss), ss = fmaf(b.x, b.x, ss), ss = fmaf(b.y, b.y, ss);
