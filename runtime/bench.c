@@ -433,8 +433,7 @@ int cmd_bench(int argc, char **argv)
                    j.warmup_s);
         const double mlp_b = ls_engine_mlp_fused_bytes(j.engine);
         if (mlp_b > 0)
-            printf("  %-38s %10.3f GB more (the down matrices transposed; not bitwise "
-                   "reproducible)\n",
+            printf("  %-38s %10.3f GB more (the down matrices transposed)\n",
                    "MLP in one kernel (LOCKSTEP_MLP_FUSED)", mlp_b / 1e9);
         printf("  %-38s %10.3f GB\n", "bytes read per decode step per rank", step_bytes / 1e9);
         printf("  %-38s %10d positions\n", "KV cache (--max-context)", ctx_len);
