@@ -859,6 +859,34 @@ static void bias_sync(struct ls_engine *e, const struct ls_sampling *sp)
     *e->bias_sent = *sp;
 }
 
+/* sp's state in the backend before a token is chosen for position p + 1 (the step at p): the
+ * draw's buffers and uniform number, the bias vector, and the penalties' window for a step at p
+ * (sent again from hist unless the backend's is that one). Returns whether sp penalises (the
+ * window is kept for a bias alone too); then choice_done records the window's move. */
+static int choice_prepare(struct ls_engine *e, const struct ls_sampling *sp, double u,
+                          const int *hist, int p, const char *who)
+{
+    draw_alloc(e, sp);
+    if (sp->temperature != 0.0f) e->be->to_device(e->u, &u, sizeof u);
+    if (ls_sampling_biased(sp)) bias_sync(e, sp);
+    const int penalized = ls_sampling_adjusted(sp);
+    if (penalized) {
+        if (!hist) ls_die(__FILE__, __LINE__, who, "penalties need the history");
+        pen_alloc(e);
+        if (e->pen_pos != p || e->pen_last_n != sp->penalty_last_n)
+            pen_sync(e, hist, p, sp->penalty_last_n);
+    }
+    return penalized;
+}
+
+/* the window now holds the chosen token's position: valid for a step at e->pos */
+static void choice_done(struct ls_engine *e, const struct ls_sampling *sp, int penalized)
+{
+    if (!penalized) return;
+    e->pen_pos = e->pos;
+    e->pen_last_n = sp->penalty_last_n;
+}
+
 int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
                             const int *hist, int top_n, int *out, struct ls_scores *s, int *top_ids,
                             double *top_logits)
@@ -872,7 +900,6 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         e->dstats = be->alloc((size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double));
         if (!e->dstats) ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for scores");
     }
-    draw_alloc(e, sp);
     if (!e->graph_synced) {
         e->host_pos[0] = e->pos;
         be->to_device(e->posb, e->host_pos, sizeof(int));
@@ -882,15 +909,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         /* the previous step left its token in ids[0]; the caller chose another one */
         be->to_device(e->ids, &in, sizeof(int));
     }
-    if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
-    const int penalized = ls_sampling_adjusted(sp); /* the window kept for a bias alone too */
-    if (ls_sampling_biased(sp)) bias_sync(e, sp);
-    if (penalized) {
-        if (!hist) ls_die(__FILE__, __LINE__, "ls_engine_decode", "penalties need the history");
-        pen_alloc(e);
-        if (e->pen_pos != e->pos || e->pen_last_n != sp->penalty_last_n)
-            pen_sync(e, hist, e->pos, sp->penalty_last_n);
-    }
+    const int penalized = choice_prepare(e, sp, u, hist, e->pos, "ls_engine_decode");
     /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
     ls_watchdog_arm("decode step at position", e->pos);
     /* the backend's form for this context (one graph each, captured when first needed) */
@@ -927,10 +946,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     ls_watchdog_disarm();
     e->last_out = *out;
     e->pos += 1;
-    if (penalized) { /* the window now holds the step's token */
-        e->pen_pos = e->pos;
-        e->pen_last_n = sp->penalty_last_n;
-    }
+    choice_done(e, sp, penalized);
     return 0;
 }
 
@@ -940,25 +956,17 @@ int ls_engine_choose(struct ls_engine *e, const struct ls_sampling *sp, double u
     const struct ls_backend *be = e->be;
     const int V = e->m->cfg.vocab, p = e->pos - 1;
     if (p < 0 || !hist) return -1;
-    draw_alloc(e, sp);
     if (logits) be->to_device(e->logits, logits, (size_t)V * sizeof *logits);
-    const int penalized = ls_sampling_adjusted(sp);
-    if (ls_sampling_biased(sp)) bias_sync(e, sp);
+    /* the window before position p, which penalize moves on by the token at p */
+    const int penalized = choice_prepare(e, sp, u, hist, p, "ls_engine_choose");
     if (penalized) {
-        /* the window before position p, which penalize moves on by the token at p */
-        pen_alloc(e);
-        pen_sync(e, hist, p, sp->penalty_last_n);
         be->to_device(e->ids, &hist[p], sizeof(int));
         be->to_device(e->posb, &p, sizeof(int));
     }
-    if (sp->temperature != 0.0f) be->to_device(e->u, &u, sizeof u);
     choose_into_ids(e, sp);
     be->to_host(out, e->ids, sizeof(int));
     e->graph_synced = 0; /* ids and posb hold this choice's, not the next step's */
-    if (penalized) {     /* the next decode step's window */
-        e->pen_pos = e->pos;
-        e->pen_last_n = sp->penalty_last_n;
-    }
+    choice_done(e, sp, penalized);
     return 0;
 }
 
