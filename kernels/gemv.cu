@@ -936,8 +936,9 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
     if (acc == 4 && (g_xreg != 3 || cm != 1 || k / 8 > nt)) return false;
-    if (fd.xpend && (cm != 1 || in == GEMV_IN_SWIGLU || acc == 1 || acc >= 3))
-        return false; // the kernel's xpend forms
+    if (fd.xpend &&
+        (cm != 1 || in == GEMV_IN_SWIGLU || acc == 1 || acc >= 3 || ((uintptr_t)fd.xpend & 15)))
+        return false; // the kernel's xpend forms, which read it as float4
     if (in == GEMV_IN_SWIGLU && g_silu_fast) in = GEMV_IN_SWIGLU_FAST;
     const int units = acc >= 2 ? n / 2 : n; // rows, or pairs of rows
     const int grid = units < di.sms ? units : di.sms;
@@ -1068,8 +1069,7 @@ extern "C" int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, co
                               (hq + hkv) * hd, sh,     max_ctx, interleaved != 0};
         gemv_fd fd = {};
         fd.xpend = xpend;
-        if ((!xpend || ((uintptr_t)xpend & 15) == 0) &&
-            xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
+        if (xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
                         eps, di, smem_max, s, rp, fd))
             return 1;
     }
@@ -1088,7 +1088,7 @@ extern "C" int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const f
     shapes_from_env();
     const ls_device di = ls_device_get();
     const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    if (!g_xreg || !fast_path(W, x, norm_w, k, smem_max) || ((uintptr_t)xpend & 15)) return 0;
+    if (!g_xreg || !fast_path(W, x, norm_w, k, smem_max)) return 0;
     gemv_fd fd = {};
     fd.xpend = xpend;
     return xreg_launch(y, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 0, norm_w, eps,

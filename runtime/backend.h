@@ -74,7 +74,8 @@ struct ls_backend {
      * next attn_out_mlp takes it in (pend_live: pend holds one; else it is only zeroed first);
      * matmul_rope_kv and matmul_rmsnorm_pend read x with it. The same bits in every run (the
      * CUDA kernel's partial sums are exact in any order; see kernels/gemv.h). Returns 0, having
-     * done nothing, where the shapes are not taken; attn_out_mlp_takes says so beforehand. */
+     * done nothing, where the o GEMV's shapes are not taken; attn_out_mlp_takes says for both
+     * beforehand (the MLP refusing shapes it says it takes ends the job). */
     int (*attn_out_mlp)(float *x, float *xin, float *pend, int pend_live, const float *att,
                         const void *Wo, const void *Wgu, const void *downT, const float *nw,
                         float eps, int qd, int dim, int f);

@@ -399,6 +399,12 @@ static int norm_in_matmul(const struct ls_engine *e)
     return switch_on("LOCKSTEP_NORM_IN_MATMUL", &on) && e->be->matmul_rmsnorm;
 }
 
+/* whether a forward of T positions runs the fused MLP (and so leaves x a pending sum) */
+static int mlp_fused_at(const struct ls_engine *e, int T)
+{
+    return fused_tp1(e) && T == 1 && e->down_t;
+}
+
 /* out = (rmsnorm(x) * nw) . W^T (+ bias) of T positions, x with its pending sum when it has one
  * (xpend: then one position) */
 static void matmul_rmsnorm_x(struct ls_engine *e, float *out, float *x, float *xpend,
@@ -431,7 +437,7 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
 
     const int fused = fused_tp1(e), nin = norm_in_matmul(e);
     /* the fused MLP: the layer before left x a pending sum (every layer but the first) */
-    const int mlp1 = fused && T == 1 && e->down_t;
+    const int mlp1 = mlp_fused_at(e, T);
     float *xpend = mlp1 && l > 0 ? e->pend : NULL;
 
     if (rope_in_matmul(e, L, T)) {
@@ -518,7 +524,7 @@ static void chunk_layers(struct ls_engine *e, int T, int pos0)
         e->be->rmsnorm(e->xn, e->x, m->layers[0].attn_norm, T, m->cfg.dim, m->cfg.norm_eps);
     for (int l = 0; l < n; l++)
         layer_forward(e, l, T, pos0, l + 1 < n ? m->layers[l + 1].attn_norm : m->final_norm);
-    e->xpend = fused_tp1(e) && T == 1 && e->down_t ? e->pend : NULL;
+    e->xpend = mlp_fused_at(e, T) ? e->pend : NULL;
 }
 
 /* ... and the logits of its last position */
