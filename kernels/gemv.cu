@@ -476,10 +476,6 @@ static __global__ void __launch_bounds__(NT, 1)
     };
     uint4 next[U][CM];
     load(next, 0); // weights depend on no earlier kernel: in flight during the wait
-    // the pending-sum readers' norm weights into L1 (a weight: written by no kernel), where the
-    // loads after the sum's adds find them (below)
-    if (NORM && CM == 1 && !ACC && !SO && fd.xpend && q[0] >= 0)
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(nw + 8 * q[0]));
     if (RP) {
         // the angles: the position and inv_freq are written by no kernel of this step
         for (int t = threadIdx.x; t < rows / 2; t += NT) {
@@ -522,9 +518,7 @@ static __global__ void __launch_bounds__(NT, 1)
             xb[j] = x4[2 * q[j] + 1];
             // (x + hi) + lo, as the ACC form takes it in; in the forms that read a residual
             // with one (y = or RoPE; one column a warp): the launch declines others, in which
-            // the registers would spill. The adds put the norm weights' loads a round trip
-            // after x's (0.02 ms a token on the 8B, thirtieth session; the four loads together
-            // spill), so those come from L1, prefetched before the wait
+            // the registers would spill
             if (CM == 1 && !ACC && !SO && fd.xpend) {
                 const float4 *h4 = reinterpret_cast<const float4 *>(fd.xpend), *l4 = h4 + (k >> 2);
                 xa[j] = pend_add(pend_add(xa[j], h4[2 * q[j]]), l4[2 * q[j]]);
