@@ -19,7 +19,8 @@
 // One block is slow when most of a large vocabulary has weight > 0 (flat logits: every pass is
 // over ~128K tokens on one SM, ~0.7 ms for top-k + top-p at 128K). With top_k set, a prefilter
 // kernel on every SM first keeps each slice's top k (topk_prefilter_kernel), so the sampling
-// block passes over k * SMs tokens.
+// block passes over k * SMs tokens, and keeps of those only what lies at or before the k-th of
+// the slices' top tokens (usually k and a few: no select left to do; see sample_kernel).
 #include "config.h"
 #include "sample.h"
 #include "ref.h"
@@ -321,20 +322,31 @@ static __device__ uint64_t kept_weight(const float *cl, const int *cid, int nc, 
     return block_sum(s, scan);
 }
 
-// the earliest of n cuts in the order (key desc, id asc), over the block; every thread gets it
-static __device__ cut block_earliest(const cut *t, int n, uint64_t *sm)
+// (key, INT_MAX - id) as one integer: the earlier of two cuts in the order is the larger
+static __device__ __forceinline__ uint64_t cut_order(cut c)
+{
+    return ((uint64_t)c.key << 32) | (uint32_t)(INT_MAX - c.id);
+}
+
+// the largest of every thread's v, to every thread. sm: 32 words
+static __device__ uint64_t block_max_u64(uint64_t v, uint64_t *sm)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // (key, INT_MAX - id) as one integer: the earliest cut is the largest
-    uint64_t v = 0;
-    for (int i = threadIdx.x; i < n; i += SP_THREADS)
-        v = max(v, ((uint64_t)t[i].key << 32) | (uint32_t)(INT_MAX - t[i].id));
     for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL, v, o));
     if (lane == 0) sm[warp] = v;
     __syncthreads();
     v = sm[lane];
     for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(FULL, v, o));
     __syncthreads();
+    return v;
+}
+
+// the earliest of n cuts in the order (key desc, id asc), over the block; every thread gets it
+static __device__ cut block_earliest(const cut *t, int n, uint64_t *sm)
+{
+    uint64_t v = 0;
+    for (int i = threadIdx.x; i < n; i += SP_THREADS) v = max(v, cut_order(t[i]));
+    v = block_max_u64(v, sm);
     return {(uint32_t)(v >> 32), INT_MAX - (int)(uint32_t)v};
 }
 
@@ -417,19 +429,45 @@ static __device__ int sample_small(const float *cl, const int *cid, int nc, samp
 // (one pass over it), and the survivors hold the top-p set only if its cut is not past any
 // block's thr: when the survivors' weight falls short of the target or the cut lies past the
 // earliest thr (flat logits), the kernel starts again over the whole row.
+// ktop, kcut (top-k, nk prefilter blocks): each block's top token and its k-th survivor. With
+// top_k <= nk, the top_k-th of the blocks' top tokens in the order has top_k tokens at or before
+// it (each of those blocks' top), so the row's top k all lie at or before it; else the earliest
+// of the blocks' k-th survivors does (that block holds k at or before it). The survivors after
+// that cut are dropped as the list is compacted: with the first, usually k and a few stay of
+// k x blocks (the top k of 128K logits lie among the top ~0.1%, a slice's k-th near its top 5%),
+// and the small-set end orders them without a select.
 static __global__ void __launch_bounds__(SP_THREADS)
     sample_kernel(int *out, const float *__restrict__ logits, const int *__restrict__ ids, int n,
                   float temp, int top_k, float top_p, float min_p, const double *__restrict__ u,
                   float *cl, int *cid, const cut *__restrict__ thr, int nthr,
-                  const float *__restrict__ full, int nfull, int small)
+                  const float *__restrict__ full, int nfull, int small,
+                  const cut *__restrict__ ktop, const cut *__restrict__ kcut, int nk)
 {
     extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
     __shared__ sel_smem sm;
+    __shared__ cut kth;
     __shared__ float redv[32];
     __shared__ int redi[32];
     pdl_launch_dependents();
     pdl_wait();
     const int tid = threadIdx.x;
+    // the survivors kept (everything without a prefilter's cuts)
+    cut kc = {0u, INT_MAX};
+    if (ktop && top_k <= nk && nk <= SP_THREADS) {
+        // the top_k-th of the blocks' top tokens, by rank (their ids are distinct)
+        const uint64_t v = tid < nk ? cut_order(ktop[tid]) : 0;
+        if (tid < nk) hist[tid] = v;
+        __syncthreads();
+        if (tid < nk) {
+            int r = 0;
+            for (int j = 0; j < nk; j++) r += hist[j] > v;
+            if (r == top_k - 1) kth = ktop[tid];
+        }
+        __syncthreads();
+        kc = kth;
+    } else if (kcut) {
+        kc = block_earliest(kcut, nk, sm.scan);
+    }
 
     for (bool survivors = thr != nullptr;; survivors = false) {
         const float *src = logits;
@@ -451,18 +489,25 @@ static __global__ void __launch_bounds__(SP_THREADS)
             const int i0 = base + tid * SP_BATCH;
             float lv[SP_BATCH];
             int cnt = 0;
+            int iv[SP_BATCH];
+            bool take[SP_BATCH];
 #pragma unroll
             for (int j = 0; j < SP_BATCH; j++) {
                 lv[j] = i0 + j < ns ? src[i0 + j] : -INFINITY;
-                cnt += sp.w(lv[j]) > 0;
+                iv[j] = i0 + j < ns && sid ? sid[i0 + j] : i0 + j;
+            }
+#pragma unroll
+            for (int j = 0; j < SP_BATCH; j++) {
+                take[j] = sp.w(lv[j]) > 0 && kept(order_key(lv[j]), iv[j], kc);
+                cnt += take[j];
             }
             uint64_t total;
             int o = nc + (int)(block_scan((uint64_t)cnt, &total, sm.scan) - cnt);
 #pragma unroll
             for (int j = 0; j < SP_BATCH; j++)
-                if (sp.w(lv[j]) > 0) {
+                if (take[j]) {
                     cl[o] = lv[j];
-                    cid[o] = sid ? sid[i0 + j] : i0 + j;
+                    cid[o] = iv[j];
                     o++;
                 }
             nc += (int)total;
@@ -521,11 +566,12 @@ static __global__ void __launch_bounds__(SP_THREADS)
 // top k is among the survivors, in id order across blocks, so sample_kernel over them keeps the
 // same tokens with the same weights (the top logit is among them) and draws the same token as
 // over the whole row, with k * blocks entries instead of n to pass over. sl/sid: n floats and
-// ints of scratch (each block copies its slice there for select). thr (or null): each block's
-// cut, its k-th entry in the order, for top-p alone (see sample_kernel).
+// ints of scratch (each block copies its slice there for select). thr: each block's cut, its
+// k-th entry in the order (everything where the slice holds k or fewer); top (or null): its top
+// token (see sample_kernel).
 static __global__ void __launch_bounds__(SP_THREADS)
     topk_prefilter_kernel(const float *__restrict__ logits, int n, int k, float *sl, int *sid,
-                          float *fl, int *fid, cut *thr)
+                          float *fl, int *fid, cut *thr, cut *top)
 {
     extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
     __shared__ sel_smem sm;
@@ -536,9 +582,16 @@ static __global__ void __launch_bounds__(SP_THREADS)
     const int len = s1 - s0;
     float *cl = sl + s0;
     int *cid = sid + s0;
+    uint64_t best = 0; // the earliest of this thread's tokens (cut_order)
     for (int i = tid; i < len; i += SP_THREADS) {
-        cl[i] = logits[s0 + i];
+        const float l = logits[s0 + i];
+        cl[i] = l;
         cid[i] = s0 + i;
+        best = max(best, cut_order({order_key(l), s0 + i}));
+    }
+    if (top) { // (the barrier select needs before it reads the slice is in block_max_u64)
+        best = block_max_u64(best, sm.scan);
+        if (tid == 0) top[b] = {(uint32_t)(best >> 32), INT_MAX - (int)(uint32_t)best};
     }
     __syncthreads();
     cut c = {0u, INT_MAX};
@@ -1078,12 +1131,12 @@ static __global__ void __launch_bounds__(SP_THREADS)
 #define SP_TOPP_KEEP 64
 
 // the sampler's lists (cl, cid: n each), then the prefilter's scratch (n each), survivors (at
-// most n / 4 each) and cuts (one per block, at most n / (4 * SP_TOPP_KEEP))
+// most n / 4 each) and two cuts per block (at most n / 4 blocks, k >= 1)
 static size_t lists_bytes(int n)
 {
     const size_t m = (size_t)(n > 0 ? n : 0);
-    return (m + m + m / 4 + 4) * (sizeof(float) + sizeof(int)) +
-           (m / (4 * SP_TOPP_KEEP) + 1) * sizeof(cut) + 7 * 16;
+    return (m + m + m / 4 + 4) * (sizeof(float) + sizeof(int)) + 2 * (m / 4 + 1) * sizeof(cut) +
+           8 * 16;
 }
 
 // then the grid select's state (tp_state), from a 16-byte boundary
@@ -1189,23 +1242,25 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     const int blocks = prefilter_blocks(n, keep);
     const float *in = logits;
     const int *ids = nullptr;
-    cut *thr = nullptr;
+    cut *thr = nullptr, *top = nullptr;
     int m = n;
     if (blocks) {
         float *sl = (float *)take((size_t)n * sizeof(float));
         int *sid = (int *)take((size_t)n * sizeof(int));
         float *fl = (float *)take((size_t)(n / 4 + 4) * sizeof(float));
         int *fid = (int *)take((size_t)(n / 4 + 4) * sizeof(int));
-        if (topp) thr = (cut *)take((size_t)blocks * sizeof(cut));
+        thr = (cut *)take((size_t)blocks * sizeof(cut));            // each block's k-th survivor
+        if (!topp) top = (cut *)take((size_t)blocks * sizeof(cut)); // and its top token
         pdl_launch(topk_prefilter_kernel, (unsigned)blocks, SP_THREADS, hist_bytes,
-                   (cudaStream_t)stream, logits, n, keep, sl, sid, fl, fid, thr);
+                   (cudaStream_t)stream, logits, n, keep, sl, sid, fl, fid, thr, top);
         CHECK_CUDA(cudaGetLastError());
         in = fl;
         ids = fid;
         m = blocks * keep;
     }
+    const cut *tpc = topp ? thr : nullptr, *tkc = topp ? nullptr : thr; // top-p's, top-k's
     pdl_launch(sample_kernel, 1, SP_THREADS, hist_bytes, (cudaStream_t)stream, out, in, ids, m,
-               temperature, top_k, top_p, min_p, u, cl, cid, (const cut *)thr, thr ? blocks : 0,
-               logits, n, small);
+               temperature, top_k, top_p, min_p, u, cl, cid, tpc, tpc ? blocks : 0, logits, n,
+               small, (const cut *)top, tkc, tkc ? blocks : 0);
     CHECK_CUDA(cudaGetLastError());
 }
