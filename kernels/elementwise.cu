@@ -76,13 +76,11 @@ static __global__ void add_kernel(float *x, const float *y, size_t n)
         x[i] += y[i];
 }
 
-// the same sums, in the same order, as gemv.cu's pending-sum readers. hi is read whatever the
-// word after lo says (all zeros when it is 0), since one block zeroes the word while others run.
+// the same sums, in the same order, as gemv.cu's pending-sum readers
 static __global__ void pending_resolve_kernel(float *x, float *pend, size_t n)
 {
     pdl_launch_dependents();
     pdl_wait();
-    if (blockIdx.x == 0 && threadIdx.x == 0) pend[2 * n] = 0.0f;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         x[i] = __fadd_rn(__fadd_rn(x[i], pend[i]), pend[n + i]);

@@ -375,15 +375,14 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // the same bits). So the gate+up -> down boundary (the release, the down's ramp, its slowest
 // block) is gone.
 // ACC with fd.y2: each updated y also stored there (the fused MLP's input copy); with fd.pend,
-// y's pending sum added to y first (when fd.pend_live) and zeroed, its hi word too.
-// fd.xpend (plain or norm input): x's pending sum, added to x as it is loaded (hi only when its
-// word says some hi is set).
+// y's pending sum added to y first (when fd.pend_live) and zeroed.
+// fd.xpend (plain or norm input): x's pending sum, added to x as it is loaded.
 struct gemv_fd {
     float *y2;          // ACC: a copy of each updated y
     const uint4 *dt;    // FD: the down matrix transposed
-    float *out;         // FD: the pending sum (LS_PEND_FLOATS(k)) the partial outputs are added to
-    float *pend;        // ACC: y's pending sum (LS_PEND_FLOATS(n)), or NULL
-    const float *xpend; // x's pending sum (LS_PEND_FLOATS(k)), or NULL
+    float *out;         // FD: the pending sum [2][k] the partial outputs are added to
+    float *pend;        // ACC: y's pending sum [2][n], or NULL
+    const float *xpend; // x's pending sum [2][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
 };
 
@@ -398,10 +397,6 @@ struct gemv_fd {
 // be rounded, in some order). hi - v is exact (Sterbenz: |v - hi| <= R <= |hi| / 2 when hi is
 // not 0). Each partial is off by at most R / 2^17 (~1e-5 of the input's RMS in all, across the
 // 132 partials of an H200), far below the bf16 weights' rounding.
-// The word after lo (p[2n]) is set by every block that adds a non-zero hi and zeroed by the o
-// GEMV that takes the sum in. The readers that add the sum to x as they load x (the QKV GEMV,
-// the LM head) load hi only while it is set: hi is rare (a partial of the input's RMS), and
-// every block of a reader loads all of x, hi and lo, ~48 KB from L2 where x alone is 16.
 #define PEND_LO_BITS    16
 #define PEND_MAX_BLOCKS 255
 
@@ -504,9 +499,6 @@ static __global__ void __launch_bounds__(NT, 1)
     }
 
     float ss = 0.0f; // NORM: this lane's share of the sum of squares
-    // x's pending sum has a non-zero hi (its word; one load for the block's lanes)
-    const bool xhi = CM == 1 && !ACC && !SO && fd.xpend &&
-                     *reinterpret_cast<const unsigned *>(fd.xpend + 2 * (size_t)k) != 0u;
     // the x of this lane's chunks: 8 consecutive inputs each
     float4 xa[CM], xb[CM];
 #pragma unroll
@@ -527,14 +519,10 @@ static __global__ void __launch_bounds__(NT, 1)
             // (x + hi) + lo, as the ACC form takes it in; in the forms that read a residual
             // with one (y = or RoPE; one column a warp): the launch declines others, in which
             // the registers would spill
-            // hi is zero while its word is: (x + 0) + lo then
             if (CM == 1 && !ACC && !SO && fd.xpend) {
                 const float4 *h4 = reinterpret_cast<const float4 *>(fd.xpend), *l4 = h4 + (k >> 2);
-                const float4 la = l4[2 * q[j]], lb = l4[2 * q[j] + 1];
-                float4 ha = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hb = ha;
-                if (xhi) ha = h4[2 * q[j]], hb = h4[2 * q[j] + 1];
-                xa[j] = pend_add(pend_add(xa[j], ha), la);
-                xb[j] = pend_add(pend_add(xb[j], hb), lb);
+                xa[j] = pend_add(pend_add(xa[j], h4[2 * q[j]]), l4[2 * q[j]]);
+                xb[j] = pend_add(pend_add(xb[j], h4[2 * q[j] + 1]), l4[2 * q[j] + 1]);
             }
             if (NORM) {
                 const float4 *w4 = reinterpret_cast<const float4 *>(nw);
@@ -702,7 +690,6 @@ static __global__ void __launch_bounds__(NT, 1)
                     if (any_hi)
                         for (int e = 0; e < 4; e++) atomicAdd(oh + e, hi[e]);
 #endif
-                    if (any_hi) *reinterpret_cast<unsigned *>(fd.out + 2 * (size_t)k) = 1u;
                 }
             }
         }
@@ -719,7 +706,6 @@ static __global__ void __launch_bounds__(NT, 1)
                     y0 = __fadd_rn(__fadd_rn(y0, fd.pend[r0 + r]), fd.pend[n + r0 + r]);
                 fd.pend[r0 + r] = 0.0f;
                 fd.pend[n + r0 + r] = 0.0f;
-                if (r0 + r == 0) fd.pend[2 * (size_t)n] = 0.0f; // hi's word (read by none here)
             }
             const float v = ACC ? y0 + (sum + b) : sum + b;
             *yp = v;

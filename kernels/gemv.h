@@ -53,13 +53,6 @@ int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *
                     int hd, uint16_t *kcache, uint16_t *vcache, const int *pos,
                     const float *inv_freq, int max_ctx, int interleaved, void *stream);
 
-/* A pending sum of n values (ls_gemv_mlp's output): hi [n], lo [n], then a word (the float at
- * 2n, read as an unsigned int) that is non-zero when some hi is. hi is all zeros while the word
- * is 0 (hi is set only where a block's partial reaches the input's RMS), so ls_gemv_rope_kv and
- * ls_gemv_pend then skip hi's loads (ls_pending_resolve reads it whatever the word says). The
- * taking in is (x[i] + hi[i]) + lo[i] either way. */
-#define LS_PEND_FLOATS(n) (2 * (size_t)(n) + 4)
-
 /* One position: y = W . x' (+ bias), x' = (x[i] + xpend[i]) + xpend[k + i] (x with its pending
  * sum, ls_gemv_mlp), normed first when norm_w is set: ls_gemv_ex of x' in one kernel. Returns 0,
  * launching nothing, where the column-resident kernel does not take the shape. */
@@ -79,10 +72,10 @@ int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x, const float *
  * g | u = Wgu . x (x normed first when norm_w is set, as in ls_gemv_gu_swiglu), in one kernel:
  * the down is split along its inputs, each block multiplying its h_i by the rows of DT (the down
  * matrix transposed, [f][k] bf16: row i holds input i's weight on every output) and adding its
- * partial output into the pending sum pend (LS_PEND_FLOATS(k) floats, 16-byte aligned). A residual
- * y with a pending sum stands for (y[i] + pend[i]) + pend[k + i]: the blocks add their partials in
- * the order they finish, on grids that make every such sum exact (gemv.cu, pending_split), so the
- * result is the same bits in any order, within ~1e-5 of the input's RMS of the exact sum. Readers:
+ * partial output into the pending sum pend [2][k] (16-byte aligned). A residual y with a pending
+ * sum stands for (y[i] + pend[i]) + pend[k + i]: the blocks add their partials in the order they
+ * finish, on grids that make every such sum exact (gemv.cu, pending_split), so the result is the
+ * same bits in any order, within ~1e-5 of the input's RMS of the exact sum. Readers:
  * ls_gemv_residual_copy, ls_gemv_rope_kv, ls_gemv_pend, ls_pending_resolve; pend starts zeroed.
  * Returns 0, launching nothing, where the shape is not taken (ls_gemv_mlp_takes says so
  * beforehand: as ls_gemv_gu_swiglu, k <= 8192, fewer than 256 blocks). */
@@ -96,9 +89,8 @@ int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, c
 int ls_gemv_set_mlp_inflight(int n);
 
 /* One position: y += W . x as ls_gemv_ex with accumulate, each updated y[r] also stored in
- * y2[r] (the fused MLP's input copy). pend (or NULL): y's pending sum (LS_PEND_FLOATS(n),
- * ls_gemv_mlp), taken into y first where pend_live, as (y[r] + pend[r]) + pend[n + r], and zeroed
- * either way (its word too).
+ * y2[r] (the fused MLP's input copy). pend (or NULL): y's pending sum [2][n] (ls_gemv_mlp),
+ * taken into y first where pend_live, as (y[r] + pend[r]) + pend[n + r], and zeroed either way.
  * Returns 0, launching nothing, where the column-resident kernel does not take the shape. */
 int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_live, const uint16_t *W,
                           const float *x, int n, int k, void *stream);

@@ -70,8 +70,7 @@ struct ls_backend {
      * x += Wo . att with xin = x after it (a copy the MLP reads), then the MLP of xin
      * (rmsnorm(xin) * nw, gate+up, SwiGLU, down) in one operation that reads the down matrix
      * transposed (downT, [f][dim], from transpose_matrix). The MLP's output is left in pend
-     * (2 dim + 4 floats, zeroed when allocated: hi, lo and a word saying whether any hi is
-     * non-zero) as x's pending sum: x then stands for (x[i] + pend[i]) + pend[dim + i] until the
+     * [2][dim] as x's pending sum: x then stands for (x[i] + pend[i]) + pend[dim + i] until the
      * next attn_out_mlp takes it in (pend_live: pend holds one; else it is only zeroed first);
      * matmul_rope_kv and matmul_rmsnorm_pend read x with it. The same bits in every run (the
      * CUDA kernel's partial sums are exact in any order; see kernels/gemv.h). Returns 0, having

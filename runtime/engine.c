@@ -35,7 +35,7 @@ struct ls_engine {
     float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
     void **down_t;       /* [n_layers] the down matrices transposed (mlp_fused), or NULL */
-    float *pend;         /* x's pending sum (2 dim + 4 floats), the fused MLP's output */
+    float *pend;         /* [2][dim] x's pending sum, the fused MLP's output (with down_t) */
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
@@ -141,7 +141,7 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
     int room = !free_b || mode == MLP_FUSED_ASKED || free_b >= need + MLP_FUSED_MARGIN;
     e->down_t = calloc((size_t)n, sizeof *e->down_t);
     CHECK_ALLOC(e->down_t);
-    if (room) e->pend = e->be->alloc((2 * (size_t)D + 4) * sizeof(float)); /* backend.h */
+    if (room) e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
     for (int l = 0; room && l < n; l++)
         room = (e->down_t[l] =
                     e->be->transpose_matrix(m->layers[l].w_down, (size_t)D, (size_t)F)) != NULL;

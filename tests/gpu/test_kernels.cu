@@ -213,34 +213,7 @@ static __global__ void spin_then_copy(float *dst, const float *src, size_t n, lo
         dst[i] = src[i];
 }
 
-// a pending sum's word after hi and lo (gemv.h, LS_PEND_FLOATS): non-zero when some hi is
-static unsigned pend_word(const std::vector<float> &p, size_t n)
-{
-    unsigned w;
-    memcpy(&w, &p[2 * n], sizeof w);
-    return w;
-}
-
-// a random pending sum of n values (LS_PEND_FLOATS(n) floats): lo random, hi random and its word
-// set, or (hi false) hi zeros and its word 0
-static std::vector<float> rand_pend(size_t n, bool hi)
-{
-    std::vector<float> p = randv(LS_PEND_FLOATS(n), 0.5f);
-    const unsigned w = hi;
-    if (!hi) std::fill(p.begin(), p.begin() + n, 0.0f);
-    std::fill(p.begin() + 2 * n, p.end(), 0.0f);
-    memcpy(&p[2 * n], &w, sizeof w);
-    return p;
-}
-
-// p with hi poisoned (NaN) where its word is 0: the readers that skip hi then must not read it
-static std::vector<float> pend_poisoned(std::vector<float> p, size_t n)
-{
-    if (pend_word(p, n) == 0) std::fill(p.begin(), p.begin() + n, nanf(""));
-    return p;
-}
-
-// x with its pending sum p taken in, as the kernels take it: (x[i] + p[i]) + p[n + i]
+// x with its pending sum p [2][n] taken in, as the kernels take it: (x[i] + p[i]) + p[n + i]
 static std::vector<float> pend_taken(const std::vector<float> &x, const std::vector<float> &p)
 {
     std::vector<float> r(x.size());
@@ -463,8 +436,8 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
             for (int c = 0; c < f; c++) bad += t[(size_t)c * k + r] != Wd[(size_t)r * f + c];
         report(bad == 0, "transpose16 %dx%d: %zu elements differ", k, f, bad);
     }
-    const std::vector<float> zeros(LS_PEND_FLOATS(k), 0.0f);
-    dev<float> dpend(LS_PEND_FLOATS(k));
+    const std::vector<float> zeros(2 * (size_t)k, 0.0f);
+    dev<float> dpend(2 * (size_t)k);
     const int takes = ls_gemv_mlp_takes(dgu.p, ddt.p, dx.p, dpend.p, norm ? dnw.p : nullptr, f, k);
     int taken = 0;
     dpend.up(zeros);
@@ -499,8 +472,6 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
     }
     report(off == 0, "%s: the pending sum on its grids (%zu of %d off; hi set at %zu)", name, off,
            k, hi_set);
-    report((pend_word(pend, k) != 0) == (hi_set > 0), "%s: hi's word %u with hi set at %zu", name,
-           pend_word(pend, k), hi_set);
     size_t differ = 0;
     for (int r = 0; r < 4; r++) {
         dpend.up(zeros);
@@ -525,9 +496,9 @@ static void test_gemv_residual_copy(const char *label, int n, int k, int pend = 
     std::vector<uint16_t> Wb;
     std::vector<float> Wf;
     rand_bf16((size_t)n * k, Wb, Wf);
-    std::vector<float> x = randv(k, 3.0f), y0 = randv(n, 2.0f), p = rand_pend(n, true);
+    std::vector<float> x = randv(k, 3.0f), y0 = randv(n, 2.0f), p = randv(2 * (size_t)n, 0.5f);
     dev<uint16_t> dW((size_t)n * k);
-    dev<float> dx(k), dy(n), dy2(n), dp(LS_PEND_FLOATS(n));
+    dev<float> dx(k), dy(n), dy2(n), dp(2 * (size_t)n);
     dW.up(Wb);
     dx.up(x);
     dy.up(pend == 1 ? pend_taken(y0, p) : y0);
@@ -548,32 +519,30 @@ static void test_gemv_residual_copy(const char *label, int n, int k, int pend = 
     report(memcmp(y2.data(), y.data(), n * sizeof(float)) == 0, "%s: the copy bitwise y", name);
     if (pend)
         report(std::all_of(pa.begin(), pa.end(), [](float v) { return v == 0.0f; }),
-               "%s: the pending sum zeroed, hi's word too", name);
+               "%s: the pending sum zeroed", name);
 }
 
 // y = W . x' with x' = x and its pending sum (ls_gemv_pend: the LM head's form after the fused
 // MLP), bitwise ls_gemv_ex of x' taken in on the host; ls_pending_resolve bitwise the host's
-// taking in, its pending sum zeroed (its word too). hi: hi set (and its word), else hi zeros,
-// its word 0, and NaN in hi for the GEMV, which then must skip it
-static void test_gemv_pend(const char *label, int n, int k, bool norm, bool hi = true)
+// taking in, its pending sum zeroed
+static void test_gemv_pend(const char *label, int n, int k, bool norm)
 {
     char name[160];
-    snprintf(name, sizeof name, "gemv_pend %s n=%d k=%d%s%s", label, n, k, norm ? " norm-in" : "",
-             hi ? "" : " hi's word 0");
+    snprintf(name, sizeof name, "gemv_pend %s n=%d k=%d%s", label, n, k, norm ? " norm-in" : "");
     const float eps = 1e-5f;
     std::vector<uint16_t> Wb;
     std::vector<float> Wf;
     rand_bf16((size_t)n * k, Wb, Wf);
-    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), p = rand_pend(k, hi);
+    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), p = randv(2 * (size_t)k, 0.5f);
     const std::vector<float> xr = pend_taken(x, p);
     dev<uint16_t> dW((size_t)n * k);
-    dev<float> dx(k), dnw(k), dp(LS_PEND_FLOATS(k)), dy(n), dy2(n);
+    dev<float> dx(k), dnw(k), dp(2 * (size_t)k), dy(n), dy2(n);
     dW.up(Wb);
     dnw.up(nw);
     dx.up(xr);
     ls_gemv_ex(dy2.p, dW.p, dx.p, nullptr, 1, n, k, 0, norm ? dnw.p : nullptr, eps, 0, nullptr);
     dx.up(x);
-    dp.up(pend_poisoned(p, k));
+    dp.up(p);
     dy.poison();
     const int taken =
         ls_gemv_pend(dy.p, dW.p, dx.p, dp.p, nullptr, n, k, norm ? dnw.p : nullptr, eps, nullptr);
@@ -581,12 +550,10 @@ static void test_gemv_pend(const char *label, int n, int k, bool norm, bool hi =
     report(taken, "%s: taken", name);
     if (taken)
         report(dy.down() == dy2.down(), "%s: bitwise ls_gemv_ex of x with its pending sum", name);
-    dp.up(p); // the resolve reads hi whatever its word says
     ls_pending_resolve(dx.p, dp.p, (size_t)k, nullptr);
     const std::vector<float> xa = dx.down(), pa = dp.down();
     report(xa == xr && std::all_of(pa.begin(), pa.end(), [](float v) { return v == 0.0f; }),
-           "pending_resolve %s k=%d%s: x bitwise the host's, the pending sum zeroed", label, k,
-           hi ? "" : " hi's word 0");
+           "pending_resolve %s k=%d: x bitwise the host's, the pending sum zeroed", label, k);
 }
 
 static void tests_gemv(void)
@@ -617,8 +584,6 @@ static void tests_gemv(void)
     test_gemv_pend("llama8b head slice", 20000, 4096, true);
     test_gemv_pend("smollm2 head", 49152, 576, true);
     test_gemv_pend("odd", 1001, 4104, false);
-    test_gemv_pend("llama8b head slice", 20000, 4096, true, false);
-    test_gemv_pend("odd", 1001, 4104, false, false);
     // the gate+up GEMV with the SwiGLU in its epilogue: the 8B's at TP=1 (norm in) and TP=2,
     // SmolLM2's, odd sizes, every column-resident form, and shapes it leaves to the caller
     test_gemv_gu_swiglu("llama8b", 14336, 4096, true, true);
@@ -1053,16 +1018,15 @@ static void test_rope(const char *label, int hq, int hkv, int hd, int interleave
 // kernels it replaces (ls_gemv_ex, then ls_rope_kv): qkv and both caches bitwise the same, every
 // other cache entry still poison; and against the CPU reference (rmsnorm, matmul, rope) within
 // the GEMV's tolerance. pdl: x arrives from a kernel that spins first.
-// pend: x comes with a pending sum (xpend), against the two kernels on x taken in on the host:
-// 1 with hi set (and its word), 2 hi zeros and its word 0 (NaN in hi: the kernel must skip it).
+// pend: x comes with a pending sum (xpend), against the two kernels on x taken in on the host.
 static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bool norm, bool bias,
-                           int interleaved, int p, bool pdl = false, int pend = 0)
+                           int interleaved, int p, bool pdl = false, bool pend = false)
 {
     char name[200];
     snprintf(name, sizeof name, "gemv_rope_kv %s hq=%d hkv=%d hd=%d k=%d%s%s %s pos=%d%s%s", label,
              hq, hkv, hd, k, norm ? " norm-in" : "", bias ? " bias" : "",
              interleaved ? "interleaved" : "neox", p, pdl ? " pdl" : "",
-             pend == 1 ? " pending sum" : pend == 2 ? " pending sum, hi's word 0" : "");
+             pend ? " pending sum" : "");
     const int n = (hq + 2 * hkv) * hd, max_ctx = 2048;
     const float eps = 1e-5f;
     std::vector<uint16_t> Wb;
@@ -1072,7 +1036,7 @@ static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bo
     std::vector<float> inv(hd / 2);
     ref_rope_inv_freq(inv.data(), hd, 500000.0f, LS_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192);
     // the pending sum, and x with it taken in (the value every path must see)
-    std::vector<float> xp = pend ? rand_pend(k, pend == 1) : std::vector<float>(),
+    std::vector<float> xp = pend ? randv(2 * (size_t)k, 0.5f) : std::vector<float>(),
                        xr = pend ? pend_taken(x, xp) : x;
 
     // reference: the CPU's rmsnorm, matmul and rope
@@ -1087,12 +1051,11 @@ static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bo
 
     const size_t csz = (size_t)hkv * max_ctx * hd;
     dev<uint16_t> dW((size_t)n * k), dkc(csz), dvc(csz), dkc2(csz), dvc2(csz);
-    dev<float> dx(k), dnw(k), db(n), dinv(inv.size()), dy(n), dy2(n), dxp(pend ? LS_PEND_FLOATS(k) : 1),
-        dxr(k);
+    dev<float> dx(k), dnw(k), db(n), dinv(inv.size()), dy(n), dy2(n), dxp(pend ? 2 * k : 1), dxr(k);
     dev<int> dpos(1);
     dW.up(Wb);
     dnw.up(nw);
-    if (pend) dxp.up(pend_poisoned(xp, k));
+    if (pend) dxp.up(xp);
     db.up(b);
     dinv.up(inv);
     dpos.up(&p);
@@ -1132,10 +1095,8 @@ static void tests_gemv_rope(void)
 {
     test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 1500);
     test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 200, true);
-    test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 300, true, 1);
-    test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 301, true, 2);
-    test_gemv_rope("smollm2", 9, 3, 64, 576, true, false, 0, 17, false, 1);
-    test_gemv_rope("smollm2", 9, 3, 64, 576, true, false, 0, 18, false, 2);
+    test_gemv_rope("llama8b", 32, 8, 128, 4096, true, false, 0, 300, true, true);
+    test_gemv_rope("smollm2", 9, 3, 64, 576, true, false, 0, 17, false, true);
     test_gemv_rope("llama8b tp2", 16, 4, 128, 4096, false, false, 0, 37);
     test_gemv_rope("llama8b tp2 norm", 16, 4, 128, 4096, true, false, 0, 2047);
     test_gemv_rope("llama8b gguf", 32, 8, 128, 4096, true, false, 1, 5);
