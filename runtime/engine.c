@@ -784,17 +784,6 @@ static int same_choice(const struct ls_sampling *a, const struct ls_sampling *b)
            a->min_p == b->min_p;
 }
 
-/* the draw's slot and the sampling workspace at the first sampled choice (before any capture) */
-static void draw_alloc(struct ls_engine *e, const struct ls_sampling *sp)
-{
-    if (sp->temperature == 0.0f || e->u) return;
-    const struct ls_backend *be = e->be;
-    e->u = be->alloc(sizeof(double));
-    e->sample_ws = be->alloc(be->sample_ws(e->m->cfg.vocab));
-    if (!e->u || !e->sample_ws)
-        ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for sampling");
-}
-
 /* ends the job: no backend memory for what (need bytes), with the numbers */
 static void die_no_memory(const struct ls_engine *e, const char *what, size_t need)
 {
@@ -804,6 +793,18 @@ static void die_no_memory(const struct ls_engine *e, const char *what, size_t ne
     snprintf(msg, sizeof msg, "rank %d: out of %s memory for %s: %.1f MB needed, %.1f MB free",
              e->comm->rank, be->name, what, need / 1e6, free_b / 1e6);
     ls_die(__FILE__, __LINE__, "ls_engine_decode", msg);
+}
+
+/* the draw's slot and the sampling workspace at the first sampled choice (before any capture);
+ * out of memory ends the job, saying so */
+static void draw_alloc(struct ls_engine *e, const struct ls_sampling *sp)
+{
+    if (sp->temperature == 0.0f || e->u) return;
+    const struct ls_backend *be = e->be;
+    const size_t ws = be->sample_ws(e->m->cfg.vocab);
+    e->u = be->alloc(sizeof(double));
+    e->sample_ws = be->alloc(ws);
+    if (!e->u || !e->sample_ws) die_no_memory(e, "the sampling workspace", ws + sizeof(double));
 }
 
 /* the penalties' buffers, once (before any capture); out of memory ends the job, saying so */
