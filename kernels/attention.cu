@@ -423,43 +423,11 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         if (lane == 0) sm_l[0][g] = L;
     }
     __syncthreads();
-    // Four output elements a thread (hd % 8 == 0), each loaded as one float4 (merge4 1, where a
+    // Four output elements a thread (hd % 8 == 0), each loaded as one float4 (merge4, where a
     // block's q heads give every thread four elements or more): a thread's eight loads in flight
     // move 128 bytes, where one element at a time moved 32, so the merge of 66 chunks takes a
-    // quarter of the L2 round trips. Else one element a thread (merge4 0), or (merge4 2, where
-    // the block's float4s are at most half its threads: one q head a block at hd 128, the
-    // default up to ~7000 positions on the 8B) float4s with the chunks split among P = threads /
-    // float4s parts: part p sums chunks p, p + P, ... in order, and the parts meet in shared
-    // memory in part order. 0 and 1 give the same bits; 2 a fixed order of its own.
-    if (merge4 == 2 && gb * hd / 4 <= (int)blockDim.x) { // (else the float4 loop below)
-        __shared__ float4 sm_part[ATT_WARPS * 32];
-        const int V = gb * hd / 4, P = (int)blockDim.x / V, p = (int)threadIdx.x / V;
-        const int c = (int)threadIdx.x - p * V, g = 4 * c / hd, d = 4 * c - g * hd, h = h0 + g;
-        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (p < P) {
-            const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
-            const float *a = sml + 2 * g * live;
-#pragma unroll 8
-            for (int s = p; s < live; s += P) {
-                const float4 v = __ldcg(reinterpret_cast<const float4 *>(wo + (size_t)s * hd));
-                const float sc = a[2 * s];
-                O.x = fmaf(v.x, sc, O.x), O.y = fmaf(v.y, sc, O.y);
-                O.z = fmaf(v.z, sc, O.z), O.w = fmaf(v.w, sc, O.w);
-            }
-            sm_part[threadIdx.x] = O;
-        }
-        __syncthreads();
-        if (p == 0) {
-            for (int j = 1; j < P; j++) {
-                const float4 t = sm_part[j * V + c];
-                O.x += t.x, O.y += t.y, O.z += t.z, O.w += t.w;
-            }
-            const float il = sm_l[0][g];
-            *reinterpret_cast<float4 *>(out + (size_t)h * hd + d) =
-                make_float4(O.x / il, O.y / il, O.z / il, O.w / il);
-        }
-        return;
-    }
+    // quarter of the L2 round trips. Else one element a thread (fewer elements than four a
+    // thread: float4 would idle threads and keep the round trips). Same order, same bits.
     for (int i = threadIdx.x; !merge4 && i < gb * hd; i += blockDim.x) {
         const int g = i / hd, d = i - g * hd, h = h0 + g;
         const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
@@ -931,10 +899,9 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // off or on (-1, the default: by the cache length); ls_attention_set_decode_shape overrides
 // both. LOCKSTEP_ATT_CLUSTER=0 turns the cluster merge off (ls_attention_set_cluster).
 // LOCKSTEP_ATT_HEADS=1|2|4|8: at most that many q heads a block (0, the default: by the
-// launch's size, heads_per_block; ls_attention_set_heads). LOCKSTEP_ATT_MERGE4=0|1|2: the
-// workspace merge's loads one element at a time, four, or four with the chunks split among the
-// threads (default: four where a block's q heads give every thread four elements, split where
-// they give at most half the threads four; see the kernel).
+// launch's size, heads_per_block; ls_attention_set_heads). LOCKSTEP_ATT_MERGE4=0|1: the
+// workspace merge's loads one element at a time or four (default: four where a block's q heads
+// give every thread four elements).
 static struct {
     int read, min_chunk, wide, cluster, heads, merge4;
 } g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1};
@@ -954,7 +921,7 @@ static void shape_from_env(void)
     if (hp && (hp[0] == '1' || hp[0] == '2' || hp[0] == '4' || hp[0] == '8') && !hp[1])
         g_shape.heads = hp[0] - '0';
     const char *m4 = getenv("LOCKSTEP_ATT_MERGE4");
-    if (m4 && m4[0] >= '0' && m4[0] <= '2' && !m4[1]) g_shape.merge4 = m4[0] - '0';
+    if (m4 && (m4[0] == '0' || m4[0] == '1') && !m4[1]) g_shape.merge4 = m4[0] - '0';
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1121,12 +1088,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
-    // the workspace merge's form (see the kernel): float4s where they fill the block, float4s
-    // with the chunks split where they fill at most half, else one element a thread
-    const int merge4 = g_shape.merge4 >= 0                            ? g_shape.merge4
-                       : gm * hd >= 4 * ATT_WARPS * 32                ? 1
-                       : gm * hd <= 2 * ATT_WARPS * 32 && hd % 4 == 0 ? 2
-                                                                      : 0;
+    const int merge4 = g_shape.merge4 >= 0 ? g_shape.merge4 : gm * hd >= 4 * ATT_WARPS * 32;
     const int cluster =
         clusters && nsplit > 1 && g_shape.cluster && ls_device_get().clusters ? ATT_CLUSTER : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
