@@ -589,7 +589,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
         cid[i] = s0 + i;
         best = max(best, cut_order({order_key(l), s0 + i}));
     }
-    if (top) { // (the barrier select needs before it reads the slice is in block_max_u64)
+    if (top) { // the slice's top token (sample_kernel's bound)
         best = block_max_u64(best, sm.scan);
         if (tid == 0) top[b] = {(uint32_t)(best >> 32), INT_MAX - (int)(uint32_t)best};
     }
