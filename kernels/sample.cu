@@ -429,10 +429,12 @@ static __device__ int sample_small(const float *cl, const int *cid, int nc, samp
 // (one pass over it), and the survivors hold the top-p set only if its cut is not past any
 // block's thr: when the survivors' weight falls short of the target or the cut lies past the
 // earliest thr (flat logits), the kernel starts again over the whole row.
-// ktop, kcut (top-k, nk prefilter blocks): each block's top token and its k-th survivor. With
-// top_k <= nk, the top_k-th of the blocks' top tokens in the order has top_k tokens at or before
-// it (each of those blocks' top), so the row's top k all lie at or before it; else the earliest
-// of the blocks' k-th survivors does (that block holds k at or before it). The survivors after
+// ktop, kcut (top-k, nk prefilter blocks): each block's kr-th token and its k-th survivor. With
+// j = ceil(top_k / kr) <= nk, the j-th of the blocks' kr-th tokens in the order has j x kr >=
+// top_k tokens at or before it (each of those blocks' first kr), so the row's top k all lie at
+// or before it (kr 1: the blocks' top tokens, where top_k <= nk; kr > 1 where top_k exceeds the
+// blocks: LOCKSTEP_SAMPLE_RTH, ls_sample_set_rth); else the earliest of the blocks' k-th
+// survivors does (that block holds k at or before it). The survivors after
 // that cut are dropped as the list is compacted: with the first, usually k and a few stay of
 // k x blocks (the top k of 128K logits lie among the top ~0.1%, a slice's k-th near its top 5%),
 // and the small-set end orders them without a select.
@@ -441,7 +443,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
                   float temp, int top_k, float top_p, float min_p, const double *__restrict__ u,
                   float *cl, int *cid, const cut *__restrict__ thr, int nthr,
                   const float *__restrict__ full, int nfull, int small,
-                  const cut *__restrict__ ktop, const cut *__restrict__ kcut, int nk)
+                  const cut *__restrict__ ktop, const cut *__restrict__ kcut, int nk, int kr)
 {
     extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
     __shared__ sel_smem sm;
@@ -453,15 +455,16 @@ static __global__ void __launch_bounds__(SP_THREADS)
     const int tid = threadIdx.x;
     // the survivors kept (everything without a prefilter's cuts)
     cut kc = {0u, INT_MAX};
-    if (ktop && top_k <= nk && nk <= SP_THREADS) {
-        // the top_k-th of the blocks' top tokens, by rank (their ids are distinct)
+    const int kj = kr > 0 ? (top_k + kr - 1) / kr : 0;
+    if (ktop && kj >= 1 && kj <= nk && nk <= SP_THREADS) {
+        // the kj-th of the blocks' kr-th tokens, by rank (their ids are distinct)
         const uint64_t v = tid < nk ? cut_order(ktop[tid]) : 0;
         if (tid < nk) hist[tid] = v;
         __syncthreads();
         if (tid < nk) {
             int r = 0;
             for (int j = 0; j < nk; j++) r += hist[j] > v;
-            if (r == top_k - 1) kth = ktop[tid];
+            if (r == kj - 1) kth = ktop[tid];
         }
         __syncthreads();
         kc = kth;
@@ -567,11 +570,11 @@ static __global__ void __launch_bounds__(SP_THREADS)
 // same tokens with the same weights (the top logit is among them) and draws the same token as
 // over the whole row, with k * blocks entries instead of n to pass over. sl/sid: n floats and
 // ints of scratch (each block copies its slice there for select). thr: each block's cut, its
-// k-th entry in the order (everything where the slice holds k or fewer); top (or null): its top
-// token (see sample_kernel).
+// k-th entry in the order (everything where the slice holds k or fewer); top (or null): its
+// r-th token, 1 <= r <= k (see sample_kernel).
 static __global__ void __launch_bounds__(SP_THREADS)
     topk_prefilter_kernel(const float *__restrict__ logits, int n, int k, float *sl, int *sid,
-                          float *fl, int *fid, cut *thr, cut *top)
+                          float *fl, int *fid, cut *thr, cut *top, int r)
 {
     extern __shared__ unsigned long long hist[]; // [SP_WARPS][256]
     __shared__ sel_smem sm;
@@ -589,7 +592,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
         cid[i] = s0 + i;
         best = max(best, cut_order({order_key(l), s0 + i}));
     }
-    if (top) { // the slice's top token (sample_kernel's bound)
+    if (top && r == 1) { // the slice's top token (sample_kernel's bound)
         best = block_max_u64(best, sm.scan);
         if (tid == 0) top[b] = {(uint32_t)(best >> 32), INT_MAX - (int)(uint32_t)best};
     }
@@ -618,6 +621,21 @@ static __global__ void __launch_bounds__(SP_THREADS)
     for (int i = (done < k ? done : k) + tid; i < k; i += SP_THREADS) {
         ol[i] = -INFINITY;
         oid[i] = INT_MAX;
+    }
+    if (top && r > 1) {
+        // the r-th of the survivors by rank (each against all, in shared memory: the launch
+        // keeps k <= SP_MAX_RTH_K, and the ids are distinct)
+        const int kk = done < k ? done : k;
+        uint64_t *ko = reinterpret_cast<uint64_t *>(hist);
+        __syncthreads(); // ol, oid written; hist free
+        for (int i = tid; i < kk; i += SP_THREADS) ko[i] = cut_order({order_key(ol[i]), oid[i]});
+        __syncthreads();
+        for (int i = tid; i < kk; i += SP_THREADS) {
+            const uint64_t v = ko[i];
+            int rk = 0;
+            for (int j = 0; j < kk; j++) rk += ko[j] > v;
+            if (rk == r - 1) top[b] = {order_key(ol[i]), oid[i]};
+        }
     }
 }
 
@@ -1162,6 +1180,22 @@ extern "C" int ls_sample_set_small(int on)
     return env_switch(&g_small, "LOCKSTEP_SAMPLE_SMALL", on);
 }
 
+// the top-k bound from the blocks' r-th tokens where top_k exceeds the blocks (sample_kernel):
+// off unless LOCKSTEP_SAMPLE_RTH=1 (not yet run on a GPU), for k <= SP_MAX_RTH_K
+#define SP_MAX_RTH_K 1024
+static int g_rth = -1;
+
+extern "C" int ls_sample_set_rth(int on)
+{
+    if (g_rth < 0) {
+        const char *e = getenv("LOCKSTEP_SAMPLE_RTH");
+        g_rth = e && !strcmp(e, "1");
+    }
+    const int old = g_rth;
+    if (on >= 0) g_rth = on != 0;
+    return old;
+}
+
 extern "C" int ls_sample_set_prefilter(int on)
 {
     int old = g_prefilter;
@@ -1243,16 +1277,21 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     const float *in = logits;
     const int *ids = nullptr;
     cut *thr = nullptr, *top = nullptr;
-    int m = n;
+    int m = n, r = 0;
     if (blocks) {
         float *sl = (float *)take((size_t)n * sizeof(float));
         int *sid = (int *)take((size_t)n * sizeof(int));
         float *fl = (float *)take((size_t)(n / 4 + 4) * sizeof(float));
         int *fid = (int *)take((size_t)(n / 4 + 4) * sizeof(int));
-        thr = (cut *)take((size_t)blocks * sizeof(cut));            // each block's k-th survivor
-        if (!topp) top = (cut *)take((size_t)blocks * sizeof(cut)); // and its top token
+        thr = (cut *)take((size_t)blocks * sizeof(cut)); // each block's k-th survivor
+        // and its r-th token for the bound: its top where top_k <= blocks
+        if (!topp)
+            r = top_k <= blocks                                  ? 1
+                : ls_sample_set_rth(-1) && top_k <= SP_MAX_RTH_K ? (top_k + blocks - 1) / blocks
+                                                                 : 0;
+        if (r) top = (cut *)take((size_t)blocks * sizeof(cut));
         pdl_launch(topk_prefilter_kernel, (unsigned)blocks, SP_THREADS, hist_bytes,
-                   (cudaStream_t)stream, logits, n, keep, sl, sid, fl, fid, thr, top);
+                   (cudaStream_t)stream, logits, n, keep, sl, sid, fl, fid, thr, top, r);
         CHECK_CUDA(cudaGetLastError());
         in = fl;
         ids = fid;
@@ -1261,6 +1300,6 @@ extern "C" void ls_sample(int *out, const float *logits, int n, float temperatur
     const cut *tpc = topp ? thr : nullptr, *tkc = topp ? nullptr : thr; // top-p's, top-k's
     pdl_launch(sample_kernel, 1, SP_THREADS, hist_bytes, (cudaStream_t)stream, out, in, ids, m,
                temperature, top_k, top_p, min_p, u, cl, cid, tpc, tpc ? blocks : 0, logits, n,
-               small, (const cut *)top, tkc, tkc ? blocks : 0);
+               small, (const cut *)top, tkc, tkc ? blocks : 0, r);
     CHECK_CUDA(cudaGetLastError());
 }

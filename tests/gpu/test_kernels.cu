@@ -1772,6 +1772,7 @@ static void tests_sample(void)
     std::vector<int> sizes = {1000, 9001};
     if (!g_quick) sizes.push_back(49152), sizes.push_back(128256);
     const int NU = g_quick ? 4 : 32;
+    const int rth0 = ls_sample_set_rth(-1); // LOCKSTEP_SAMPLE_RTH's, set back after each draw
     for (int V : sizes) {
         for (int dist = 0; dist < 4; dist++) {
             // peaked (logits ~ N(0, 3)), flat (N(0, 0.3): many candidates), quantised (ties),
@@ -1814,22 +1815,27 @@ static void tests_sample(void)
                             if (gr && !pf) break; // the grid path has no prefilter
                             for (int sm = 1; sm >= 0; sm--) {
                                 if (gr && !sm) break;
-                                ls_sample_set_grid(gr);
-                                ls_sample_set_prefilter(pf);
-                                ls_sample_set_small(sm);
-                                dout.poison();
-                                ws.poison();
-                                ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p, du.p,
-                                          ws.p, nullptr);
-                                int g = dout.down()[0];
-                                if (first < 0) first = g;
-                                split += g != first;
-                                if ((pf && sm) || g != want) got = g;
+                                // the top-k bound from the blocks' r-th tokens, off and on
+                                for (int rt = 0; rt <= (pf && c.top_k > 0); rt++) {
+                                    ls_sample_set_grid(gr);
+                                    ls_sample_set_prefilter(pf);
+                                    ls_sample_set_small(sm);
+                                    ls_sample_set_rth(rt);
+                                    dout.poison();
+                                    ws.poison();
+                                    ls_sample(dout.p, dl.p, V, c.temp, c.top_k, c.top_p, c.min_p,
+                                              du.p, ws.p, nullptr);
+                                    int g = dout.down()[0];
+                                    if (first < 0) first = g;
+                                    split += g != first;
+                                    if ((pf && sm && !rt) || g != want) got = g;
+                                }
                             }
                         }
                     ls_sample_set_grid(1);
                     ls_sample_set_prefilter(1);
                     ls_sample_set_small(1);
+                    ls_sample_set_rth(rth0);
                     if (want < 0) {
                         skipped++;
                         continue;
@@ -1842,7 +1848,8 @@ static void tests_sample(void)
                 report(bad == 0 && split == 0,
                        "sample V=%d %s temp=%.1f top_k=%d top_p=%.2f min_p=%.2f: %d of %d draws "
                        "differ from the host (%d near a boundary, skipped); the GPU's paths "
-                       "(grid selects, prefilter, small-set end, on and off) disagree %d times",
+                       "(grid selects, prefilter, small-set end, r-th bound, on and off) "
+                       "disagree %d times",
                        V,
                        dist == 0   ? "peaked"
                        : dist == 1 ? "flat"
