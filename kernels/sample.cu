@@ -736,13 +736,13 @@ static __global__ void __launch_bounds__(AM_THREADS)
     *out = best ? (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFull)) : 0;
 }
 
-// a switch that is on unless its environment variable is "0" (read at the first use); on >= 0
-// sets it; returns the previous setting
-static int env_switch(int *g, const char *var, int on)
+// a switch that is on unless its environment variable is "0" (def 0: off unless it is "1"),
+// read at the first use; on >= 0 sets it; returns the previous setting
+static int env_switch(int *g, const char *var, int on, int def = 1)
 {
     if (*g < 0) {
         const char *e = getenv(var);
-        *g = !(e && !strcmp(e, "0"));
+        *g = e && !strcmp(e, def ? "0" : "1") ? !def : def;
     }
     int old = *g;
     if (on >= 0) *g = on != 0;
@@ -1187,13 +1187,7 @@ static int g_rth = -1;
 
 extern "C" int ls_sample_set_rth(int on)
 {
-    if (g_rth < 0) {
-        const char *e = getenv("LOCKSTEP_SAMPLE_RTH");
-        g_rth = e && !strcmp(e, "1");
-    }
-    const int old = g_rth;
-    if (on >= 0) g_rth = on != 0;
-    return old;
+    return env_switch(&g_rth, "LOCKSTEP_SAMPLE_RTH", on, 0);
 }
 
 extern "C" int ls_sample_set_prefilter(int on)
