@@ -1051,6 +1051,22 @@ extern "C" void ls_gemv_ex(float *y, const uint16_t *W, const float *x, const fl
     gemv_launch(y, W, x, bias, T, n, k, swiglu != 0, norm_w, eps, accumulate, stream);
 }
 
+// the column-resident launchers' common start: the environment's settings, the device and the
+// dynamic shared memory a block may take (the opt-in limit less the static block sums); true
+// where that kernel is on and W, x and the norm weights suit it (fast_path)
+struct xreg_at {
+    ls_device di;
+    size_t smem_max;
+};
+
+static bool xreg_ready(xreg_at &at, const uint16_t *W, const float *x, const float *nw, int k)
+{
+    shapes_from_env();
+    at.di = ls_device_get();
+    at.smem_max = (size_t)at.di.smem_optin - GEMV_STATIC_SMEM;
+    return g_xreg && fast_path(W, x, nw, k, at.smem_max);
+}
+
 extern "C" int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *xpend,
                                const float *bias, int k, const float *norm_w, float eps, int hq,
                                int hkv, int hd, uint16_t *kcache, uint16_t *vcache, const int *pos,
@@ -1060,11 +1076,8 @@ extern "C" int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, co
         ls_die(__FILE__, __LINE__, "ls_gemv_rope_kv",
                "expected k >= 1, hq >= 1, hkv >= 1 and an even head_dim <= 256");
     const int n = (hq + 2 * hkv) * hd;
-    cudaStream_t s = (cudaStream_t)stream;
-    const ls_device di = ls_device_get();
-    shapes_from_env();
-    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    if (fast_path(W, x, norm_w, k, smem_max) && (hd & (hd - 1)) == 0 && g_xreg) {
+    xreg_at at;
+    if (xreg_ready(at, W, x, norm_w, k) && (hd & (hd - 1)) == 0) {
         int sh = 0;
         while ((1 << sh) < hd) sh++;
         const gemv_rope rp = {kcache,          vcache, pos,     inv_freq,        hq * hd,
@@ -1072,7 +1085,7 @@ extern "C" int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, co
         gemv_fd fd = {};
         fd.xpend = xpend;
         if (xreg_launch(qkv, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 2, norm_w,
-                        eps, di, smem_max, s, rp, fd))
+                        eps, at.di, at.smem_max, (cudaStream_t)stream, rp, fd))
             return 1;
     }
     if (xpend) return 0;
@@ -1087,37 +1100,32 @@ extern "C" int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const f
                             void *stream)
 {
     if (n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_pend", "expected n, k >= 1");
-    shapes_from_env();
-    const ls_device di = ls_device_get();
-    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    if (!g_xreg || !fast_path(W, x, norm_w, k, smem_max)) return 0;
+    xreg_at at;
+    if (!xreg_ready(at, W, x, norm_w, k)) return 0;
     gemv_fd fd = {};
     fd.xpend = xpend;
     return xreg_launch(y, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 0, norm_w, eps,
-                       di, smem_max, (cudaStream_t)stream, {}, fd);
+                       at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
 }
 
 extern "C" int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x,
                                   const float *norm_w, float eps, int f, int k, void *stream)
 {
     if (f < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_gu_swiglu", "expected f, k >= 1");
-    shapes_from_env();
-    if (!g_xreg) return 0;
-    const ls_device di = ls_device_get();
-    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    if (!fast_path(W, x, norm_w, k, smem_max)) return 0;
-    return xreg_launch(h, W, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 3,
-                       norm_w, eps, di, smem_max, (cudaStream_t)stream);
+    xreg_at at;
+    if (!xreg_ready(at, W, x, norm_w, k)) return 0;
+    return xreg_launch(h, W, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 3, norm_w,
+                       eps, at.di, at.smem_max, (cudaStream_t)stream);
 }
 
 // the fused MLP's shapes: the column-resident gate+up kernel's (acc 3) and the down's rows
-static bool mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *pend,
-                      const float *norm_w, int f, int k, const ls_device &di, size_t smem_max)
+static bool mlp_takes(xreg_at &at, const uint16_t *Wgu, const uint16_t *DT, const float *x,
+                      const float *pend, const float *norm_w, int f, int k)
 {
-    return g_xreg && f >= 1 && fast_path(Wgu, x, norm_w, k, smem_max) &&
-           ((uintptr_t)DT & 15) == 0 && ((uintptr_t)pend & 15) == 0 &&
+    return xreg_ready(at, Wgu, x, norm_w, k) && f >= 1 && ((uintptr_t)DT & 15) == 0 &&
+           ((uintptr_t)pend & 15) == 0 &&
            xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
-                       norm_w, 0.0f, di, smem_max, nullptr, {}, {}, true);
+                       norm_w, 0.0f, at.di, at.smem_max, nullptr, {}, {}, true);
 }
 
 extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, const uint16_t *DT,
@@ -1125,48 +1133,41 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
 {
     if (f < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "expected f, k >= 1");
     if (pend == x) ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "pend must not be the input x");
-    shapes_from_env();
-    const ls_device di = ls_device_get();
-    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    if (!mlp_takes(Wgu, DT, x, pend, norm_w, f, k, di, smem_max)) return 0;
+    xreg_at at;
+    if (!mlp_takes(at, Wgu, DT, x, pend, norm_w, f, k)) return 0;
     gemv_fd fd = {};
     fd.dt = (const uint4 *)DT;
     fd.out = pend;
     return xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
-                       norm_w, eps, di, smem_max, (cudaStream_t)stream, {}, fd);
+                       norm_w, eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
 }
 
 extern "C" int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x,
                                  const float *pend, const float *norm_w, int f, int k)
 {
-    shapes_from_env();
-    const ls_device di = ls_device_get();
-    return mlp_takes(Wgu, DT, x, pend, norm_w, f, k, di, (size_t)di.smem_optin - GEMV_STATIC_SMEM);
+    xreg_at at;
+    return mlp_takes(at, Wgu, DT, x, pend, norm_w, f, k);
 }
 
 extern "C" int ls_gemv_residual_copy_takes(const uint16_t *W, const float *x, int n, int k)
 {
-    shapes_from_env();
-    const ls_device di = ls_device_get();
-    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    return n >= 1 && k >= 1 && g_xreg && fast_path(W, x, nullptr, k, smem_max) &&
-           xreg_launch(nullptr, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, di, smem_max,
-                       nullptr, {}, {}, true);
+    xreg_at at;
+    return n >= 1 && k >= 1 && xreg_ready(at, W, x, nullptr, k) &&
+           xreg_launch(nullptr, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, at.di,
+                       at.smem_max, nullptr, {}, {}, true);
 }
 
 extern "C" int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_live,
                                      const uint16_t *W, const float *x, int n, int k, void *stream)
 {
     if (n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_residual_copy", "expected n, k >= 1");
-    shapes_from_env();
-    const ls_device di = ls_device_get();
-    const size_t smem_max = (size_t)di.smem_optin - GEMV_STATIC_SMEM;
-    if (!g_xreg || !fast_path(W, x, nullptr, k, smem_max)) return 0;
+    xreg_at at;
+    if (!xreg_ready(at, W, x, nullptr, k)) return 0;
     gemv_fd fd = {};
     fd.y2 = y2;
     fd.pend = pend;
     fd.pend_live = pend_live;
-    return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, di, smem_max,
+    return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, at.di, at.smem_max,
                        (cudaStream_t)stream, {}, fd);
 }
 
