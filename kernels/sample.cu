@@ -736,13 +736,13 @@ static __global__ void __launch_bounds__(AM_THREADS)
     *out = best ? (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFull)) : 0;
 }
 
-// a switch that is on unless its environment variable is "0" (def 0: off unless it is "1"),
-// read at the first use; on >= 0 sets it; returns the previous setting
-static int env_switch(int *g, const char *var, int on, int def = 1)
+// a switch that is on unless its environment variable is "0", read at the first use; on >= 0
+// sets it; returns the previous setting
+static int env_switch(int *g, const char *var, int on)
 {
     if (*g < 0) {
         const char *e = getenv(var);
-        *g = e && !strcmp(e, def ? "0" : "1") ? !def : def;
+        *g = !(e && !strcmp(e, "0"));
     }
     int old = *g;
     if (on >= 0) *g = on != 0;
@@ -1181,13 +1181,13 @@ extern "C" int ls_sample_set_small(int on)
 }
 
 // the top-k bound from the blocks' r-th tokens where top_k exceeds the blocks (sample_kernel):
-// off unless LOCKSTEP_SAMPLE_RTH=1 (not yet run on a GPU), for k <= SP_MAX_RTH_K
+// on unless LOCKSTEP_SAMPLE_RTH=0, for k <= SP_MAX_RTH_K
 #define SP_MAX_RTH_K 1024
 static int g_rth = -1;
 
 extern "C" int ls_sample_set_rth(int on)
 {
-    return env_switch(&g_rth, "LOCKSTEP_SAMPLE_RTH", on, 0);
+    return env_switch(&g_rth, "LOCKSTEP_SAMPLE_RTH", on);
 }
 
 extern "C" int ls_sample_set_prefilter(int on)

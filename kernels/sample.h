@@ -63,9 +63,8 @@ int ls_sample_set_small(int on);
 /* With top_k set above the prefilter's block count (e.g. 300 on an H200 at 128K logits), the
  * sampling block's list of survivors is bounded by each block's r-th token, r = ceil(top_k /
  * blocks), instead of the blocks' k-th survivors (kernels/sample.cu, sample_kernel): the same
- * token from far fewer survivors (tests/gpu/sim_topk_bound.py). Off unless LOCKSTEP_SAMPLE_RTH=1
- * (an experiment: not yet measured); for tests and benchmarks. Negative: read only. Returns the
- * previous setting. */
+ * token from far fewer survivors (tests/gpu/sim_topk_bound.py). On unless LOCKSTEP_SAMPLE_RTH=0;
+ * for tests and benchmarks. Negative: read only. Returns the previous setting. */
 int ls_sample_set_rth(int on);
 
 /* A decode step's penalties on the device, as ref_penalize (kernels/ref.h): the step's token
