@@ -418,6 +418,24 @@ static void matmul_rmsnorm_x(struct ls_engine *e, float *out, float *x, float *x
         e->be->matmul_rmsnorm(out, x, nw, eps, W, bias, T, k, n);
 }
 
+/* LOCKSTEP_LAB_SKIP=attn: decode steps (one position) leave out the attention kernel, so that a
+ * bench measures what the attention costs the step (timing only: the tokens are wrong; a warning
+ * says so at the first step) */
+static int lab_skip_attn(const struct ls_engine *e)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LOCKSTEP_LAB_SKIP");
+        on = v && !strcmp(v, "attn");
+        if (v && *v && !on && e->comm->rank == 0)
+            ls_warn("LOCKSTEP_LAB_SKIP: expected 'attn', found '%s' (ignored)", v);
+        if (on && e->comm->rank == 0)
+            ls_warn("LOCKSTEP_LAB_SKIP=attn: decode steps leave out the attention (timing only: "
+                    "the tokens are wrong)");
+    }
+    return on;
+}
+
 /* One decoder layer. Tensor-parallel: the residual stream x is all-reduced and added in one
  * step after each row-parallel matmul; each norm is taken inside the matmul that reads it
  * (norm_in_matmul), or else by that step into xn (on entry xn = rmsnorm(x) * attn_norm of this
@@ -452,8 +470,9 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
         be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
                     e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
     }
-    be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
-                  e->max_ctx);
+    if (T > 1 || !lab_skip_attn(e))
+        be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
+                      e->max_ctx);
     if (fused) {
         /* LOCKSTEP_MLP_FUSED=1: proj (unused at one rank) holds the MLP's input copy; the MLP's
          * output is x's pending sum, which the next layer's o takes in (the first layer's
