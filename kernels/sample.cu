@@ -438,17 +438,6 @@ static __device__ int sample_small(const float *cl, const int *cid, int nc, samp
 // that cut are dropped as the list is compacted: with the first, usually k and a few stay of
 // k x blocks (the top k of 128K logits lie among the top ~0.1%, a slice's k-th near its top 5%),
 // and the small-set end orders them without a select.
-// The draw's uniform number. The host writes it before the launch: into device memory by a
-// copy, or (the engine on a GPU) in place into mapped host memory between graph replays, so it is
-// final before the PDL wait and each kernel loads it there, off the draw's chain; a system-scope
-// load, so that no cached copy of an earlier step's value is read.
-static __device__ __forceinline__ double load_u(const double *u)
-{
-    double v;
-    asm volatile("ld.relaxed.sys.global.f64 %0, [%1];" : "=d"(v) : "l"(u) : "memory");
-    return v;
-}
-
 static __global__ void __launch_bounds__(SP_THREADS)
     sample_kernel(int *out, const float *__restrict__ logits, const int *__restrict__ ids, int n,
                   float temp, int top_k, float top_p, float min_p, const double *__restrict__ u,
@@ -462,7 +451,6 @@ static __global__ void __launch_bounds__(SP_THREADS)
     __shared__ float redv[32];
     __shared__ int redi[32];
     pdl_launch_dependents();
-    const double uv = load_u(u);
     pdl_wait();
     const int tid = threadIdx.x;
     // the survivors kept (everything without a prefilter's cuts)
@@ -535,7 +523,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
             // few to order: the top k by one select where there are more candidates, then
             // every cut at once (sample_small)
             if (nc > SP_THREADS) c = select(cl, cid, nc, sp, false, (uint64_t)lim, c, hist, &sm);
-            const int id = sample_small(cl, cid, nc, sp, c, lim, top_p, min_p, uv, hist, &sm);
+            const int id = sample_small(cl, cid, nc, sp, c, lim, top_p, min_p, *u, hist, &sm);
             if (tid == 0) *out = id;
             return;
         }
@@ -567,7 +555,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
             if (kmin > c.key) c = {kmin, INT_MAX};
         }
         const uint64_t kept_w = kept_weight(cl, cid, nc, sp, c, sm.scan);
-        uint64_t r = (uint64_t)(uv * (double)kept_w);
+        uint64_t r = (uint64_t)(*u * (double)kept_w);
         if (r >= kept_w) r = kept_w - 1;
         c = select(cl, cid, nc, sp, true, r + 1, c, hist, &sm);
         if (tid == 0) *out = c.id;
@@ -1056,9 +1044,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
     __shared__ uint64_t scan[32];
     __shared__ int blk;
     __shared__ unsigned long long blk_above;
-    __shared__ double su; // the draw's number (read after block_scan's barriers)
     pdl_launch_dependents();
-    if (draw && threadIdx.x == 0) su = load_u(u);
     pdl_wait();
     const int tid = threadIdx.x;
     const samp sp = {logits[st->max_idx], temp};
@@ -1102,7 +1088,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
             // the cut, and the draw's target below it: r + 1, r = floor(u * kept weight)
             st->c = {key, i};
             if (draw) {
-                uint64_t r = (uint64_t)(su * (double)incl);
+                uint64_t r = (uint64_t)(*u * (double)incl);
                 if (r >= incl) r = incl - 1;
                 st->target = r + 1;
                 st->above = 0;
@@ -1142,7 +1128,6 @@ static __global__ void __launch_bounds__(SP_THREADS)
 {
     __shared__ uint64_t scan[32];
     pdl_launch_dependents();
-    const double uv = threadIdx.x == 0 ? load_u(u) : 0.0; // thread 0 draws
     pdl_wait();
     const samp sp = {logits[st->max_idx], temp};
     const uint64_t s = block_sum(tp_kept(logits, n, sp, st, all).w, scan);
@@ -1150,7 +1135,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
     if (s) atomicAdd(&st->kw, s);
     if (!arrive_last(&st->done_kw)) return;
     const uint64_t kw = atomicAdd(&st->kw, 0ull);
-    uint64_t r = (uint64_t)(uv * (double)kw);
+    uint64_t r = (uint64_t)(*u * (double)kw);
     if (r >= kw) r = kw - 1;
     if (all) st->c = {0u, INT_MAX};
     st->target = r + 1;

@@ -32,12 +32,6 @@ struct ls_backend {
     void (*free)(void *p);
     void (*to_host)(void *dst, const void *src, size_t bytes);   /* synchronous */
     void (*to_device)(void *dst, const void *src, size_t bytes); /* synchronous */
-    /* Pinned host memory that the device reads in place (mapped), zeroed: the host pointer,
-     * with the device's view in *dev; NULL when out of memory. The host writes it between
-     * steps with no copy, for values a kernel loads with a system-scope load. NULL (the
-     * function) where the backend has none (to_device then). */
-    void *(*alloc_mapped)(size_t bytes, void **dev);
-    void (*free_mapped)(void *host);
     void (*copy)(void *dst, const void *src, size_t bytes);      /* within the backend, ordered */
     /* Weights from host fp32, which the backend takes over (frees or keeps): a [rows][cols]
      * matrix in the backend's format, or a vector of n floats. NULL when out of memory. */

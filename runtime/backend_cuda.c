@@ -130,23 +130,6 @@ static void cu_free(void *p)
     if (p) CHECK_CUDA(cudaFree(p));
 }
 
-static void *cu_alloc_mapped(size_t bytes, void **dev)
-{
-    void *p = NULL;
-    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped) != cudaSuccess) {
-        cudaGetLastError();
-        return NULL;
-    }
-    memset(p, 0, bytes ? bytes : 1);
-    CHECK_CUDA(cudaHostGetDevicePointer(dev, p, 0));
-    return p;
-}
-
-static void cu_free_mapped(void *host)
-{
-    if (host) CHECK_CUDA(cudaFreeHost(host));
-}
-
 static void cu_to_host(void *dst, const void *src, size_t bytes)
 {
     CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_get()));
@@ -595,8 +578,6 @@ const struct ls_backend ls_backend_cuda = {
     .mem_free = cu_mem_free,
     .alloc = cu_alloc,
     .free = cu_free,
-    .alloc_mapped = cu_alloc_mapped,
-    .free_mapped = cu_free_mapped,
     .to_host = cu_to_host,
     .to_device = cu_to_device,
     .copy = cu_copy,

@@ -38,7 +38,6 @@ struct ls_engine {
     float *pend;         /* [2][dim] x's pending sum, the fused MLP's output (with down_t) */
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
-    double *u_host;      /* u's host view where it is mapped host memory (u_mapped), else NULL */
     void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
     void *graph[2];              /* captured decode step per backend form, or NULL */
     struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
@@ -275,10 +274,7 @@ void ls_engine_free(struct ls_engine *e)
     if (!e) return;
     const struct ls_backend *be = e->be;
     drop_graphs(e);
-    if (e->u_host)
-        be->free_mapped(e->u_host);
-    else if (e->u)
-        be->free(e->u);
+    if (e->u) be->free(e->u);
     if (e->sample_ws) be->free(e->sample_ws);
     score_free(e);
     if (e->dstats) be->free(e->dstats);
@@ -820,27 +816,12 @@ static void die_no_memory(const struct ls_engine *e, const char *what, size_t ne
 
 /* the draw's slot and the sampling workspace at the first sampled choice (before any capture);
  * out of memory ends the job, saying so */
-/* The step's uniform number in mapped host memory, written in place before each step (the
- * sampling kernels load it with a system-scope load), instead of a synchronous copy that left
- * the device idle between steps; LOCKSTEP_U_MAPPED=0: the copy */
-static int u_mapped(const struct ls_engine *e)
-{
-    static int on = -1;
-    return e->be->alloc_mapped && switch_on("LOCKSTEP_U_MAPPED", &on);
-}
-
 static void draw_alloc(struct ls_engine *e, const struct ls_sampling *sp)
 {
     if (sp->temperature == 0.0f || e->u) return;
     const struct ls_backend *be = e->be;
     const size_t ws = be->sample_ws(e->m->cfg.vocab);
-    if (u_mapped(e)) {
-        void *dev = NULL;
-        e->u_host = be->alloc_mapped(sizeof(double), &dev);
-        e->u = e->u_host ? dev : NULL;
-    } else {
-        e->u = be->alloc(sizeof(double));
-    }
+    e->u = be->alloc(sizeof(double));
     e->sample_ws = be->alloc(ws);
     if (!e->u || !e->sample_ws) die_no_memory(e, "the sampling workspace", ws + sizeof(double));
 }
@@ -912,13 +893,7 @@ static int choice_prepare(struct ls_engine *e, const struct ls_sampling *sp, dou
                           const int *hist, int p, const char *who)
 {
     draw_alloc(e, sp);
-    /* the previous step is over (its token was read), so no kernel reads u while it changes */
-    if (sp->temperature != 0.0f) {
-        if (e->u_host)
-            *(volatile double *)e->u_host = u;
-        else
-            e->be->to_device(e->u, &u, sizeof u);
-    }
+    if (sp->temperature != 0.0f) e->be->to_device(e->u, &u, sizeof u);
     if (ls_sampling_biased(sp)) bias_sync(e, sp);
     const int penalized = ls_sampling_adjusted(sp);
     if (penalized) {
