@@ -901,10 +901,12 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // LOCKSTEP_ATT_HEADS=1|2|4|8: at most that many q heads a block (0, the default: by the
 // launch's size, heads_per_block; ls_attention_set_heads). LOCKSTEP_ATT_MERGE4=0|1: the
 // workspace merge's loads one element at a time or four (default: four where a block's q heads
-// give every thread four elements).
+// give every thread four elements). LOCKSTEP_ATT_SPLIT_SM=N (1 .. 16): the split aims at ~N
+// blocks a SM with the most heads a block (default 4; ls_attention_decode_splits), for
+// experiments with more heads a block and shorter chunks at long contexts.
 static struct {
-    int read, min_chunk, wide, cluster, heads, merge4;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1};
+    int read, min_chunk, wide, cluster, heads, merge4, per_sm;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4};
 
 static void shape_from_env(void)
 {
@@ -922,6 +924,9 @@ static void shape_from_env(void)
         g_shape.heads = hp[0] - '0';
     const char *m4 = getenv("LOCKSTEP_ATT_MERGE4");
     if (m4 && (m4[0] == '0' || m4[0] == '1') && !m4[1]) g_shape.merge4 = m4[0] - '0';
+    const char *ps = getenv("LOCKSTEP_ATT_SPLIT_SM");
+    const int pv = ps ? atoi(ps) : 0;
+    if (pv >= 1 && pv <= 16) g_shape.per_sm = pv;
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1018,7 +1023,8 @@ extern "C" int ls_attention_decode_splits(int hq, int hkv, int max_ctx)
     // blocks a chunk, with the most heads a block (the split does not depend on
     // heads_per_block, which depends on it)
     const int blocks = block_rows(hq / hkv, hkv, ATT_MAX_G);
-    int want = (4 * ls_device_get().sms + blocks - 1) / blocks; // ~4 blocks per SM
+    shape_from_env();
+    int want = (g_shape.per_sm * ls_device_get().sms + blocks - 1) / blocks; // ~per_sm a SM
     const int mc = min_chunk();
     int most = (max_ctx + mc - 1) / mc;
     if (most > ATT_MAX_SPLIT) most = ATT_MAX_SPLIT;
