@@ -328,6 +328,21 @@ static __device__ __forceinline__ uint64_t cut_order(cut c)
     return ((uint64_t)c.key << 32) | (uint32_t)(INT_MAX - c.id);
 }
 
+// the cut whose cut_order is v
+static __device__ __forceinline__ cut cut_of_order(uint64_t v)
+{
+    return {(uint32_t)(v >> 32), INT_MAX - (int)(uint32_t)v};
+}
+
+// v's rank among the n cut_orders a (0: the earliest), counting those before it; distinct ids
+// make every rank distinct
+static __device__ __forceinline__ int order_rank(const uint64_t *a, int n, uint64_t v)
+{
+    int r = 0;
+    for (int j = 0; j < n; j++) r += a[j] > v;
+    return r;
+}
+
 // the largest of every thread's v, to every thread. sm: 32 words
 static __device__ uint64_t block_max_u64(uint64_t v, uint64_t *sm)
 {
@@ -346,8 +361,7 @@ static __device__ cut block_earliest(const cut *t, int n, uint64_t *sm)
 {
     uint64_t v = 0;
     for (int i = threadIdx.x; i < n; i += SP_THREADS) v = max(v, cut_order(t[i]));
-    v = block_max_u64(v, sm);
-    return {(uint32_t)(v >> 32), INT_MAX - (int)(uint32_t)v};
+    return cut_of_order(block_max_u64(v, sm));
 }
 
 // The end of the sampling when the tokens left to order are few (at most SP_THREADS: the top k
@@ -461,11 +475,8 @@ static __global__ void __launch_bounds__(SP_THREADS)
         const uint64_t v = tid < nk ? cut_order(ktop[tid]) : 0;
         if (tid < nk) hist[tid] = v;
         __syncthreads();
-        if (tid < nk) {
-            int r = 0;
-            for (int j = 0; j < nk; j++) r += hist[j] > v;
-            if (r == kj - 1) kth = ktop[tid];
-        }
+        if (tid < nk && order_rank(reinterpret_cast<const uint64_t *>(hist), nk, v) == kj - 1)
+            kth = ktop[tid];
         __syncthreads();
         kc = kth;
     } else if (kcut) {
@@ -594,7 +605,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
     }
     if (top && r == 1) { // the slice's top token (sample_kernel's bound)
         best = block_max_u64(best, sm.scan);
-        if (tid == 0) top[b] = {(uint32_t)(best >> 32), INT_MAX - (int)(uint32_t)best};
+        if (tid == 0) top[b] = cut_of_order(best);
     }
     __syncthreads();
     cut c = {0u, INT_MAX};
@@ -630,12 +641,8 @@ static __global__ void __launch_bounds__(SP_THREADS)
         __syncthreads(); // ol, oid written; hist free
         for (int i = tid; i < kk; i += SP_THREADS) ko[i] = cut_order({order_key(ol[i]), oid[i]});
         __syncthreads();
-        for (int i = tid; i < kk; i += SP_THREADS) {
-            const uint64_t v = ko[i];
-            int rk = 0;
-            for (int j = 0; j < kk; j++) rk += ko[j] > v;
-            if (rk == r - 1) top[b] = {order_key(ol[i]), oid[i]};
-        }
+        for (int i = tid; i < kk; i += SP_THREADS)
+            if (order_rank(ko, kk, ko[i]) == r - 1) top[b] = {order_key(ol[i]), oid[i]};
     }
 }
 
