@@ -418,20 +418,34 @@ static void matmul_rmsnorm_x(struct ls_engine *e, float *out, float *x, float *x
         e->be->matmul_rmsnorm(out, x, nw, eps, W, bias, T, k, n);
 }
 
-/* LOCKSTEP_LAB_SKIP=attn: decode steps (one position) leave out the attention kernel, so that a
- * bench measures what the attention costs the step (timing only: the tokens are wrong; a warning
- * says so at the first step) */
-static int lab_skip_attn(const struct ls_engine *e)
+/* LOCKSTEP_LAB_SKIP=attn|read|attn,read, for a bench to measure what a part costs the step
+ * (timing only: the tokens are wrong; a warning says so at the first step). attn: decode steps
+ * (one position) leave out the attention kernel. read: a decode step does not read its token
+ * back (the host never waits: the steps' graphs queue back to back, each taking its input
+ * token from the last on the device, as a pipelined decode would), so that against the default
+ * the bench shows the host's gap between steps. */
+enum { LAB_ATTN = 1, LAB_READ = 2 };
+static int lab_skip(const struct ls_engine *e)
 {
     static int on = -1;
     if (on < 0) {
         const char *v = getenv("LOCKSTEP_LAB_SKIP");
-        on = v && !strcmp(v, "attn");
+        on = !v || !*v                 ? 0
+             : !strcmp(v, "attn")      ? LAB_ATTN
+             : !strcmp(v, "read")      ? LAB_READ
+             : !strcmp(v, "attn,read") ? LAB_ATTN | LAB_READ
+                                       : 0;
         if (v && *v && !on && e->comm->rank == 0)
-            ls_warn("LOCKSTEP_LAB_SKIP: expected 'attn', found '%s' (ignored)", v);
+            ls_warn("LOCKSTEP_LAB_SKIP: expected 'attn', 'read' or 'attn,read', found '%s' "
+                    "(ignored)",
+                    v);
         if (on && e->comm->rank == 0)
-            ls_warn("LOCKSTEP_LAB_SKIP=attn: decode steps leave out the attention (timing only: "
-                    "the tokens are wrong)");
+            ls_warn("LOCKSTEP_LAB_SKIP=%s: decode steps leave out %s (timing only: the tokens are "
+                    "wrong)",
+                    v,
+                    on == LAB_ATTN   ? "the attention"
+                    : on == LAB_READ ? "the token's read"
+                                     : "both");
     }
     return on;
 }
@@ -470,7 +484,7 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
         be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
                     e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
     }
-    if (T > 1 || !lab_skip_attn(e))
+    if (T > 1 || !(lab_skip(e) & LAB_ATTN))
         be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
                       e->max_ctx);
     if (fused) {
@@ -961,7 +975,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     } else {
         decode_step(e, sp, top_n);
     }
-    be->to_host(out, e->ids, sizeof(int));
+    if (!(lab_skip(e) & LAB_READ) || top_n >= 0) be->to_host(out, e->ids, sizeof(int));
     if (top_n >= 0) {
         const int S = score_split(e, 1, e->m->cfg.vocab);
         double o[LS_SCORE_SPLIT_MAX * SCORE_W];
