@@ -119,10 +119,8 @@ static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int 
 }
 
 // LG lanes per position; GM q heads held per block (1, 2, 4 or 8); U positions per lane per
-// loop iteration (see pick_decode_g); PF: each iteration first issues the next one's K and V
-// loads (a second set of U rows a lane), so that a chunk of several iterations keeps its next
-// rows in flight while it computes on the current ones (LOCKSTEP_ATT_PREFETCH)
-template <int LG, int GM, int U, bool PF>
+// loop iteration (see pick_decode_g)
+template <int LG, int GM, int U>
 static __global__ void __launch_bounds__(ATT_WARPS * 32)
     attn_decode_kernel(float *__restrict__ out, float *__restrict__ ws, const float *__restrict__ q,
                        const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
@@ -162,7 +160,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     const uint16_t *K = kcache + (size_t)kvh * max_ctx * hd + c * 8;
     const uint16_t *V = vcache + (size_t)kvh * max_ctx * hd + c * 8;
 
-    uint4 kr[U], vr[U], nk[PF ? U : 1], nv[PF ? U : 1];
+    uint4 kr[U], vr[U];
     int p[U];
     auto fetch = [&](int u, int at) { // slot u gets the K and V rows of position `at`
         kr[u] = ld_stream(K + (size_t)at * hd);
@@ -221,28 +219,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 
     for (int base = base0; base < p_end; base += STEP) {
-        if (PF) {
-            if (base != base0) {
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    p[u] = base + u * ATT_WARPS * PG + sub;
-                    kr[u] = nk[u];
-                    vr[u] = nv[u];
-                }
-            }
-            // the next iteration's rows (after the PDL wait: every position is final)
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int at = base + STEP + u * ATT_WARPS * PG + sub;
-                nk[u] = nv[u] = make_uint4(0, 0, 0, 0);
-                if (at < p_end && lane_on) {
-                    nk[u] = ld_stream(K + (size_t)at * hd);
-                    nv[u] = ld_stream(V + (size_t)at * hd);
-                }
-            }
-        } else if (base != base0) {
-            load(base, false);
-        }
+        if (base != base0) load(base, false);
         float s[U][GM];
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -927,11 +904,9 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // give every thread four elements). LOCKSTEP_ATT_SPLIT_SM=N (1 .. 16): the split aims at ~N
 // blocks a SM with the most heads a block (default 4; ls_attention_decode_splits), for
 // experiments with more heads a block and shorter chunks at long contexts.
-// LOCKSTEP_ATT_PREFETCH=0|1: the long-context form issues each iteration's successor's loads
-// before its own arithmetic (default 0; the kernel's PF).
 static struct {
-    int read, min_chunk, wide, cluster, heads, merge4, per_sm, prefetch;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0};
+    int read, min_chunk, wide, cluster, heads, merge4, per_sm;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4};
 
 static void shape_from_env(void)
 {
@@ -952,8 +927,6 @@ static void shape_from_env(void)
     const char *ps = getenv("LOCKSTEP_ATT_SPLIT_SM");
     const int pv = ps ? atoi(ps) : 0;
     if (pv >= 1 && pv <= 16) g_shape.per_sm = pv;
-    const char *pf = getenv("LOCKSTEP_ATT_PREFETCH");
-    if (pf && (pf[0] == '0' || pf[0] == '1') && !pf[1]) g_shape.prefetch = pf[0] - '0';
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1006,14 +979,6 @@ extern "C" int ls_attention_set_cluster(int on)
     shape_from_env();
     const int old = g_shape.cluster;
     g_shape.cluster = on != 0;
-    return old;
-}
-
-extern "C" int ls_attention_set_prefetch(int on)
-{
-    shape_from_env();
-    const int old = g_shape.prefetch;
-    g_shape.prefetch = on != 0;
     return old;
 }
 
@@ -1084,25 +1049,17 @@ typedef void (*decode_fn)(float *, float *, const float *, const uint16_t *, con
 // of the longer chunks better (measured: at context 1024, 11.0 vs 13.7 us; at 4096, 23.6 vs
 // 21.7 us; at 32768, 81 vs 63 us)
 #define ATT_WIDE_CTX 2048
-template <int LG, int GM> static decode_fn pick_decode_u(bool wide, bool pf)
-{
-    constexpr int UW = GM == 8 ? 4 : 8; // the short-context form's positions a lane
-    if (wide) return attn_decode_kernel<LG, GM, UW, false>;
-    return pf ? attn_decode_kernel<LG, GM, 2, true> : attn_decode_kernel<LG, GM, 2, false>;
-}
-
-// the long-context form (U = 2) with or without the next iteration's loads issued first (pf)
-template <int LG> static decode_fn pick_decode_g(int gm, bool wide, bool pf)
+template <int LG> static decode_fn pick_decode_g(int gm, bool wide)
 {
     switch (gm) {
     case 1:
-        return pick_decode_u<LG, 1>(wide, pf);
+        return wide ? attn_decode_kernel<LG, 1, 8> : attn_decode_kernel<LG, 1, 2>;
     case 2:
-        return pick_decode_u<LG, 2>(wide, pf);
+        return wide ? attn_decode_kernel<LG, 2, 8> : attn_decode_kernel<LG, 2, 2>;
     case 4:
-        return pick_decode_u<LG, 4>(wide, pf);
+        return wide ? attn_decode_kernel<LG, 4, 8> : attn_decode_kernel<LG, 4, 2>;
     default:
-        return pick_decode_u<LG, 8>(wide, pf);
+        return wide ? attn_decode_kernel<LG, 8, 4> : attn_decode_kernel<LG, 8, 2>;
     }
 }
 
@@ -1131,10 +1088,9 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);
-    const bool pf = g_shape.prefetch > 0;
-    decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide, pf)
-                   : lg == 16 ? pick_decode_g<16>(gm, wide, pf)
-                              : pick_decode_g<32>(gm, wide, pf);
+    decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
+                   : lg == 16 ? pick_decode_g<16>(gm, wide)
+                              : pick_decode_g<32>(gm, wide);
     cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)

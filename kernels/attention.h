@@ -43,10 +43,6 @@ int ls_attention_set_cluster(int on);
  * one while the cache's K and V fit in half the L2, else by the launch's size; also
  * LOCKSTEP_ATT_HEADS). Returns the previous setting. */
 int ls_attention_set_heads(int heads);
-/* experiments and tests: the long-context form of the decode kernel issues each loop
- * iteration's successor's K and V loads before its own arithmetic (1) or not (0, the default;
- * also LOCKSTEP_ATT_PREFETCH). Returns the previous setting. */
-int ls_attention_set_prefetch(int on);
 /* the longest context (positions) at which that cluster merge applies, for the split
  * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
 int ls_attention_cluster_reach(int hq, int hkv, int max_ctx);

@@ -1168,16 +1168,13 @@ static int g_att_clusters = 1;
 // the most q heads a block the decode tests set (ls_attention_set_heads; 0: the default, or
 // LOCKSTEP_ATT_HEADS's), appended to their names
 static int g_att_heads = 0;
-// the long-context form's prefetch of the next iteration's rows (ls_attention_set_prefetch)
-static int g_att_prefetch = 0;
 static const char *att_tag(void)
 {
-    static char t[128];
+    static char t[96];
     char heads[32] = "";
     if (g_att_heads) snprintf(heads, sizeof heads, ", at most %d heads a block", g_att_heads);
-    snprintf(t, sizeof t, "%s%s%s",
-             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads,
-             g_att_prefetch ? ", next rows prefetched" : "");
+    snprintf(t, sizeof t, "%s%s",
+             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads);
     return t;
 }
 
@@ -1384,22 +1381,14 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
 }
 
 // the decode tests with the cluster merge (contexts of up to 8 chunks) and without it (every
-// split through the workspace), each with and without the prefetch; prefill once
+// split through the workspace); prefill once
 static void tests_decode(void);
 static void tests_attention(void)
 {
-    // each merge with and without the long-context form's prefetch
-    const int env_prefetch = ls_attention_set_prefetch(0);
-    for (int pf : {0, 1}) {
-        g_att_prefetch = pf;
-        ls_attention_set_prefetch(pf);
-        tests_decode();
-        g_att_clusters = 0;
-        tests_decode();
-        g_att_clusters = 1;
-    }
-    g_att_prefetch = 0;
-    ls_attention_set_prefetch(env_prefetch);
+    tests_decode();
+    g_att_clusters = 0;
+    tests_decode();
+    g_att_clusters = 1;
     // the tensor-core kernel's four forms (hd 64 and 128), then the fp32 one for the same
     // shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in form 2) and 2
     for (int tc = 4; tc >= 0; tc--) {
@@ -2138,19 +2127,16 @@ static void bench_decode_attention(int hq, int hkv, int hd, int ctx, int max_ctx
     });
     // the bytes of the context read (the cache past it is not)
     double bytes = 2.0 * hkv * (double)ctx * hd * 2;
-    const int pf = ls_attention_set_prefetch(0);
-    ls_attention_set_prefetch(pf);
-    printf("attention_decode hq=%d hkv=%d hd=%d ctx=%d of %d nsplit=%d%s%s: %.2f us, %.0f GB/s "
+    printf("attention_decode hq=%d hkv=%d hd=%d ctx=%d of %d nsplit=%d%s: %.2f us, %.0f GB/s "
            "(%.1f%% of read; KV %.1f MB%s)\n",
-           hq, hkv, hd, ctx, max_ctx, nsplit, clusters ? "" : ", without clusters",
-           pf ? ", prefetch" : "", ms * 1e3, bytes / (ms * 1e-3) / 1e9,
-           100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6,
+           hq, hkv, hd, ctx, max_ctx, nsplit, clusters ? "" : ", without clusters", ms * 1e3,
+           bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6,
            rot > 1 ? ", caches rotating" : ", in L2 when < 60 MB");
 }
 
-// the decode attention with and without clusters, each with and without the prefetch, at the
-// 8B's TP=1 and 2 shapes and the 70B's TP=2, short to long contexts (the generate default's cache
-// of 4096 at the short ones), caches rotating
+// the decode attention with and without clusters at the 8B's TP=1 and 2 shapes and the 70B's
+// TP=2, short to long contexts (the generate default's cache of 4096 at the short ones), caches
+// rotating
 static void bench_decode_forms(void)
 {
     if (!g_roof) g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
@@ -2163,12 +2149,7 @@ static void bench_decode_forms(void)
     for (auto &c : cases) {
         const int rot =
             (int)std::min<size_t>(8, (size_t)(2u << 30) / ((size_t)c.hkv * c.max_ctx * 128 * 4));
-        for (int cl : {1, 0})
-            for (int pf : {0, 1}) {
-                const int old = ls_attention_set_prefetch(pf);
-                bench_decode_attention(c.hq, c.hkv, 128, c.ctx, c.max_ctx, cl, rot);
-                ls_attention_set_prefetch(old);
-            }
+        for (int cl : {1, 0}) bench_decode_attention(c.hq, c.hkv, 128, c.ctx, c.max_ctx, cl, rot);
     }
 }
 
