@@ -961,12 +961,21 @@ static int block_rows(int group, int hkv, int gm)
 // 4352 20.265 / 18.391 (2 a block 18.393). Past half the L2 (not measured: 8B TP=1 from ~6000-7000
 // positions) the most a block can hold (up to 8), or half that where half still gives at most one
 // block per SM with every chunk live (seventeenth session, caches of 256-384: 70B TP=2 -0.29 ms a
-// token, 8B -0.06). At most g_shape.heads when it is set (ls_attention_set_heads).
-static int heads_per_block(int group, int hkv, int nsplit, long kv_bytes)
+// token, 8B -0.06). The launch without clusters (the engine's long-context form: contexts past
+// 3072 positions with 8 KV heads a rank, past 6144 with fewer) holds up to 4 a block at any
+// cache: there one q head a block reads each K/V row `group` times through the L2 (at the 8B
+// TP=1 shape and context 4096, 67 MB a layer for 16.8 MB from HBM), and 8 a block (the group of
+// 8 of the 70B at TP=2) leaves too few blocks. Measured (thirty-third session, one H200, alone,
+// without clusters, us, one head a block / 4): 8B TP=1 shape at 4096 of 4224 20.06 / 17.36;
+// 70B TP=2 shape 19.99 / 16.58, and at 16384 58.75 (8 a block, the rule above) / 41.94; in the
+// step at TP=1 after a 4096-token prompt 4.325 / 4.313 ms a token against 4.188 / 4.196. At
+// most g_shape.heads when it is set (ls_attention_set_heads).
+static int heads_per_block(int group, int hkv, int nsplit, long kv_bytes, bool long_form)
 {
     shape_from_env();
     const int gm = most_heads(group), cap = g_shape.heads;
     if (cap) return gm <= cap ? gm : cap;
+    if (long_form) return gm < 4 ? gm : 4;
     const ls_device d = ls_device_get();
     if (2 * kv_bytes <= d.l2) return 1;
     const int half = half_heads(group);
@@ -1084,7 +1093,7 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                "fresh >= 0");
     const int group = hq / hkv;
     const long kv_bytes = (long)hkv * max_ctx * hd * 2 * sizeof(uint16_t);
-    const int gm = heads_per_block(group, hkv, nsplit, kv_bytes); // q heads a block
+    const int gm = heads_per_block(group, hkv, nsplit, kv_bytes, !clusters); // q heads a block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
     const int mc = min_chunk();
     const bool wide = wide_form(max_ctx);

@@ -40,8 +40,8 @@ void ls_attention_set_decode_shape(int chunk, int wide, int *old_chunk, int *old
  * default; 0 or LOCKSTEP_ATT_CLUSTER=0: never). Returns the previous setting. */
 int ls_attention_set_cluster(int on);
 /* experiments and tests: the most q heads a decode block holds (1, 2, 4 or 8; 0, the default:
- * one while the cache's K and V fit in half the L2, else by the launch's size; also
- * LOCKSTEP_ATT_HEADS). Returns the previous setting. */
+ * up to 4 in a launch without clusters; else one while the cache's K and V fit in half the L2,
+ * past it by the launch's size; also LOCKSTEP_ATT_HEADS). Returns the previous setting. */
 int ls_attention_set_heads(int heads);
 /* the longest context (positions) at which that cluster merge applies, for the split
  * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
@@ -58,9 +58,10 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
  * through this kernel one position at a time: t for its t-th position; a decode step: 0). With
  * PDL the kernel reads the K/V rows of the positions before those ahead of its wait, and pos
  * too: pos must be written before the forward's kernels (by a copy or an earlier graph).
- * clusters: 0 launches the split without clusters (its chunks merge through the workspace);
- * nonzero, with clusters where they apply and ls_attention_set_cluster allows. The q heads a
- * block holds: ls_attention_set_heads. */
+ * clusters: 0 launches the split without clusters (its chunks merge through the workspace),
+ * with up to 4 q heads a block (the engine's long-context form); nonzero, with clusters where
+ * they apply and ls_attention_set_cluster allows, one q head a block while the cache's K and V
+ * fit in half the L2. The q heads a block holds: ls_attention_set_heads. */
 void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, float *workspace, void *stream);

@@ -1,9 +1,11 @@
 // Every CUDA kernel family against the CPU reference (kernels/ref.h), then the decode benchmarks.
 //
 //   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--bench-attention]
+//                          [--bench-attention-heads]
 //     --quick       small shapes only, no benchmarks (for compute-sanitizer memcheck)
 //     --no-bench    tests only;  --bench-only  benchmarks only
 //     --bench-attention  only the decode attention (with and without clusters), and exit
+//     --bench-attention-heads  only the decode attention at each q heads a block, and exit
 // Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
 // benchmark table; exits 1 if anything failed.
 //
@@ -2153,6 +2155,56 @@ static void bench_decode_forms(void)
     }
 }
 
+// the decode attention's q heads a block (ls_attention_set_heads: 1, 2, 4, 8 up to the group)
+// at the 8B's TP=1 and 2 shapes and the 70B's TP=2, short to long contexts, launched with
+// clusters (the engine's short-context form) and without (its long-context form), caches
+// rotating; one line per shape, context and form
+static void bench_decode_heads(void)
+{
+    if (!g_roof) g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
+    struct {
+        int hq, hkv;
+    } shapes[] = {{32, 8}, {16, 4}, {32, 4}};
+    struct {
+        int ctx, max_ctx;
+    } at[] = {{300, 4096},  {1000, 4096}, {2048, 4096}, {3100, 4096},  {4096, 4224},
+              {6144, 6300}, {7000, 7200}, {8192, 8320}, {16384, 16512}};
+    for (auto &sh : shapes)
+        for (auto &a : at)
+            for (int cl : {1, 0}) {
+                const int group = sh.hq / sh.hkv;
+                const size_t csz = (size_t)sh.hkv * a.max_ctx * 128;
+                const int rot = (int)std::min<size_t>(8, ((size_t)2 << 30) / (csz * 4));
+                dev<uint16_t> kc(csz * rot), vc(csz * rot);
+                dev<float> q((size_t)sh.hq * 128), out((size_t)sh.hq * 128);
+                const int nsplit = ls_attention_decode_splits(sh.hq, sh.hkv, a.max_ctx);
+                dev<float> ws(ls_attention_decode_workspace(sh.hq, 128, nsplit) / 4 + 1);
+                CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
+                dev<int> pos(1);
+                int p = a.ctx - 1;
+                pos.up(&p);
+                fill_bf16<<<2048, 256>>>(kc.p, kc.n, 3);
+                fill_bf16<<<2048, 256>>>(vc.p, vc.n, 4);
+                fill_f32<<<64, 256>>>(q.p, q.n, 5);
+                CHECK_CUDA(cudaDeviceSynchronize());
+                printf("attention_decode heads hq=%d hkv=%d ctx=%d of %d nsplit=%d%s:", sh.hq,
+                       sh.hkv, a.ctx, a.max_ctx, nsplit, cl ? "" : " without clusters");
+                for (int cap : {0, 1, 2, 4, 8}) {
+                    if (cap > group) continue;
+                    const int old = ls_attention_set_heads(cap);
+                    float ms = time_batch(60, 10, [&](int i) {
+                        const size_t o = csz * (size_t)(i % rot);
+                        ls_attention_decode(out.p, q.p, kc.p + o, vc.p + o, pos.p, sh.hq, sh.hkv,
+                                            128, a.max_ctx, nsplit, 0, cl, ws.p, nullptr);
+                    });
+                    ls_attention_set_heads(old);
+                    printf(" %s%d %.2f", cap ? "" : "default ", cap, ms * 1e3);
+                }
+                printf(" us\n");
+                fflush(stdout);
+            }
+}
+
 // the prefill's attention over T new positions from position pos0 (causal: T (2 pos0 + T + 1) / 2
 // query-key pairs, 4 hd flops each), the tensor-core kernel's forms and the fp32 one
 static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
@@ -2402,6 +2454,10 @@ int main(int argc, char **argv)
             bench_decode_forms();
             return 0;
         }
+        if (!strcmp(argv[i], "--bench-attention-heads")) {
+            bench_decode_heads();
+            return 0;
+        }
         if (!strcmp(argv[i], "--quick"))
             g_quick = 1, bench = false;
         else if (!strcmp(argv[i], "--no-bench"))
@@ -2409,7 +2465,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--bench-only"))
             tests = false;
         else {
-            fprintf(stderr, "usage: %s [--quick] [--no-bench] [--bench-only] [--bench-attention]\n",
+            fprintf(stderr,
+                    "usage: %s [--quick] [--no-bench] [--bench-only] [--bench-attention] "
+                    "[--bench-attention-heads]\n",
                     argv[0]);
             return 2;
         }
