@@ -401,13 +401,18 @@ static void *cu_transpose_matrix(const void *W, size_t rows, size_t cols)
 }
 
 /* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
- * clusters. The cluster merge shortens the attention at contexts within one cluster of chunks,
- * but the clustered launch costs at long contexts, where every chunk is live and merges through
- * the workspace anyway (measured in the eleventh session: context 4096 of 4096 25.4 against
- * 19.9 us, 32768 98 against 63; context 1000 of 4096 11.9 against 12.7). So past
+ * clusters and with up to 4 q heads a block (ls_attention_decode's long-context launch). The
+ * cluster merge shortens the attention at contexts within one cluster of chunks, but the
+ * clustered launch costs at long contexts, where every chunk is live and merges through the
+ * workspace anyway (measured in the eleventh session: context 4096 of 4096 25.4 against 19.9
+ * us, 32768 98 against 63; context 1000 of 4096 11.9 against 12.7). So past
  * LOCKSTEP_ATT_CLUSTER_CTX positions (0: never) and past the cluster merge's reach the engine
- * switches to a graph captured in form 1; results are the same bits either way there (the
- * workspace merge in both). The default depends on the KV heads a rank holds, from the 8B
+ * switches to a graph captured in form 1; with the same q heads a block in both
+ * (LOCKSTEP_ATT_HEADS) results are the same bits either way there (the workspace merge in
+ * both), by default they differ in rounding. The thresholds below were measured with one q
+ * head a block in form 1; with four it gains from ~2400 positions at 8B TP=1 and 70B TP=2
+ * (alone; docs/DESIGN.md), not yet measured in the step. The default depends on the KV heads a
+ * rank holds, from the 8B
  * decode (ms per token, clusters against without; twelfth and thirteenth sessions): with 8 a
  * rank (TP=1) the clusters are even at prompts of 1024 and 2048 (4.080 / 4.081, 4.305 / 4.301)
  * and behind from 4096 (4.642 / 4.430; 8192: 4.968 / 4.639), so 3072; with 4 (TP=2) they are
