@@ -155,6 +155,13 @@ struct ls_backend {
     void *(*graph_end)(void *prev, int *updated);
     void (*graph_launch)(void *graph);
     void (*graph_free)(void *graph);
+
+    /* Optional (NULL: the engine never issues a step ahead): token_post issues, after the work
+     * issued so far, a copy of the backend's int at src into host slot `slot` (0 or 1) and a
+     * mark; token_take waits for that slot's mark and returns the value copied. With them the
+     * engine issues decode step i + 1 before it reads step i's token (ls_engine_plan). */
+    void (*token_post)(const int *src, int slot);
+    int (*token_take)(int slot);
 };
 
 extern const struct ls_backend ls_backend_cpu;

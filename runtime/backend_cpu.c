@@ -226,6 +226,18 @@ static void cpu_advance(int *pos)
 
 static void cpu_sync(void) {}
 
+/* the CPU's work is done when issued: the token is copied at once */
+static int cpu_token[2];
+static void cpu_token_post(const int *src, int slot)
+{
+    cpu_token[slot] = *src;
+}
+
+static int cpu_token_take(int slot)
+{
+    return cpu_token[slot];
+}
+
 /* best of 3 parallel passes over a buffer the rank's threads first-touched (so its pages sit on
  * the rank's NUMA node); the sum is kept so the reads cannot be optimised away */
 static volatile double cpu_sink;
@@ -310,4 +322,6 @@ const struct ls_backend ls_backend_cpu = {
     .sample_ws = cpu_sample_ws,
     .penalize = ref_penalize,
     .advance = cpu_advance,
+    .token_post = cpu_token_post,
+    .token_take = cpu_token_take,
 };

@@ -35,6 +35,8 @@ static struct {
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
     int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
+    int *tok_host;      /* two pinned slots for tokens posted ahead (cu_token_post) */
+    cudaEvent_t tok_ev[2];
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -564,6 +566,26 @@ static void cu_graph_launch(void *graph)
     CHECK_CUDA(cudaGraphLaunch(g->exec, stream_get()));
 }
 
+/* the token's copy into pinned memory and its event, in stream order: the step after it may
+ * already be queued when the host waits on the event */
+static void cu_token_post(const int *src, int slot)
+{
+    if (!cu.tok_host) {
+        CHECK_CUDA(cudaHostAlloc((void **)&cu.tok_host, 2 * sizeof(int), cudaHostAllocDefault));
+        for (int i = 0; i < 2; i++)
+            CHECK_CUDA(cudaEventCreateWithFlags(&cu.tok_ev[i], cudaEventDisableTiming));
+    }
+    CHECK_CUDA(cudaMemcpyAsync(&cu.tok_host[slot], src, sizeof(int), cudaMemcpyDeviceToHost,
+                               stream_get()));
+    CHECK_CUDA(cudaEventRecord(cu.tok_ev[slot], stream_get()));
+}
+
+static int cu_token_take(int slot)
+{
+    CHECK_CUDA(cudaEventSynchronize(cu.tok_ev[slot]));
+    return cu.tok_host[slot];
+}
+
 static void cu_graph_free(void *graph)
 {
     struct cu_graph *g = graph;
@@ -620,4 +642,6 @@ const struct ls_backend ls_backend_cuda = {
     .graph_end = cu_graph_end,
     .graph_launch = cu_graph_launch,
     .graph_free = cu_graph_free,
+    .token_post = cu_token_post,
+    .token_take = cu_token_take,
 };

@@ -858,16 +858,19 @@ int cmd_batch(int argc, char **argv)
         if (close_files(in, out, out_path, failed) != 0) failed = 1;
         /* the decode graphs: one per sampling setting, updated in place where it can be */
         const struct ls_graph_stats g = ls_engine_graph_stats(j.engine);
-        char graphs[160] = "";
+        char graphs[160] = "", ahead[80] = "";
         if (g.built + g.updated > 0)
             snprintf(graphs, sizeof graphs,
                      "; decode graphs: %d built, %d updated in place, %.1f ms", g.built, g.updated,
                      g.seconds * 1e3);
+        if (g.ahead_taken + g.ahead_dropped > 0)
+            snprintf(ahead, sizeof ahead, "; steps issued ahead: %d taken, %d dropped",
+                     g.ahead_taken, g.ahead_dropped);
         if (!failed)
             fprintf(stderr,
                     "lockstep: batch: %ld lines, %ld done, %ld errors, %ld tokens generated in "
-                    "%.2f s%s\n",
-                    n_ok + n_err, n_ok, n_err, toks, dt, graphs);
+                    "%.2f s%s%s\n",
+                    n_ok + n_err, n_ok, n_err, toks, dt, graphs, ahead);
     }
     /* a failed final flush is known to rank 0 only */
     int ok = ls_agree(!failed);

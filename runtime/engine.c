@@ -57,6 +57,11 @@ struct ls_engine {
     float *pbias;
     struct ls_sampling *bias_sent;
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
+    /* a decode step issued ahead (ls_engine_plan): live, the step at position ahead_pos in form
+     * ahead_form, its token posted to host slot ahead_slot; plan: the decode calls the caller
+     * announced, each continuing the one before */
+    int ahead_live, ahead_pos, ahead_form, ahead_slot, plan;
+    struct ls_sampling ahead_sp; /* the choice it makes */
     int last_out;                /* the token the last greedy step wrote to ids[0] */
     /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
      * positions at once into srows, their scores in the backend (sstats, every rank's in
@@ -269,9 +274,56 @@ static void score_free(struct ls_engine *e)
     e->host_targets = e->shead = NULL, e->shost = NULL;
 }
 
+/* Decode steps issued ahead. Each decode step waits for its token (a read the device finishes
+ * long before the host has it back and launched the next step: 0.02 ms a token measured on an
+ * H200, LOCKSTEP_LAB_SKIP=read). A caller that announces its next n decode calls
+ * (ls_engine_plan) lets a greedy step issue the step after it before reading its own token: the
+ * step reads its input token from the backend, where the step before leaves it. The next call
+ * takes that step when it continues (the token just returned, the same choice, the same form);
+ * anything else (another token, other settings, a prefill, a rewind) drops it first: waited for,
+ * and the position and token sent again (the KV row it wrote is rewritten by whatever comes at
+ * that position). Every rank decides the same, so the steps' collectives pair up. On a backend
+ * without token_post, and unless LOCKSTEP_DECODE_AHEAD=1 (off by default until measured), the
+ * plan is ignored. */
+static int ahead_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("LOCKSTEP_DECODE_AHEAD");
+        on = v && !strcmp(v, "1");
+    }
+    return on;
+}
+
+/* drop a step issued ahead (and the plan) */
+static void ahead_stop(struct ls_engine *e)
+{
+    e->plan = 0;
+    if (!e->ahead_live) return;
+    ls_watchdog_arm("decode step issued ahead at position", e->ahead_pos);
+    e->be->sync();
+    ls_watchdog_disarm();
+    e->ahead_live = 0;
+    e->graph_synced = 0;
+    e->gstats.ahead_dropped++;
+}
+
+void ls_engine_plan(struct ls_engine *e, int n)
+{
+    e->plan = n > 0 && ahead_on() && e->be->token_post && e->be->token_take ? n : 0;
+}
+
+/* whether a step choosing by sp (and scoring top_n) may be issued ahead: greedy, with nothing
+ * in the backend that the caller could change between the calls (penalties' window, bias) */
+static int ahead_choice(const struct ls_sampling *sp, int top_n)
+{
+    return sp->temperature == 0.0f && !ls_sampling_adjusted(sp) && top_n < 0;
+}
+
 void ls_engine_free(struct ls_engine *e)
 {
     if (!e) return;
+    ahead_stop(e);
     const struct ls_backend *be = e->be;
     drop_graphs(e);
     if (e->u) be->free(e->u);
@@ -309,6 +361,7 @@ void ls_engine_free(struct ls_engine *e)
 struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm)
 {
     struct ls_comm *old = e->comm;
+    ahead_stop(e);
     e->comm = comm;
     drop_graphs(e);
     return old;
@@ -316,6 +369,7 @@ struct ls_comm *ls_engine_set_comm(struct ls_engine *e, struct ls_comm *comm)
 
 void ls_engine_reset(struct ls_engine *e)
 {
+    ahead_stop(e);
     e->pos = 0;
     e->graph_synced = 0;
     e->pen_pos = -1;
@@ -324,6 +378,7 @@ void ls_engine_reset(struct ls_engine *e)
 int ls_engine_rewind(struct ls_engine *e, int pos)
 {
     if (pos < 0 || pos > e->pos) return -1;
+    ahead_stop(e);
     e->pos = pos;
     e->graph_synced = 0;
     e->pen_pos = -1;
@@ -723,6 +778,7 @@ static int forward_chunks(struct ls_engine *e, const int *ids, int n, float *log
                           const struct score_req *q)
 {
     if (n <= 0 || e->pos + n > e->max_ctx) return -1;
+    ahead_stop(e);
     e->graph_synced = 0;
     e->pen_pos = -1;
     for (int done = 0; done < n;) {
@@ -940,22 +996,36 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         e->dstats = be->alloc((size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double));
         if (!e->dstats) ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for scores");
     }
+    /* the backend's form for this context (one graph each, captured when first needed) */
+    const int form = decode_form_at(e, e->pos);
+    /* a step issued ahead by the last call: this one, if it continues that call */
+    const int planned = e->plan > 0;
+    if (e->plan > 0) e->plan--;
+    const int taken = e->ahead_live && planned && e->ahead_pos == e->pos && in == e->last_out &&
+                      e->ahead_form == form && ahead_choice(sp, top_n) &&
+                      same_choice(&e->ahead_sp, sp);
+    if (e->ahead_live && !taken) {
+        const int plan = e->plan;
+        ahead_stop(e);
+        e->plan = plan;
+    }
     if (!e->graph_synced) {
         e->host_pos[0] = e->pos;
         be->to_device(e->posb, e->host_pos, sizeof(int));
         be->to_device(e->ids, &in, sizeof(int));
         e->graph_synced = 1;
-    } else if (in != e->last_out) {
+    } else if (in != e->last_out && !taken) {
         /* the previous step left its token in ids[0]; the caller chose another one */
         be->to_device(e->ids, &in, sizeof(int));
     }
-    const int penalized = choice_prepare(e, sp, u, hist, e->pos, "ls_engine_decode");
+    const int penalized = taken ? 0 : choice_prepare(e, sp, u, hist, e->pos, "ls_engine_decode");
     /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
     ls_watchdog_arm("decode step at position", e->pos);
-    /* the backend's form for this context (one graph each, captured when first needed) */
-    const int form = decode_form_at(e, e->pos);
     if (be->set_decode_form) be->set_decode_form(form);
-    if (be->graph_begin) {
+    if (taken) {
+        e->ahead_live = 0; /* issued by the last call */
+        e->gstats.ahead_taken++;
+    } else if (be->graph_begin) {
         /* captured again when the choice changes: into the same graph where the launches are
          * the same with other values (a new temperature, top-p, penalty) */
         if (!e->graph[form] || !same_choice(&e->graph_sp[form], sp) ||
@@ -975,7 +1045,31 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     } else {
         decode_step(e, sp, top_n);
     }
-    if (!(lab_skip(e) & LAB_READ) || top_n >= 0) be->to_host(out, e->ids, sizeof(int));
+    /* the token to host slot `slot`, then the next step issued ahead where the caller planned
+     * one more call and it would run in this form */
+    const int slot = taken ? e->ahead_slot : 0;
+    const int posted = taken || (planned && ahead_choice(sp, top_n));
+    if (posted && !taken) be->token_post(e->ids, slot);
+    if (posted && e->plan > 0 && e->pos + 2 <= e->max_ctx &&
+        decode_form_at(e, e->pos + 1) == form && (!be->graph_begin || e->graph[form])) {
+        if (be->graph_begin) {
+            be->graph_launch(e->graph[form]);
+        } else { /* eager: the forward takes the host's position */
+            e->pos += 1;
+            decode_step(e, sp, top_n);
+            e->pos -= 1;
+        }
+        be->token_post(e->ids, slot ^ 1);
+        e->ahead_live = 1;
+        e->ahead_pos = e->pos + 1;
+        e->ahead_form = form;
+        e->ahead_slot = slot ^ 1;
+        e->ahead_sp = *sp;
+    }
+    if (posted)
+        *out = be->token_take(slot);
+    else if (!(lab_skip(e) & LAB_READ) || top_n >= 0)
+        be->to_host(out, e->ids, sizeof(int));
     if (top_n >= 0) {
         const int S = score_split(e, 1, e->m->cfg.vocab);
         double o[LS_SCORE_SPLIT_MAX * SCORE_W];
@@ -996,6 +1090,7 @@ int ls_engine_choose(struct ls_engine *e, const struct ls_sampling *sp, double u
     const struct ls_backend *be = e->be;
     const int V = e->m->cfg.vocab, p = e->pos - 1;
     if (p < 0 || !hist) return -1;
+    ahead_stop(e);
     if (logits) be->to_device(e->logits, logits, (size_t)V * sizeof *logits);
     /* the window before position p, which penalize moves on by the token at p */
     const int penalized = choice_prepare(e, sp, u, hist, p, "ls_engine_choose");

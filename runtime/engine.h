@@ -30,10 +30,12 @@ int ls_engine_rewind(struct ls_engine *e, int pos);
 int ls_engine_pos(const struct ls_engine *e);
 /* the decode step's graphs so far (backends with graphs): captures that made a new graph, those
  * that updated one in place (a sampling change with the same launches), and the host's seconds
- * in them */
+ * in them; and the decode steps issued ahead (ls_engine_plan) that the next call took, and
+ * those dropped */
 struct ls_graph_stats {
     int built, updated;
     double seconds;
+    int ahead_taken, ahead_dropped;
 };
 struct ls_graph_stats ls_engine_graph_stats(const struct ls_engine *e);
 int ls_engine_max_ctx(const struct ls_engine *e);
@@ -87,6 +89,15 @@ int ls_engine_warmup(struct ls_engine *e, int n);
  * penalised decode step (a forward, a reset or rewind, other penalties). */
 int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
                      const int *hist, int *out);
+/* The caller's next n decode calls continue one another (each passes the token the one before
+ * returned, with the same choice), so that a greedy one (no penalty, bias or allowed tokens; no
+ * scores) may issue the step after it before reading its own token (the device then never waits
+ * for the host between steps). A hint, not a promise: a call that does otherwise, or any other
+ * engine call, drops the step issued ahead (waiting for it) and the rest of the plan. The last
+ * planned call issues nothing ahead; a caller that stops early (an end-of-sequence token) leaves
+ * one step's work behind, which the next engine call waits for. Ignored unless
+ * LOCKSTEP_DECODE_AHEAD=1 (off by default until measured) and on a backend that can. */
+void ls_engine_plan(struct ls_engine *e, int n);
 /* The token after the last forward (the prompt's prefill), chosen in the backend as a decode
  * step chooses it (sp's penalties over hist[0 .. the current position), then argmax or the draw
  * u) from the logits that forward left there, or from logits (host memory, vocab floats: a kept

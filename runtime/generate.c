@@ -305,6 +305,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
     struct ls_scores next_sc = {0};
     int next_ids[LS_SCORE_TOP_MAX];
     double next_vals[LS_SCORE_TOP_MAX];
+    int planned = 0; /* the decode calls to come announced (ls_engine_plan) */
     for (int step = 0; step < budget; step++) {
         fault_drill(step);
         /* the step's token: drawn in the backend by the previous step (a decode step); or
@@ -362,6 +363,10 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         }
         if (step + 1 == budget) break;
         if (device_step && step + 1 >= p->min_tokens) {
+            /* from here every step is a decode call continuing the one before, up to the
+             * budget */
+            if (!planned) ls_engine_plan(e, budget - 1 - step);
+            planned = 1;
             if (ls_engine_decode_scored(e, id, sp, ls_sampler_uniform(smp), hist,
                                         p->logprobs ? p->top_logprobs : -1, &next, &next_sc,
                                         next_ids, next_vals) != 0)

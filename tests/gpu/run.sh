@@ -107,6 +107,11 @@ e2e_one() { # TP VOCAB MODEL-ARGS...
         echo "$* TP=$tp graph greedy: $(ids_of "$OUT/e2e-graph.json")" &&
         echo "$* TP=$tp eager greedy: $(ids_of "$OUT/e2e-gpu.json")" &&
         [ "$(ids_of "$OUT/e2e-graph.json")" = "$(ids_of "$OUT/e2e-gpu.json")" ] || { echo "graph != eager"; return 1; }
+    # each greedy step issuing the next before reading its token (ls_engine_plan): the same tokens
+    LOCKSTEP_DECODE_AHEAD=1 gen_json $tp "$OUT/e2e-ahead.json" -x LOCKSTEP_DECODE_AHEAD --gpu "$@" \
+        --prompt-ids "$(seq -s, 11 47)" -n 16 &&
+        echo "$* TP=$tp graph greedy, steps issued ahead: $(ids_of "$OUT/e2e-ahead.json")" &&
+        [ "$(ids_of "$OUT/e2e-ahead.json")" = "$(ids_of "$OUT/e2e-graph.json")" ] || { echo "ahead != graph"; return 1; }
 }
 stage_e2e() {
     local ok=0 v tp m f
