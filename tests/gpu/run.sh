@@ -4,7 +4,7 @@
 #   fetched here with ../shared/device/fetch-debs.sh .debs, which predates utf8proc, then
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring,
-# scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, graphs, pflong, longctx, attbench,
+# scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, graphs, pflong, longctx, ahead, attbench,
 # attforms, shapes, layers, ab, mlp, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
 # table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
@@ -560,6 +560,28 @@ stage_pflong() {
         mpi -np $tp build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b --prompt-len 16384 --gen 8 \
             --json "$OUT/pflong-8b-tp$tp.json" | grep -E '^ *prefill' | tr -s ' '
     done
+}
+
+# decode steps issued ahead (LOCKSTEP_DECODE_AHEAD=1, ls_engine_plan): the graph's greedy tokens
+# with and without, tiny-llama and the SmolLM2 shape, at TP=1 and 2 where there are the GPUs
+stage_ahead() {
+    local tp m ok=0
+    for m in "-m tests/fixtures/tiny-llama" "--dummy smollm2-135m"; do
+        for tp in 1 2; do
+            fits $tp || continue
+            # shellcheck disable=SC2086
+            gen_json $tp "$OUT/ahead-0.json" --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 24 &&
+                LOCKSTEP_DECODE_AHEAD=1 gen_json $tp "$OUT/ahead-1.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
+                    --prompt-ids "$(seq -s, 11 47)" -n 24 || { ok=1; continue; }
+            if [ "$(ids_of "$OUT/ahead-0.json")" = "$(ids_of "$OUT/ahead-1.json")" ]; then
+                echo "$m TP=$tp: 24 greedy tokens the same with steps issued ahead"
+            else
+                echo "$m TP=$tp: DIFFERENT: $(ids_of "$OUT/ahead-0.json") / $(ids_of "$OUT/ahead-1.json")"
+                ok=1
+            fi
+        done
+    done
+    return $ok
 }
 
 # the decode attention alone, with and without clusters (short to long contexts, the 8B's TP=1
