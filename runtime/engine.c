@@ -283,8 +283,9 @@ static void score_free(struct ls_engine *e)
  * anything else (another token, other settings, a prefill, a rewind) drops it first: waited for,
  * and the position and token sent again (the KV row it wrote is rewritten by whatever comes at
  * that position). Every rank decides the same, so the steps' collectives pair up. On a backend
- * without token_post, and unless LOCKSTEP_DECODE_AHEAD=1 (off by default until measured), the
- * plan is ignored. */
+ * without token_post, and unless LOCKSTEP_DECODE_AHEAD=1, the plan is ignored. Off by default:
+ * measured on an H200 (thirty-third session) -0.003 to -0.023 ms a token, short of the gap; the
+ * token's copy to the pinned slot still stands between the two steps' graphs in the stream. */
 static int ahead_on(void)
 {
     static int on = -1;

@@ -96,7 +96,7 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
  * engine call, drops the step issued ahead (waiting for it) and the rest of the plan. The last
  * planned call issues nothing ahead; a caller that stops early (an end-of-sequence token) leaves
  * one step's work behind, which the next engine call waits for. Ignored unless
- * LOCKSTEP_DECODE_AHEAD=1 (off by default until measured) and on a backend that can. */
+ * LOCKSTEP_DECODE_AHEAD=1 (off by default: not yet a clear gain) and on a backend that can. */
 void ls_engine_plan(struct ls_engine *e, int n);
 /* The token after the last forward (the prompt's prefill), chosen in the backend as a decode
  * step chooses it (sp's penalties over hist[0 .. the current position), then argmax or the draw
