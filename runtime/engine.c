@@ -57,11 +57,10 @@ struct ls_engine {
     float *pbias;
     struct ls_sampling *bias_sent;
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
-    /* a decode step issued ahead (ls_engine_plan): live, the step at position ahead_pos in form
-     * ahead_form, its token posted to host slot ahead_slot; plan: the decode calls the caller
-     * announced, each continuing the one before */
-    int ahead_live, ahead_pos, ahead_form, ahead_slot, plan;
-    struct ls_sampling ahead_sp; /* the choice it makes */
+    /* ahead_live: a greedy decode step at position pos was issued ahead (ls_engine_plan), its
+     * token posted to host slot pos & 1; plan: the decode calls the caller announced, each
+     * continuing the one before */
+    int ahead_live, plan;
     int last_out;                /* the token the last greedy step wrote to ids[0] */
     /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
      * positions at once into srows, their scores in the backend (sstats, every rank's in
@@ -296,17 +295,23 @@ static int ahead_on(void)
     return on;
 }
 
-/* drop a step issued ahead (and the plan) */
-static void ahead_stop(struct ls_engine *e)
+/* drop a step issued ahead */
+static void ahead_drop(struct ls_engine *e)
 {
-    e->plan = 0;
     if (!e->ahead_live) return;
-    ls_watchdog_arm("decode step issued ahead at position", e->ahead_pos);
+    ls_watchdog_arm("decode step issued ahead at position", e->pos);
     e->be->sync();
     ls_watchdog_disarm();
     e->ahead_live = 0;
     e->graph_synced = 0;
     e->gstats.ahead_dropped++;
+}
+
+/* drop it and the plan: a call other than a decode step */
+static void ahead_stop(struct ls_engine *e)
+{
+    e->plan = 0;
+    ahead_drop(e);
 }
 
 void ls_engine_plan(struct ls_engine *e, int n)
@@ -315,7 +320,8 @@ void ls_engine_plan(struct ls_engine *e, int n)
 }
 
 /* whether a step choosing by sp (and scoring top_n) may be issued ahead: greedy, with nothing
- * in the backend that the caller could change between the calls (penalties' window, bias) */
+ * in the backend that the caller could change between the calls (penalties' window, bias); any
+ * two such steps are the same launches */
 static int ahead_choice(const struct ls_sampling *sp, int top_n)
 {
     return sp->temperature == 0.0f && !ls_sampling_adjusted(sp) && top_n < 0;
@@ -999,17 +1005,12 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     }
     /* the backend's form for this context (one graph each, captured when first needed) */
     const int form = decode_form_at(e, e->pos);
-    /* a step issued ahead by the last call: this one, if it continues that call */
+    /* a step issued ahead by the last call (at this position, in this form: it checked): this
+     * one, if it continues that call */
     const int planned = e->plan > 0;
     if (e->plan > 0) e->plan--;
-    const int taken = e->ahead_live && planned && e->ahead_pos == e->pos && in == e->last_out &&
-                      e->ahead_form == form && ahead_choice(sp, top_n) &&
-                      same_choice(&e->ahead_sp, sp);
-    if (e->ahead_live && !taken) {
-        const int plan = e->plan;
-        ahead_stop(e);
-        e->plan = plan;
-    }
+    const int taken = e->ahead_live && planned && in == e->last_out && ahead_choice(sp, top_n);
+    if (!taken) ahead_drop(e);
     if (!e->graph_synced) {
         e->host_pos[0] = e->pos;
         be->to_device(e->posb, e->host_pos, sizeof(int));
@@ -1046,9 +1047,9 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     } else {
         decode_step(e, sp, top_n);
     }
-    /* the token to host slot `slot`, then the next step issued ahead where the caller planned
+    /* the token to host slot pos & 1, then the next step issued ahead where the caller planned
      * one more call and it would run in this form */
-    const int slot = taken ? e->ahead_slot : 0;
+    const int slot = e->pos & 1;
     const int posted = taken || (planned && ahead_choice(sp, top_n));
     if (posted && !taken) be->token_post(e->ids, slot);
     if (posted && e->plan > 0 && e->pos + 2 <= e->max_ctx &&
@@ -1062,10 +1063,6 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         }
         be->token_post(e->ids, slot ^ 1);
         e->ahead_live = 1;
-        e->ahead_pos = e->pos + 1;
-        e->ahead_form = form;
-        e->ahead_slot = slot ^ 1;
-        e->ahead_sp = *sp;
     }
     if (posted)
         *out = be->token_take(slot);
