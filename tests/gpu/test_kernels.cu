@@ -1980,20 +1980,25 @@ static void bench_gemv(const gemv_shape &s, int T, FILE *csv)
     fflush(stdout);
 }
 
-// one Llama-8B layer's decode attention state for the benches: a cache of max_ctx positions
-// (random bf16), the split's workspace, the position ctx - 1 and the RoPE frequencies
-struct decode_state {
-    static constexpr int hq = 32, hkv = 8, hd = 128;
-    const int max_ctx, nsplit;
+// one layer's decode attention state for the benches: a context of ctx in a cache of max_ctx
+// positions, `rot` caches rotating (as the 32 layers of a step do, so that a cache under the L2's
+// size is not read from it), random bf16, q, the split's workspace, the position ctx - 1 and the
+// RoPE frequencies; time() is one launch's time (ms), with clusters (where they apply) or without
+// (the engine's long-context form)
+struct decode_bench {
+    const int hq, hkv, hd, ctx, max_ctx, rot, nsplit;
+    const size_t csz;
     dev<uint16_t> kc, vc;
-    dev<float> ws, inv;
+    dev<float> q, out, ws, inv;
     dev<int> pos;
-    decode_state(int ctx, int max_ctx_)
-        : max_ctx(max_ctx_), nsplit(ls_attention_decode_splits(hq, hkv, max_ctx_)),
-          kc((size_t)hkv * max_ctx_ * hd), vc((size_t)hkv * max_ctx_ * hd),
-          ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1), inv(hd / 2), pos(1)
+    decode_bench(int hq_, int hkv_, int hd_, int ctx_, int max_ctx_, int rot_)
+        : hq(hq_), hkv(hkv_), hd(hd_), ctx(ctx_), max_ctx(max_ctx_), rot(rot_),
+          nsplit(ls_attention_decode_splits(hq_, hkv_, max_ctx_)),
+          csz((size_t)hkv_ * max_ctx_ * hd_), kc(csz * rot_), vc(csz * rot_), q((size_t)hq_ * hd_),
+          out((size_t)hq_ * hd_), ws(ls_attention_decode_workspace(hq_, hd_, nsplit) / 4 + 1),
+          inv(hd_ / 2), pos(1)
     {
-        CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
+        CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float))); // the chunk counters start at zero
         int p = ctx - 1;
         pos.up(&p);
         std::vector<float> f(hd / 2);
@@ -2001,9 +2006,24 @@ struct decode_state {
         inv.up(f);
         fill_bf16<<<2048, 256>>>(kc.p, kc.n, 3);
         fill_bf16<<<2048, 256>>>(vc.p, vc.n, 4);
+        fill_f32<<<64, 256>>>(q.p, q.n, 5);
         CHECK_CUDA(cudaDeviceSynchronize());
     }
+    float time(int clusters)
+    {
+        return time_batch(60, 10, [&](int i) {
+            const size_t at = csz * (size_t)(i % rot);
+            ls_attention_decode(out.p, q.p, kc.p + at, vc.p + at, pos.p, hq, hkv, hd, max_ctx,
+                                nsplit, 0, clusters, ws.p, nullptr);
+        });
+    }
 };
+
+// caches to rotate for a cache of max_ctx positions at hd 128: up to 8, in 2 GB
+static int decode_rot(int hkv, int max_ctx)
+{
+    return (int)std::min<size_t>(8, ((size_t)2 << 30) / ((size_t)hkv * max_ctx * 128 * 4));
+}
 
 // the small kernels between the QKV and O projections of one Llama-8B decode layer (RoPE + KV
 // write, attention), back to back with PDL as in the decode graph: per-layer latency at context
@@ -2014,7 +2034,7 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
     if (chunk) ls_attention_set_decode_shape(chunk, wide, &old_chunk, &old_wide);
     // the cache of a short-context run (2048, the kernel's wide-iteration form) or just the
     // context (its long-context form)
-    decode_state st(ctx, ctx < 2048 ? 2048 : ctx);
+    decode_bench st(32, 8, 128, ctx, ctx < 2048 ? 2048 : ctx, 1);
     const int hq = st.hq, hkv = st.hkv, hd = st.hd, max_ctx = st.max_ctx, nsplit = st.nsplit;
     const int stride = (hq + 2 * hkv) * hd;
     dev<uint16_t> &kc = st.kc, &vc = st.vc;
@@ -2057,7 +2077,7 @@ static void bench_decode_small(int ctx, int chunk = 0, int wide = -1)
 // what each kernel costs in the chain (results wrong): no RoPE, no attention, neither.
 static void bench_layer_chain(int ctx)
 {
-    decode_state st(ctx, 2048);
+    decode_bench st(32, 8, 128, ctx, 2048, 1);
     const int hq = st.hq, hkv = st.hkv, hd = st.hd, max_ctx = st.max_ctx, nsplit = st.nsplit;
     const int D = 4096, F = 14336, L = 8;
     const int nqkv = (hq + 2 * hkv) * hd;
@@ -2101,37 +2121,19 @@ static void bench_layer_chain(int ctx)
     ls_kernels_set_pdl(0);
 }
 
-// the decode attention over a context of ctx in a cache of max_ctx positions (ctx when 0),
-// launched with clusters (where they apply) or without (the engine's long-context form); `rot`
-// caches rotating (as the 32 layers of a step do, so that a cache under the L2's size is not
-// read from it)
+// the decode attention over a context of ctx in a cache of max_ctx positions (ctx when 0) (see
+// decode_bench), with its bandwidth
 static void bench_decode_attention(int hq, int hkv, int hd, int ctx, int max_ctx = 0,
                                    int clusters = 1, int rot = 1)
 {
     if (!max_ctx) max_ctx = ctx;
-    const size_t csz = (size_t)hkv * max_ctx * hd;
-    dev<uint16_t> kc(csz * rot), vc(csz * rot);
-    dev<float> q((size_t)hq * hd), out((size_t)hq * hd);
-    int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
-    dev<float> ws(ls_attention_decode_workspace(hq, hd, nsplit) / 4 + 1);
-    CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float))); // the chunk counters start at zero
-    dev<int> pos(1);
-    int p = ctx - 1;
-    pos.up(&p);
-    fill_bf16<<<2048, 256>>>(kc.p, kc.n, 3);
-    fill_bf16<<<2048, 256>>>(vc.p, vc.n, 4);
-    fill_f32<<<64, 256>>>(q.p, q.n, 5);
-    CHECK_CUDA(cudaDeviceSynchronize());
-    float ms = time_batch(60, 10, [&](int i) {
-        const size_t at = csz * (size_t)(i % rot);
-        ls_attention_decode(out.p, q.p, kc.p + at, vc.p + at, pos.p, hq, hkv, hd, max_ctx, nsplit,
-                            0, clusters, ws.p, nullptr);
-    });
+    decode_bench b(hq, hkv, hd, ctx, max_ctx, rot);
+    const float ms = b.time(clusters);
     // the bytes of the context read (the cache past it is not)
     double bytes = 2.0 * hkv * (double)ctx * hd * 2;
     printf("attention_decode hq=%d hkv=%d hd=%d ctx=%d of %d nsplit=%d%s: %.2f us, %.0f GB/s "
            "(%.1f%% of read; KV %.1f MB%s)\n",
-           hq, hkv, hd, ctx, max_ctx, nsplit, clusters ? "" : ", without clusters", ms * 1e3,
+           hq, hkv, hd, ctx, max_ctx, b.nsplit, clusters ? "" : ", without clusters", ms * 1e3,
            bytes / (ms * 1e-3) / 1e9, 100 * bytes / (ms * 1e-3) / 1e9 / g_roof, bytes / 1e6,
            rot > 1 ? ", caches rotating" : ", in L2 when < 60 MB");
 }
@@ -2148,11 +2150,10 @@ static void bench_decode_forms(void)
                  {32, 8, 16384, 16512}, {32, 8, 32768, 32896}, {16, 4, 300, 4096},
                  {16, 4, 4096, 4224},   {16, 4, 16384, 16512}, {32, 4, 4096, 4224},
                  {32, 4, 16384, 16512}};
-    for (auto &c : cases) {
-        const int rot =
-            (int)std::min<size_t>(8, (size_t)(2u << 30) / ((size_t)c.hkv * c.max_ctx * 128 * 4));
-        for (int cl : {1, 0}) bench_decode_attention(c.hq, c.hkv, 128, c.ctx, c.max_ctx, cl, rot);
-    }
+    for (auto &c : cases)
+        for (int cl : {1, 0})
+            bench_decode_attention(c.hq, c.hkv, 128, c.ctx, c.max_ctx, cl,
+                                   decode_rot(c.hkv, c.max_ctx));
 }
 
 // the decode attention's q heads a block (ls_attention_set_heads: 1, 2, 4, 8 up to the group)
@@ -2161,7 +2162,6 @@ static void bench_decode_forms(void)
 // rotating; one line per shape, context and form
 static void bench_decode_heads(void)
 {
-    if (!g_roof) g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
     struct {
         int hq, hkv;
     } shapes[] = {{32, 8}, {16, 4}, {32, 4}};
@@ -2170,39 +2170,22 @@ static void bench_decode_heads(void)
     } at[] = {{300, 4096},  {1000, 4096}, {2048, 4096}, {3100, 4096},  {4096, 4224},
               {6144, 6300}, {7000, 7200}, {8192, 8320}, {16384, 16512}};
     for (auto &sh : shapes)
-        for (auto &a : at)
+        for (auto &a : at) {
+            decode_bench b(sh.hq, sh.hkv, 128, a.ctx, a.max_ctx, decode_rot(sh.hkv, a.max_ctx));
             for (int cl : {1, 0}) {
-                const int group = sh.hq / sh.hkv;
-                const size_t csz = (size_t)sh.hkv * a.max_ctx * 128;
-                const int rot = (int)std::min<size_t>(8, ((size_t)2 << 30) / (csz * 4));
-                dev<uint16_t> kc(csz * rot), vc(csz * rot);
-                dev<float> q((size_t)sh.hq * 128), out((size_t)sh.hq * 128);
-                const int nsplit = ls_attention_decode_splits(sh.hq, sh.hkv, a.max_ctx);
-                dev<float> ws(ls_attention_decode_workspace(sh.hq, 128, nsplit) / 4 + 1);
-                CHECK_CUDA(cudaMemset(ws.p, 0, ws.n * sizeof(float)));
-                dev<int> pos(1);
-                int p = a.ctx - 1;
-                pos.up(&p);
-                fill_bf16<<<2048, 256>>>(kc.p, kc.n, 3);
-                fill_bf16<<<2048, 256>>>(vc.p, vc.n, 4);
-                fill_f32<<<64, 256>>>(q.p, q.n, 5);
-                CHECK_CUDA(cudaDeviceSynchronize());
                 printf("attention_decode heads hq=%d hkv=%d ctx=%d of %d nsplit=%d%s:", sh.hq,
-                       sh.hkv, a.ctx, a.max_ctx, nsplit, cl ? "" : " without clusters");
+                       sh.hkv, a.ctx, a.max_ctx, b.nsplit, cl ? "" : " without clusters");
                 for (int cap : {0, 1, 2, 4, 8}) {
-                    if (cap > group) continue;
+                    if (cap > sh.hq / sh.hkv) continue;
                     const int old = ls_attention_set_heads(cap);
-                    float ms = time_batch(60, 10, [&](int i) {
-                        const size_t o = csz * (size_t)(i % rot);
-                        ls_attention_decode(out.p, q.p, kc.p + o, vc.p + o, pos.p, sh.hq, sh.hkv,
-                                            128, a.max_ctx, nsplit, 0, cl, ws.p, nullptr);
-                    });
+                    const float ms = b.time(cl);
                     ls_attention_set_heads(old);
                     printf(" %s%d %.2f", cap ? "" : "default ", cap, ms * 1e3);
                 }
                 printf(" us\n");
                 fflush(stdout);
             }
+        }
 }
 
 // the prefill's attention over T new positions from position pos0 (causal: T (2 pos0 + T + 1) / 2
