@@ -273,6 +273,17 @@ static void score_free(struct ls_engine *e)
     e->host_targets = e->shead = NULL, e->shost = NULL;
 }
 
+/* an experiment's switch, read once into *cached (-1 first): def 1, on unless the variable is
+ * "0"; def 0, off unless it is "1" */
+static int switch_on(const char *var, int def, int *cached)
+{
+    if (*cached < 0) {
+        const char *v = getenv(var);
+        *cached = v && !strcmp(v, def ? "0" : "1") ? !def : def;
+    }
+    return *cached;
+}
+
 /* Decode steps issued ahead. Each decode step waits for its token (a read the device finishes
  * long before the host has it back and launched the next step: 0.02 ms a token measured on an
  * H200, LOCKSTEP_LAB_SKIP=read). A caller that announces its next n decode calls
@@ -288,11 +299,7 @@ static void score_free(struct ls_engine *e)
 static int ahead_on(void)
 {
     static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("LOCKSTEP_DECODE_AHEAD");
-        on = v && !strcmp(v, "1");
-    }
-    return on;
+    return switch_on("LOCKSTEP_DECODE_AHEAD", 0, &on);
 }
 
 /* drop a step issued ahead */
@@ -419,22 +426,12 @@ static int fused_tp1(const struct ls_engine *e)
     return e->comm->size == 1 && e->be->matmul_rmsnorm && e->be->matmul_residual;
 }
 
-/* an experiment's switch: on unless the variable is "0"; read once, into *cached (-1 first) */
-static int switch_on(const char *var, int *cached)
-{
-    if (*cached < 0) {
-        const char *v = getenv(var);
-        *cached = !(v && !strcmp(v, "0"));
-    }
-    return *cached;
-}
-
 /* RoPE and the KV-cache store inside the QKV matmul (matmul_rope_kv) for one position without
  * q/k norms, unless LOCKSTEP_ROPE_IN_MATMUL=0 */
 static int rope_in_matmul(const struct ls_engine *e, const struct ls_layer *L, int T)
 {
     static int on = -1;
-    return switch_on("LOCKSTEP_ROPE_IN_MATMUL", &on) && T == 1 && e->be->matmul_rope_kv &&
+    return switch_on("LOCKSTEP_ROPE_IN_MATMUL", 1, &on) && T == 1 && e->be->matmul_rope_kv &&
            !L->q_norm && !L->k_norm;
 }
 
@@ -446,7 +443,7 @@ static int gu_swiglu(struct ls_engine *e, const struct ls_layer *L, int T, const
 {
     static int on = -1;
     const struct ls_model_config *c = &e->m->cfg;
-    return switch_on("LOCKSTEP_GU_SWIGLU", &on) && T == 1 && e->be->matmul_gu_swiglu &&
+    return switch_on("LOCKSTEP_GU_SWIGLU", 1, &on) && T == 1 && e->be->matmul_gu_swiglu &&
            e->be->matmul_gu_swiglu(e->gu, x, nw, c->norm_eps, L->w_gu, c->dim,
                                    e->m->shard.ffn_cols);
 }
@@ -458,7 +455,7 @@ static int norm_in_matmul(const struct ls_engine *e)
 {
     if (e->comm->size == 1) return fused_tp1(e);
     static int on = -1;
-    return switch_on("LOCKSTEP_NORM_IN_MATMUL", &on) && e->be->matmul_rmsnorm;
+    return switch_on("LOCKSTEP_NORM_IN_MATMUL", 1, &on) && e->be->matmul_rmsnorm;
 }
 
 /* whether a forward of T positions runs the fused MLP (and so leaves x a pending sum) */
