@@ -1013,7 +1013,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         be->to_device(e->posb, e->host_pos, sizeof(int));
         be->to_device(e->ids, &in, sizeof(int));
         e->graph_synced = 1;
-    } else if (in != e->last_out && !taken) {
+    } else if (in != e->last_out) {
         /* the previous step left its token in ids[0]; the caller chose another one */
         be->to_device(e->ids, &in, sizeof(int));
     }
@@ -1044,13 +1044,13 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     } else {
         decode_step(e, sp, top_n);
     }
-    /* the token to host slot pos & 1, then the next step issued ahead where the caller planned
-     * one more call and it would run in this form */
+    /* the next step issued ahead where the caller planned one more call and it would run in
+     * this form: this step's token to host slot pos & 1 first (a step taken posted it there) */
     const int slot = e->pos & 1;
-    const int posted = taken || (planned && ahead_choice(sp, top_n));
-    if (posted && !taken) be->token_post(e->ids, slot);
-    if (posted && e->plan > 0 && e->pos + 2 <= e->max_ctx &&
-        decode_form_at(e, e->pos + 1) == form && (!be->graph_begin || e->graph[form])) {
+    const int ahead = e->plan > 0 && ahead_choice(sp, top_n) && e->pos + 2 <= e->max_ctx &&
+                      decode_form_at(e, e->pos + 1) == form;
+    if (ahead && !taken) be->token_post(e->ids, slot);
+    if (ahead) {
         if (be->graph_begin) {
             be->graph_launch(e->graph[form]);
         } else { /* eager: the forward takes the host's position */
@@ -1061,7 +1061,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         be->token_post(e->ids, slot ^ 1);
         e->ahead_live = 1;
     }
-    if (posted)
+    if (taken || ahead)
         *out = be->token_take(slot);
     else if (!(lab_skip(e) & LAB_READ) || top_n >= 0)
         be->to_host(out, e->ids, sizeof(int));
