@@ -107,11 +107,21 @@ e2e_one() { # TP VOCAB MODEL-ARGS...
         echo "$* TP=$tp graph greedy: $(ids_of "$OUT/e2e-graph.json")" &&
         echo "$* TP=$tp eager greedy: $(ids_of "$OUT/e2e-gpu.json")" &&
         [ "$(ids_of "$OUT/e2e-graph.json")" = "$(ids_of "$OUT/e2e-gpu.json")" ] || { echo "graph != eager"; return 1; }
-    # each greedy step issuing the next before reading its token (ls_engine_plan): the same tokens
-    LOCKSTEP_DECODE_AHEAD=1 gen_json $tp "$OUT/e2e-ahead.json" -x LOCKSTEP_DECODE_AHEAD --gpu "$@" \
-        --prompt-ids "$(seq -s, 11 47)" -n 16 &&
-        echo "$* TP=$tp graph greedy, steps issued ahead: $(ids_of "$OUT/e2e-ahead.json")" &&
-        [ "$(ids_of "$OUT/e2e-ahead.json")" = "$(ids_of "$OUT/e2e-graph.json")" ] || { echo "ahead != graph"; return 1; }
+    ahead_same $tp "$OUT/e2e-graph.json" 16 "$@"
+}
+# each greedy step issuing the next before reading its token (ls_engine_plan): the same N tokens
+# of the e2e prompt as REF (a graph greedy run's JSON)
+ahead_same() { # TP REF N MODEL-ARGS...
+    local tp=$1 ref=$2 n=$3
+    shift 3
+    LOCKSTEP_DECODE_AHEAD=1 gen_json $tp "$OUT/ahead.json" -x LOCKSTEP_DECODE_AHEAD --gpu "$@" \
+        --prompt-ids "$(seq -s, 11 47)" -n "$n" || return 1
+    if [ "$(ids_of "$OUT/ahead.json")" = "$(ids_of "$ref")" ]; then
+        echo "$* TP=$tp: $n greedy tokens the same with steps issued ahead"
+        return 0
+    fi
+    echo "$* TP=$tp: steps issued ahead DIFFERENT: $(ids_of "$ref") / $(ids_of "$OUT/ahead.json")"
+    return 1
 }
 stage_e2e() {
     local ok=0 v tp m f
@@ -571,14 +581,7 @@ stage_ahead() {
             fits $tp || continue
             # shellcheck disable=SC2086
             gen_json $tp "$OUT/ahead-0.json" --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 24 &&
-                LOCKSTEP_DECODE_AHEAD=1 gen_json $tp "$OUT/ahead-1.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
-                    --prompt-ids "$(seq -s, 11 47)" -n 24 || { ok=1; continue; }
-            if [ "$(ids_of "$OUT/ahead-0.json")" = "$(ids_of "$OUT/ahead-1.json")" ]; then
-                echo "$m TP=$tp: 24 greedy tokens the same with steps issued ahead"
-            else
-                echo "$m TP=$tp: DIFFERENT: $(ids_of "$OUT/ahead-0.json") / $(ids_of "$OUT/ahead-1.json")"
-                ok=1
-            fi
+                ahead_same $tp "$OUT/ahead-0.json" 24 $m || ok=1
         done
     done
     return $ok
