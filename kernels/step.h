@@ -1,4 +1,5 @@
-/* The last node of a captured decode step: advance the position the next replay reads. */
+/* The last node of a captured decode step: advance the position the next replay reads, and
+ * post the step's token to the host where it asks for it. */
 #ifndef LOCKSTEP_KERNELS_STEP_H
 #define LOCKSTEP_KERNELS_STEP_H
 
@@ -6,8 +7,18 @@
 extern "C" {
 #endif
 
-/* pos[0] += 1, on stream */
-void ls_advance_pos(int *pos, void *stream);
+/* pos[0] += 1, on stream. With post (device address of mapped, pinned host memory, two
+ * 8-byte slots; NULL: none) it first stores ((uint64)pos[0] << 32) | (uint32)tok[0] into
+ * post[pos[0] & 1] with one system-scope store, so that the host can poll for a position's
+ * token (ls_post_token_of) with nothing between this step and the next in the stream. */
+void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, void *stream);
+
+/* the token a slot's value holds for position pos, or -1 when the slot holds another
+ * position's (not yet written) */
+static inline long long ls_post_token_of(unsigned long long v, int pos)
+{
+    return (unsigned)(v >> 32) == (unsigned)pos ? (long long)(int)(unsigned)v : -1;
+}
 
 #ifdef __cplusplus
 }

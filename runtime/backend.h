@@ -135,8 +135,9 @@ struct ls_backend {
     void (*row_logprobs)(double *out, const float *logits, int rows, int n, size_t ld,
                          const int *targets, int first, int N, int split);
     int (*score_split)(int rows, int n);
-    /* pos[0] += 1 */
-    void (*advance)(int *pos);
+    /* pos[0] += 1; with tok (not NULL), where the backend has token_take, tok[0] first posted
+     * as position pos[0]'s token */
+    void (*advance)(int *pos, const int *tok);
 
     /* Optional (NULL: one form): the form of the decode step the backend wants at a context of
      * ctx positions, for attention over hq and hkv heads (this rank's) and a cache of max_ctx
@@ -156,12 +157,11 @@ struct ls_backend {
     void (*graph_launch)(void *graph);
     void (*graph_free)(void *graph);
 
-    /* Optional (NULL: the engine never issues a step ahead): token_post issues, after the work
-     * issued so far, a copy of the backend's int at src into host slot `slot` (0 or 1) and a
-     * mark; token_take waits for that slot's mark and returns the value copied. With them the
-     * engine issues decode step i + 1 before it reads step i's token (ls_engine_plan). */
-    void (*token_post)(const int *src, int slot);
-    int (*token_take)(int slot);
+    /* Optional (NULL: the engine never issues a step ahead): waits until the token of position
+     * pos, posted by advance (of that position's step, or of the one two before it: a slot a
+     * position's parity), is in host memory and returns it. With it the engine issues decode
+     * step i + 1 before it reads step i's token (ls_engine_plan). */
+    int (*token_take)(int pos);
 };
 
 extern const struct ls_backend ls_backend_cpu;

@@ -9,6 +9,7 @@
 #include "check.h"
 
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,23 +220,29 @@ static size_t cpu_sample_ws(int n)
     return 16;
 }
 
-static void cpu_advance(int *pos)
+/* the CPU's work is done when issued: the token is posted at once */
+static int cpu_posted[2][2] = {{-1, 0}, {-1, 0}}; /* a slot's position and token */
+
+static void cpu_advance(int *pos, const int *tok)
 {
+    if (tok) {
+        cpu_posted[pos[0] & 1][0] = pos[0];
+        cpu_posted[pos[0] & 1][1] = tok[0];
+    }
     pos[0] += 1;
 }
 
 static void cpu_sync(void) {}
 
-/* the CPU's work is done when issued: the token is copied at once */
-static int cpu_token[2];
-static void cpu_token_post(const int *src, int slot)
+static int cpu_token_take(int pos)
 {
-    cpu_token[slot] = *src;
-}
-
-static int cpu_token_take(int slot)
-{
-    return cpu_token[slot];
+    if (cpu_posted[pos & 1][0] != pos) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "position %d's token was never posted (its slot holds %d's)", pos,
+                 cpu_posted[pos & 1][0]);
+        ls_die(__FILE__, __LINE__, "cpu_token_take", msg);
+    }
+    return cpu_posted[pos & 1][1];
 }
 
 /* best of 3 parallel passes over a buffer the rank's threads first-touched (so its pages sit on
@@ -322,6 +329,5 @@ const struct ls_backend ls_backend_cpu = {
     .sample_ws = cpu_sample_ws,
     .penalize = ref_penalize,
     .advance = cpu_advance,
-    .token_post = cpu_token_post,
     .token_take = cpu_token_take,
 };

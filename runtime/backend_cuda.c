@@ -22,6 +22,7 @@
 #include <cuda_runtime_api.h>
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,8 +36,10 @@ static struct {
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
     int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
-    int *tok_host;      /* two pinned slots for tokens posted ahead (cu_token_post) */
-    cudaEvent_t tok_ev[2];
+    /* two slots of mapped, pinned host memory where a step's last kernel posts its token
+     * (cu_advance), and their device address */
+    volatile unsigned long long *post;
+    unsigned long long *post_dev;
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -51,6 +54,12 @@ static cudaStream_t stream_get(void)
         /* LOCKSTEP_CARVEOUT=PCT: one shared-memory carveout for every kernel (experiment) */
         const char *co = getenv("LOCKSTEP_CARVEOUT");
         if (co && *co) ls_kernels_set_carveout(atoi(co));
+        /* 16 bytes, allocated here since advance is first called inside a capture */
+        void *post;
+        CHECK_CUDA(cudaHostAlloc(&post, 2 * sizeof *cu.post, cudaHostAllocMapped));
+        memset(post, 0xff, 2 * sizeof *cu.post); /* position -1 */
+        CHECK_CUDA(cudaHostGetDevicePointer((void **)&cu.post_dev, post, 0));
+        cu.post = post;
     }
     return cu.stream;
 }
@@ -506,9 +515,9 @@ static void cu_penalize(float *out, const float *logits, const float *bias, int 
                 stream_get());
 }
 
-static void cu_advance(int *pos)
+static void cu_advance(int *pos, const int *tok)
 {
-    ls_advance_pos(pos, stream_get());
+    ls_advance_pos(pos, tok, tok ? cu.post_dev : NULL, stream_get());
 }
 
 struct cu_graph {
@@ -566,24 +575,25 @@ static void cu_graph_launch(void *graph)
     CHECK_CUDA(cudaGraphLaunch(g->exec, stream_get()));
 }
 
-/* the token's copy into pinned memory and its event, in stream order: the step after it may
- * already be queued when the host waits on the event */
-static void cu_token_post(const int *src, int slot)
+/* polls the slot the step's last kernel stores into: no copy or event stands between that step
+ * and the next in the stream. Every 4096 polls the stream is asked for an error, and an idle
+ * stream with no token is one */
+static int cu_token_take(int pos)
 {
-    if (!cu.tok_host) {
-        CHECK_CUDA(cudaHostAlloc((void **)&cu.tok_host, 2 * sizeof(int), cudaHostAllocDefault));
-        for (int i = 0; i < 2; i++)
-            CHECK_CUDA(cudaEventCreateWithFlags(&cu.tok_ev[i], cudaEventDisableTiming));
+    for (unsigned n = 1;; n++) {
+        const long long t = ls_post_token_of(cu.post[pos & 1], pos);
+        if (t >= 0) return (int)t;
+        if (n % 4096) continue;
+        const cudaError_t err = cudaStreamQuery(stream_get());
+        if (err == cudaErrorNotReady) continue;
+        CHECK_CUDA(err);
+        const long long last = ls_post_token_of(cu.post[pos & 1], pos);
+        if (last >= 0) return (int)last;
+        char msg[128];
+        snprintf(msg, sizeof msg, "position %d's token was never posted (its slot holds %d's)", pos,
+                 (int)(cu.post[pos & 1] >> 32));
+        ls_die(__FILE__, __LINE__, "cu_token_take", msg);
     }
-    CHECK_CUDA(cudaMemcpyAsync(&cu.tok_host[slot], src, sizeof(int), cudaMemcpyDeviceToHost,
-                               stream_get()));
-    CHECK_CUDA(cudaEventRecord(cu.tok_ev[slot], stream_get()));
-}
-
-static int cu_token_take(int slot)
-{
-    CHECK_CUDA(cudaEventSynchronize(cu.tok_ev[slot]));
-    return cu.tok_host[slot];
 }
 
 static void cu_graph_free(void *graph)
@@ -642,6 +652,5 @@ const struct ls_backend ls_backend_cuda = {
     .graph_end = cu_graph_end,
     .graph_launch = cu_graph_launch,
     .graph_free = cu_graph_free,
-    .token_post = cu_token_post,
     .token_take = cu_token_take,
 };

@@ -292,14 +292,22 @@ static int switch_on(const char *var, int def, int *cached)
  * takes that step when it continues (the token just returned, the same choice, the same form);
  * anything else (another token, other settings, a prefill, a rewind) drops it first: waited for,
  * and the position and token sent again (the KV row it wrote is rewritten by whatever comes at
- * that position). Every rank decides the same, so the steps' collectives pair up. On a backend
- * without token_post, and unless LOCKSTEP_DECODE_AHEAD=1, the plan is ignored. Off by default:
- * measured on an H200 (thirty-third session) -0.003 to -0.023 ms a token, short of the gap; the
- * token's copy to the pinned slot still stands between the two steps' graphs in the stream. */
+ * that position). Every rank decides the same, so the steps' collectives pair up. With the
+ * switch on, every decode step's last kernel posts its token where the host polls for it (the
+ * backend's advance and token_take), so nothing stands between two steps in the stream. On a
+ * backend without token_take, and unless LOCKSTEP_DECODE_AHEAD=1, the plan is ignored. Off by
+ * default: measured on an H200 (thirty-third session) -0.003 to -0.023 ms a token, short of the
+ * gap, with the token copied to pinned memory and an event between the graphs. */
 static int ahead_on(void)
 {
     static int on = -1;
     return switch_on("LOCKSTEP_DECODE_AHEAD", 0, &on);
+}
+
+/* whether decode steps post their tokens for token_take (every step, so that any may be taken) */
+static int posting(const struct ls_engine *e)
+{
+    return ahead_on() && e->be->token_take;
 }
 
 /* drop a step issued ahead */
@@ -323,7 +331,7 @@ static void ahead_stop(struct ls_engine *e)
 
 void ls_engine_plan(struct ls_engine *e, int n)
 {
-    e->plan = n > 0 && ahead_on() && e->be->token_post && e->be->token_take ? n : 0;
+    e->plan = posting(e) ? n : 0;
 }
 
 /* whether a step choosing by sp (and scoring top_n) may be issued ahead: greedy, with nothing
@@ -859,7 +867,7 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     if (top_n >= 0)
         e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n,
                             score_split(e, 1, V));
-    e->be->advance(e->posb);
+    e->be->advance(e->posb, posting(e) ? e->ids : NULL);
 }
 
 /* whether a graph captured for a chooses as b would (a logit bias's values and the allowed
@@ -1045,11 +1053,9 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         decode_step(e, sp, top_n);
     }
     /* the next step issued ahead where the caller planned one more call and it would run in
-     * this form: this step's token to host slot pos & 1 first (a step taken posted it there) */
-    const int slot = e->pos & 1;
+     * this form (each step posts its token, in the step) */
     const int ahead = e->plan > 0 && ahead_choice(sp, top_n) && e->pos + 2 <= e->max_ctx &&
                       decode_form_at(e, e->pos + 1) == form;
-    if (ahead && !taken) be->token_post(e->ids, slot);
     if (ahead) {
         if (be->graph_begin) {
             be->graph_launch(e->graph[form]);
@@ -1058,11 +1064,10 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
             decode_step(e, sp, top_n);
             e->pos -= 1;
         }
-        be->token_post(e->ids, slot ^ 1);
         e->ahead_live = 1;
     }
     if (taken || ahead)
-        *out = be->token_take(slot);
+        *out = be->token_take(e->pos);
     else if (!(lab_skip(e) & LAB_READ) || top_n >= 0)
         be->to_host(out, e->ids, sizeof(int));
     if (top_n >= 0) {
