@@ -962,7 +962,7 @@ static int block_rows(int group, int hkv, int gm)
 // positions) the most a block can hold (up to 8), or half that where half still gives at most one
 // block per SM with every chunk live (seventeenth session, caches of 256-384: 70B TP=2 -0.29 ms a
 // token, 8B -0.06). The launch without clusters (the engine's long-context form: contexts past
-// 3072 positions with 8 KV heads a rank, past 6144 with fewer) holds up to 4 a block at any
+// ~2400 positions at 32 q heads a rank, ~4900 at 16; cu_decode_form) holds up to 4 a block at any
 // cache: there one q head a block reads each K/V row `group` times through the L2 (at the 8B
 // TP=1 shape and context 4096, 67 MB a layer for 16.8 MB from HBM), and 8 a block (the group of
 // 8 of the 70B at TP=2) leaves too few blocks. Measured (thirty-third session, one H200, alone,

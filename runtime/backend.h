@@ -20,6 +20,9 @@ struct ls_backend {
     const char *name;
     int weight_bytes;      /* bytes per weight and KV cache element: 4 (fp32) or 2 (bf16) */
     void *(*stream)(void); /* the stream collectives must run on (NULL on the CPU) */
+    /* 1: work runs after the call that issues it returns (a device's stream), so the engine
+     * issues decode steps ahead by default (ls_engine_plan); 0: done when issued */
+    int queued;
     void (*sync)(void);    /* wait for all work issued so far */
     /* streaming read and copy of `bytes` of the backend's memory, GB/s (a copy counts bytes read
      * and written) */
@@ -140,11 +143,11 @@ struct ls_backend {
     void (*advance)(int *pos, const int *tok);
 
     /* Optional (NULL: one form): the form of the decode step the backend wants at a context of
-     * ctx positions, for attention over hq and hkv heads (this rank's) and a cache of max_ctx
-     * (0 or 1; the CUDA attention launched in clusters or not), and the form the next steps'
-     * work is issued in. A graph holds one form's launches, so the engine keeps one graph per
-     * form. */
-    int (*decode_form)(int ctx, int hq, int hkv, int max_ctx);
+     * ctx positions, for attention over hq and hkv heads (this rank's) of hd and a cache of
+     * max_ctx (0 or 1; the CUDA attention launched in clusters or not), and the form the next
+     * steps' work is issued in. A graph holds one form's launches, so the engine keeps one graph
+     * per form. */
+    int (*decode_form)(int ctx, int hq, int hkv, int hd, int max_ctx);
     void (*set_decode_form)(int form);
 
     /* Optional (NULL on the CPU): capture the work issued between begin and end into a graph

@@ -420,24 +420,33 @@ static void *cu_transpose_matrix(const void *W, size_t rows, size_t cols)
  * LOCKSTEP_ATT_CLUSTER_CTX positions (0: never) and past the cluster merge's reach the engine
  * switches to a graph captured in form 1; with the same q heads a block in both
  * (LOCKSTEP_ATT_HEADS) results are the same bits either way there (the workspace merge in
- * both), by default they differ in rounding. The thresholds below were measured with one q
- * head a block in form 1; with four it gains from ~2400 positions at 8B TP=1 and 70B TP=2
- * (alone; docs/DESIGN.md), not yet measured in the step. The default depends on the KV heads a
- * rank holds, from the 8B
- * decode (ms per token, clusters against without; twelfth and thirteenth sessions): with 8 a
- * rank (TP=1) the clusters are even at prompts of 1024 and 2048 (4.080 / 4.081, 4.305 / 4.301)
- * and behind from 4096 (4.642 / 4.430; 8192: 4.968 / 4.639), so 3072; with 4 (TP=2) they are
+ * both), by default they differ in rounding.
+ *
+ * The default start, with one q head a block in form 1, was measured in the 8B's decode (ms per
+ * token, clusters against without; twelfth and thirteenth sessions): with 8 KV heads a rank
+ * (TP=1) the clusters are even at prompts of 1024 and 2048 (4.080 / 4.081, 4.305 / 4.301) and
+ * behind from 4096 (4.642 / 4.430; 8192: 4.968 / 4.639), so 3072; with 4 (TP=2) they are
  * ahead or even up to 6144 (2048: 3.061 / 3.103, 4096: 3.146 / 3.164, 6144: 3.301 / 3.320)
- * and behind at 8192 (3.786 / 3.609), so 6144 for 4 KV heads a rank or fewer (fewer not
- * measured). */
-static int cu_decode_form(int ctx, int hq, int hkv, int max_ctx)
+ * and behind at 8192 (3.786 / 3.609), so 6144 for 4 KV heads a rank or fewer. Form 1 holds four
+ * q heads a block since the thirty-third session, and form 0 one while the cache fits half the
+ * L2, so each q head re-reads its K and V rows through the L2, hq x ctx x hd x 4 bytes a layer:
+ * alone, form 1 leads from ~2200 positions at 32 q heads a rank (32 / 8 and 32 / 4 KV) and
+ * ~3800 at 16 / 4, where the re-reads pass 31-36 MB (thirty-fourth session, test_kernels
+ * --bench-attention-heads, interpolated between 2048, 3100 and 4096). So the start is the
+ * earlier of the measured one above and where the re-reads reach 40 MB: 2441 at 32 q heads of
+ * 128 (the 8B at TP=1, the 70B at TP=2), 4882 at 16 (the 8B at TP=2). In the step, 8B TP=1
+ * after a 2700-token prompt: 4.197 / 4.192 ms a token from 3072, 4.140 / 4.132 from 2400. */
+#define ATT_REREAD_BYTES 40000000L
+static int cu_decode_form(int ctx, int hq, int hkv, int hd, int max_ctx)
 {
     static int from = -1;
     if (from < 0) {
         const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
         from = !v || !*v ? INT_MAX : atoi(v) > 0 ? atoi(v) : 0;
     }
-    const int at = from != INT_MAX ? from : hkv > 4 ? 3072 : 6144;
+    const long reread = ATT_REREAD_BYTES / ((long)hq * hd * 4);
+    const int measured = hkv > 4 ? 3072 : 6144;
+    const int at = from != INT_MAX ? from : reread < measured ? (int)reread : measured;
     if (!at || ctx <= at) return 0;
     return ctx > ls_attention_cluster_reach(hq, hkv, max_ctx);
 }
@@ -608,6 +617,7 @@ static void cu_graph_free(void *graph)
 const struct ls_backend ls_backend_cuda = {
     .name = "cuda",
     .weight_bytes = 2,
+    .queued = 1,
     .stream = cu_stream,
     .sync = cu_sync,
     .read_bandwidth = cu_read_bandwidth,

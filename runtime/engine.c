@@ -292,22 +292,31 @@ static int switch_on(const char *var, int def, int *cached)
  * takes that step when it continues (the token just returned, the same choice, the same form);
  * anything else (another token, other settings, a prefill, a rewind) drops it first: waited for,
  * and the position and token sent again (the KV row it wrote is rewritten by whatever comes at
- * that position). Every rank decides the same, so the steps' collectives pair up. With the
- * switch on, every decode step's last kernel posts its token where the host polls for it (the
- * backend's advance and token_take), so nothing stands between two steps in the stream. On a
- * backend without token_take, and unless LOCKSTEP_DECODE_AHEAD=1, the plan is ignored. Off by
- * default: measured on an H200 (thirty-third session) -0.003 to -0.023 ms a token, short of the
- * gap, with the token copied to pinned memory and an event between the graphs. */
-static int ahead_on(void)
+ * that position). Every rank decides the same, so the steps' collectives pair up. Every decode
+ * step's last kernel then posts its token where the host polls for it (the backend's advance
+ * and token_take), so nothing stands between two steps in the stream. On by default where the
+ * backend's work is queued (the GPU), off on the CPU backend, whose work is done when issued
+ * (there a step ahead only delays each token by a step); LOCKSTEP_DECODE_AHEAD=0 or 1 decides
+ * on any backend with token_take (the CPU tests run it with 1). Measured on an H200: with the
+ * token copied to pinned memory and an event between the graphs (thirty-third session) -0.003
+ * to -0.023 ms a token, short of the gap; posted by the step (thirty-fourth) 3.827-3.831 ->
+ * 3.817-3.819 ms, the whole gap (the steps with no read at all: 3.818). */
+static int ahead_setting(void)
 {
-    static int on = -1;
-    return switch_on("LOCKSTEP_DECODE_AHEAD", 0, &on);
+    static int set = -2; /* -1 unset, else the variable's 0 or 1 */
+    if (set == -2) {
+        const char *v = getenv("LOCKSTEP_DECODE_AHEAD");
+        set = v && !strcmp(v, "1") ? 1 : v && !strcmp(v, "0") ? 0 : -1;
+    }
+    return set;
 }
 
-/* whether decode steps post their tokens for token_take (every step, so that any may be taken) */
+/* whether decode steps post their tokens for token_take (every step, so that any may be taken)
+ * and so may be issued ahead: by default where the backend's work is queued */
 static int posting(const struct ls_engine *e)
 {
-    return ahead_on() && e->be->token_take;
+    if (!e->be->token_take) return 0;
+    return ahead_setting() >= 0 ? ahead_setting() : e->be->queued;
 }
 
 /* drop a step issued ahead */
@@ -638,9 +647,9 @@ static void chunk_forward(struct ls_engine *e, int T, int pos0)
 static int decode_form_at(struct ls_engine *e, int pos)
 {
     const struct ls_shard *sh = &e->m->shard;
-    return e->be->decode_form
-               ? e->be->decode_form(pos + 1, sh->q_heads, sh->kv_heads, e->max_ctx) != 0
-               : 0;
+    return e->be->decode_form ? e->be->decode_form(pos + 1, sh->q_heads, sh->kv_heads,
+                                                   e->m->cfg.head_dim, e->max_ctx) != 0
+                              : 0;
 }
 
 /* what ls_engine_score asks of forward_chunks */

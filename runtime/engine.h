@@ -95,8 +95,8 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
  * for the host between steps). A hint, not a promise: a call that does otherwise, or any other
  * engine call, drops the step issued ahead (waiting for it) and the rest of the plan. The last
  * planned call issues nothing ahead; a caller that stops early (an end-of-sequence token) leaves
- * one step's work behind, which the next engine call waits for. Ignored unless
- * LOCKSTEP_DECODE_AHEAD=1 (off by default: not yet a clear gain) and on a backend that can. */
+ * one step's work behind, which the next engine call waits for. Ignored on a backend that
+ * cannot, on the CPU backend unless LOCKSTEP_DECODE_AHEAD=1, and with LOCKSTEP_DECODE_AHEAD=0. */
 void ls_engine_plan(struct ls_engine *e, int n);
 /* The token after the last forward (the prompt's prefill), chosen in the backend as a decode
  * step chooses it (sp's penalties over hist[0 .. the current position), then argmax or the draw

@@ -103,14 +103,15 @@ e2e_one() { # TP VOCAB MODEL-ARGS...
         gen_json $tp "$OUT/e2e-gpu.json" --gpu "$@" --prompt-ids "$(seq -s, 11 47)" -n 16 --top-logits "$v" --top-logit-steps 1 &&
         echo -n "$* TP=$tp GPU vs CPU: " &&
         python3 tests/gpu/compare_logits.py "$OUT/e2e-gpu.json" "$OUT/e2e-cpu.json" "$TOL_BF16" || return 1
-    gen_json $tp "$OUT/e2e-graph.json" --gpu "$@" --prompt-ids "$(seq -s, 11 47)" -n 16 &&
+    LOCKSTEP_DECODE_AHEAD=0 gen_json $tp "$OUT/e2e-graph.json" -x LOCKSTEP_DECODE_AHEAD --gpu "$@" \
+        --prompt-ids "$(seq -s, 11 47)" -n 16 &&
         echo "$* TP=$tp graph greedy: $(ids_of "$OUT/e2e-graph.json")" &&
         echo "$* TP=$tp eager greedy: $(ids_of "$OUT/e2e-gpu.json")" &&
         [ "$(ids_of "$OUT/e2e-graph.json")" = "$(ids_of "$OUT/e2e-gpu.json")" ] || { echo "graph != eager"; return 1; }
     ahead_same $tp "$OUT/e2e-graph.json" 16 "$@"
 }
-# each greedy step issuing the next before reading its token (ls_engine_plan): the same N tokens
-# of the e2e prompt as REF (a graph greedy run's JSON)
+# each greedy step issuing the next before reading its token (ls_engine_plan; the default on GPUs):
+# the same N tokens of the e2e prompt as REF (a graph greedy run's JSON with LOCKSTEP_DECODE_AHEAD=0)
 ahead_same() { # TP REF N MODEL-ARGS...
     local tp=$1 ref=$2 n=$3
     shift 3
@@ -572,15 +573,16 @@ stage_pflong() {
     done
 }
 
-# decode steps issued ahead (LOCKSTEP_DECODE_AHEAD=1, ls_engine_plan): the graph's greedy tokens
-# with and without, tiny-llama and the SmolLM2 shape, at TP=1 and 2 where there are the GPUs
+# decode steps issued ahead (LOCKSTEP_DECODE_AHEAD, ls_engine_plan): the graph's greedy tokens
+# with (=1) and without (=0), tiny-llama and the SmolLM2 shape, at TP=1 and 2 where there are the GPUs
 stage_ahead() {
     local tp m ok=0
     for m in "-m tests/fixtures/tiny-llama" "--dummy smollm2-135m"; do
         for tp in 1 2; do
             fits $tp || continue
             # shellcheck disable=SC2086
-            gen_json $tp "$OUT/ahead-0.json" --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 24 &&
+            LOCKSTEP_DECODE_AHEAD=0 gen_json $tp "$OUT/ahead-0.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
+                --prompt-ids "$(seq -s, 11 47)" -n 24 &&
                 ahead_same $tp "$OUT/ahead-0.json" 24 $m || ok=1
         done
     done
@@ -606,7 +608,8 @@ stage_longctx() {
 
 # decode under each setting of AB (space-separated VAR=value, '-' for none), at each TP degree of
 # AB_TP ("1 2"; those above the GPU count skipped) with the custom all-reduce: an A/B of a switch
-# in one call. AB_MODEL: the --dummy preset (llama-3.1-8b; e.g. llama-3.1-70b with AB_TP=2);
+# in one call. AB_MODEL: the --dummy preset or config.json (llama-3.1-8b; e.g. llama-3.1-70b
+# with AB_TP=2, or tests/gpu/attn-32q4kv.json);
 # AB_PROMPT, AB_GEN: the prompt and generated lengths (128, 256). AB_ROUNDS (1): every setting
 # that many times, interleaved (A B A B ...), so drift in the machine shows as spread, not as a
 # difference; lines and JSON names then carry the round. AB_ARGS: more bench arguments for every
@@ -668,7 +671,7 @@ stage_ab() {
                 IFS=, read -ra kv <<<"${v#@ref,}"
                 for a in "${kv[@]}"; do x+=(-x "${a%%=*}"); done
             fi
-            name="ab-$tag${AB_MODEL:-llama-3.1-8b}-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}"
+            name="ab-$tag$(basename "${AB_MODEL:-llama-3.1-8b}" .json)-p${AB_PROMPT:-128}-tp$tp-${v//[^A-Za-z0-9]/_}"
             (
                 for a in "${kv[@]}"; do export "${a?}"; done
                 mpi "${x[@]}" -np $tp $bin bench --gpu --allreduce custom --dummy "${AB_MODEL:-llama-3.1-8b}" \

@@ -685,7 +685,7 @@ check "a text prompt's and a chat line's ids fed back as lists: the same complet
     eval '[ "$(jq -c "select(.id == \"t\") | [.text, .token_ids]" "$tmp/rt2.out")" = "$(rsel t | jq -c "[.text, .token_ids]")" ] &&
           [ "$(jq -r "select(.id == \"c\") | .text" "$tmp/rt2.out")" = "$(rsel c | jq -r .text)" ]'
 # ---- decode steps issued ahead (ls_engine_plan, LOCKSTEP_DECODE_AHEAD=1): the same lines with
-# and without, at 2 ranks: greedy to the length, a stop string and the model's end of turn
+# and without (=0), at 2 ranks: greedy to the length, a stop string and the model's end of turn
 # ending lines early (a step issued ahead dropped, the next line's prefill after it), a line of
 # one token, logprobs and a drawn line (no step ahead: the plan passes them by), a chat
 cat >"$tmp/ah.jsonl" <<'JSONL'
@@ -713,5 +713,9 @@ check "steps issued ahead: the stop string and the end of turn ended lines early
           [ "$(jq -r "select(.id == \"e\") | .finish_reason" "$tmp/ah1.out")" = stop ]'
 check "steps issued ahead: taken at every greedy step but each line's last, the early ends' dropped" \
     grep -q "steps issued ahead: [1-9][0-9]* taken, [1-9][0-9]* dropped" "$tmp/ah1.err"
-check "steps issued ahead: none without the switch" eval '! grep -q "steps issued ahead" "$tmp/ah0.err"'
+check "steps issued ahead: none with LOCKSTEP_DECODE_AHEAD=0" eval '! grep -q "steps issued ahead" "$tmp/ah0.err"'
+# on CPU ranks none by default (a CPU step is done when issued: a step ahead only delays the token)
+run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahd.out"
+check "steps issued ahead: none by default on CPU ranks, the same lines" \
+    eval '[ "$rc" -eq 0 ] && ! grep -q "steps issued ahead" "$tmp/err" && [ "$(ahsel d)" = "$(ahsel 0)" ]'
 done_testing
