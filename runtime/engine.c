@@ -273,15 +273,22 @@ static void score_free(struct ls_engine *e)
     e->host_targets = e->shead = NULL, e->shost = NULL;
 }
 
-/* an experiment's switch, read once into *cached (-1 first): def 1, on unless the variable is
- * "0"; def 0, off unless it is "1" */
-static int switch_on(const char *var, int def, int *cached)
+/* a switch's setting, read once into *cached (-2 first): 1 where the variable is "1", 0 where
+ * it is "0", else -1 (not set) */
+static int switch_set(const char *var, int *cached)
 {
-    if (*cached < 0) {
+    if (*cached == -2) {
         const char *v = getenv(var);
-        *cached = v && !strcmp(v, def ? "0" : "1") ? !def : def;
+        *cached = v && !strcmp(v, "1") ? 1 : v && !strcmp(v, "0") ? 0 : -1;
     }
     return *cached;
+}
+
+/* an experiment's switch: def where the variable is neither "0" nor "1" */
+static int switch_on(const char *var, int def, int *cached)
+{
+    const int set = switch_set(var, cached);
+    return set < 0 ? def : set;
 }
 
 /* Decode steps issued ahead. Each decode step waits for its token (a read the device finishes
@@ -300,23 +307,12 @@ static int switch_on(const char *var, int def, int *cached)
  * on any backend with token_take (the CPU tests run it with 1). Measured on an H200: with the
  * token copied to pinned memory and an event between the graphs (thirty-third session) -0.003
  * to -0.023 ms a token, short of the gap; posted by the step (thirty-fourth) 3.827-3.831 ->
- * 3.817-3.819 ms, the whole gap (the steps with no read at all: 3.818). */
-static int ahead_setting(void)
-{
-    static int set = -2; /* -1 unset, else the variable's 0 or 1 */
-    if (set == -2) {
-        const char *v = getenv("LOCKSTEP_DECODE_AHEAD");
-        set = v && !strcmp(v, "1") ? 1 : v && !strcmp(v, "0") ? 0 : -1;
-    }
-    return set;
-}
-
-/* whether decode steps post their tokens for token_take (every step, so that any may be taken)
- * and so may be issued ahead: by default where the backend's work is queued */
+ * 3.817-3.819 ms, the whole gap (the steps with no read at all: 3.818). posting: whether the
+ * decode steps post their tokens (every one, so that any may be taken) and may be issued ahead */
 static int posting(const struct ls_engine *e)
 {
-    if (!e->be->token_take) return 0;
-    return ahead_setting() >= 0 ? ahead_setting() : e->be->queued;
+    static int set = -2;
+    return e->be->token_take && switch_on("LOCKSTEP_DECODE_AHEAD", e->be->queued, &set);
 }
 
 /* drop a step issued ahead */
@@ -447,7 +443,7 @@ static int fused_tp1(const struct ls_engine *e)
  * q/k norms, unless LOCKSTEP_ROPE_IN_MATMUL=0 */
 static int rope_in_matmul(const struct ls_engine *e, const struct ls_layer *L, int T)
 {
-    static int on = -1;
+    static int on = -2;
     return switch_on("LOCKSTEP_ROPE_IN_MATMUL", 1, &on) && T == 1 && e->be->matmul_rope_kv &&
            !L->q_norm && !L->k_norm;
 }
@@ -458,7 +454,7 @@ static int rope_in_matmul(const struct ls_engine *e, const struct ls_layer *L, i
 static int gu_swiglu(struct ls_engine *e, const struct ls_layer *L, int T, const float *x,
                      const float *nw)
 {
-    static int on = -1;
+    static int on = -2;
     const struct ls_model_config *c = &e->m->cfg;
     return switch_on("LOCKSTEP_GU_SWIGLU", 1, &on) && T == 1 && e->be->matmul_gu_swiglu &&
            e->be->matmul_gu_swiglu(e->gu, x, nw, c->norm_eps, L->w_gu, c->dim,
@@ -471,7 +467,7 @@ static int gu_swiglu(struct ls_engine *e, const struct ls_layer *L, int T, const
 static int norm_in_matmul(const struct ls_engine *e)
 {
     if (e->comm->size == 1) return fused_tp1(e);
-    static int on = -1;
+    static int on = -2;
     return switch_on("LOCKSTEP_NORM_IN_MATMUL", 1, &on) && e->be->matmul_rmsnorm;
 }
 
