@@ -1071,7 +1071,8 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         }
         e->ahead_live = 1;
     }
-    if (taken || ahead)
+    /* every step posts its token where steps may be issued ahead: polled for, no copy */
+    if (taken || ahead || (posting(e) && !(lab_skip(e) & LAB_READ)))
         *out = be->token_take(e->pos);
     else if (!(lab_skip(e) & LAB_READ) || top_n >= 0)
         be->to_host(out, e->ids, sizeof(int));
