@@ -6,9 +6,17 @@
 
 #include <cuda_runtime.h>
 
-static __global__ void advance_kernel(int *pos, const int *tok, unsigned long long *post)
+static __global__ void advance_kernel(int *pos, const int *tok, unsigned long long *post, double *u,
+                                      const double *u_in)
 {
     pdl_launch_dependents();
+    // the next step's number, read while the step's last kernels run: pos[0] is written only
+    // by the step before's advance (or by a copy before the launch), both finished by now
+    double un = 0.0;
+    if (u) {
+        const double *slot = u_in + ((pos[0] + 1) & 1);
+        asm volatile("ld.relaxed.sys.global.f64 %0, [%1];" : "=d"(un) : "l"(slot) : "memory");
+    }
     pdl_wait();
     const int p = pos[0];
     if (post) {
@@ -18,11 +26,13 @@ static __global__ void advance_kernel(int *pos, const int *tok, unsigned long lo
         asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(post + (p & 1)), "l"(v)
                      : "memory");
     }
+    if (u) u[0] = un;
     pos[0] = p + 1;
 }
 
-extern "C" void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, void *stream)
+extern "C" void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, double *u,
+                               const double *u_in, void *stream)
 {
-    pdl_launch(advance_kernel, 1, 1, 0, (cudaStream_t)stream, pos, tok, post);
+    pdl_launch(advance_kernel, 1, 1, 0, (cudaStream_t)stream, pos, tok, post, u, u_in);
     CHECK_CUDA(cudaGetLastError());
 }

@@ -10,8 +10,11 @@ extern "C" {
 /* pos[0] += 1, on stream. With post (device address of mapped, pinned host memory, two
  * 8-byte slots; NULL: none) it first stores ((uint64)pos[0] << 32) | (uint32)tok[0] into
  * post[pos[0] & 1] with one system-scope store, so that the host can poll for a position's
- * token (ls_post_token_of) with nothing between this step and the next in the stream. */
-void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, void *stream);
+ * token (ls_post_token_of) with nothing between this step and the next in the stream. With u
+ * (not NULL) it sets u[0] to u_in[(pos[0] + 1) & 1] (u_in: mapped host memory too, read
+ * before the kernel waits for the one before it), the number the next step draws with. */
+void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, double *u,
+                    const double *u_in, void *stream);
 
 /* the token a slot's value holds for position pos, or -1 when the slot holds another
  * position's (not yet written) */

@@ -139,8 +139,9 @@ struct ls_backend {
                          const int *targets, int first, int N, int split);
     int (*score_split)(int rows, int n);
     /* pos[0] += 1; with tok (not NULL), where the backend has token_take, tok[0] first posted
-     * as position pos[0]'s token */
-    void (*advance)(int *pos, const int *tok);
+     * as position pos[0]'s token; with u (not NULL), u[0] set to the number u_post left for
+     * position pos[0] + 1 (a drawn step hands the next its uniform number) */
+    void (*advance)(int *pos, const int *tok, double *u);
 
     /* Optional (NULL: one form): the form of the decode step the backend wants at a context of
      * ctx positions, for attention over hq and hkv heads (this rank's) of hd and a cache of
@@ -165,6 +166,9 @@ struct ls_backend {
      * position's parity), is in host memory and returns it. With it the engine issues decode
      * step i + 1 before it reads step i's token (ls_engine_plan). */
     int (*token_take)(int pos);
+    /* with token_take: u as the number the step at position pos draws with, for the advance of
+     * the step before it to hand on (a slot a position's parity, as the tokens') */
+    void (*u_post)(int pos, double u);
 };
 
 extern const struct ls_backend ls_backend_cpu;

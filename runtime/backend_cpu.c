@@ -222,14 +222,21 @@ static size_t cpu_sample_ws(int n)
 
 /* the CPU's work is done when issued: the token is posted at once */
 static int cpu_posted[2][2] = {{-1, 0}, {-1, 0}}; /* a slot's position and token */
+static double cpu_uposted[2];                     /* the numbers drawn steps hand on */
 
-static void cpu_advance(int *pos, const int *tok)
+static void cpu_advance(int *pos, const int *tok, double *u)
 {
     if (tok) {
         cpu_posted[pos[0] & 1][0] = pos[0];
         cpu_posted[pos[0] & 1][1] = tok[0];
     }
+    if (u) u[0] = cpu_uposted[(pos[0] + 1) & 1];
     pos[0] += 1;
+}
+
+static void cpu_u_post(int pos, double u)
+{
+    cpu_uposted[pos & 1] = u;
 }
 
 static void cpu_sync(void) {}
@@ -330,4 +337,5 @@ const struct ls_backend ls_backend_cpu = {
     .penalize = ref_penalize,
     .advance = cpu_advance,
     .token_take = cpu_token_take,
+    .u_post = cpu_u_post,
 };

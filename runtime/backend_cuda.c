@@ -40,6 +40,9 @@ static struct {
      * (cu_advance), and their device address */
     volatile unsigned long long *post;
     unsigned long long *post_dev;
+    /* two more slots there: the numbers drawn steps hand on (cu_u_post) */
+    volatile double *upost;
+    double *upost_dev;
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -54,12 +57,17 @@ static cudaStream_t stream_get(void)
         /* LOCKSTEP_CARVEOUT=PCT: one shared-memory carveout for every kernel (experiment) */
         const char *co = getenv("LOCKSTEP_CARVEOUT");
         if (co && *co) ls_kernels_set_carveout(atoi(co));
-        /* 16 bytes, allocated here since advance is first called inside a capture */
-        void *post;
-        CHECK_CUDA(cudaHostAlloc(&post, 2 * sizeof *cu.post, cudaHostAllocMapped));
-        memset(post, 0xff, 2 * sizeof *cu.post); /* position -1 */
-        CHECK_CUDA(cudaHostGetDevicePointer((void **)&cu.post_dev, post, 0));
-        cu.post = post;
+        /* 32 bytes, allocated here since advance is first called inside a capture */
+        char *post;
+        CHECK_CUDA(cudaHostAlloc((void **)&post, 32, cudaHostAllocMapped));
+        memset(post, 0xff, 16); /* position -1 */
+        memset(post + 16, 0, 16);
+        char *dev;
+        CHECK_CUDA(cudaHostGetDevicePointer((void **)&dev, post, 0));
+        cu.post = (volatile unsigned long long *)post;
+        cu.post_dev = (unsigned long long *)dev;
+        cu.upost = (volatile double *)(post + 16);
+        cu.upost_dev = (double *)(dev + 16);
     }
     return cu.stream;
 }
@@ -524,9 +532,14 @@ static void cu_penalize(float *out, const float *logits, const float *bias, int 
                 stream_get());
 }
 
-static void cu_advance(int *pos, const int *tok)
+static void cu_advance(int *pos, const int *tok, double *u)
 {
-    ls_advance_pos(pos, tok, tok ? cu.post_dev : NULL, stream_get());
+    ls_advance_pos(pos, tok, tok ? cu.post_dev : NULL, u, cu.upost_dev, stream_get());
+}
+
+static void cu_u_post(int pos, double u)
+{
+    cu.upost[pos & 1] = u;
 }
 
 struct cu_graph {
@@ -663,4 +676,5 @@ const struct ls_backend ls_backend_cuda = {
     .graph_launch = cu_graph_launch,
     .graph_free = cu_graph_free,
     .token_take = cu_token_take,
+    .u_post = cu_u_post,
 };

@@ -85,13 +85,13 @@ static struct decode_run timed_decode(struct rc_job *j, const struct ls_sampling
     int tok = first;
     /* the calls announced (ls_engine_plan) up to the timing's start, then the timed ones: no
      * step issued ahead crosses the start or runs past the end */
-    ls_engine_plan(j->engine, warmup);
+    ls_engine_plan(j->engine, warmup, smp);
     for (int s = 0; s < warmup + steps; s++) {
         if (s == warmup) {
             j->be->sync();
             j->comm->barrier(j->comm);
             r.seconds = now_s();
-            ls_engine_plan(j->engine, steps);
+            ls_engine_plan(j->engine, steps, smp);
         }
         hist[n + s] = tok;
         if (ls_engine_decode(j->engine, tok, sp, ls_sampler_uniform(smp), hist, &tok) != 0)

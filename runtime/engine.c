@@ -57,10 +57,14 @@ struct ls_engine {
     float *pbias;
     struct ls_sampling *bias_sent;
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
-    /* ahead_live: a greedy decode step at position pos was issued ahead (ls_engine_plan), its
-     * token posted to host slot pos & 1; plan: the decode calls the caller announced, each
-     * continuing the one before */
+    /* ahead_live: a decode step at position pos was issued ahead (ls_engine_plan), choosing
+     * by ahead_sp; plan: the decode calls the caller announced, each continuing the one before,
+     * with plan_smp's numbers (NULL: none drawn ahead); u_posted: the numbers handed to the
+     * drawn steps at positions of each parity (u_post) */
     int ahead_live, plan;
+    struct ls_sampling ahead_sp;
+    struct ls_sampler *plan_smp;
+    double u_posted[2];
     int last_out;                /* the token the last greedy step wrote to ids[0] */
     /* ls_engine_score's buffers, allocated at its first use: the LM head over score_rows
      * positions at once into srows, their scores in the backend (sstats, every rank's in
@@ -331,20 +335,40 @@ static void ahead_drop(struct ls_engine *e)
 static void ahead_stop(struct ls_engine *e)
 {
     e->plan = 0;
+    e->plan_smp = NULL;
     ahead_drop(e);
 }
 
-void ls_engine_plan(struct ls_engine *e, int n)
+void ls_engine_plan(struct ls_engine *e, int n, struct ls_sampler *smp)
 {
     e->plan = posting(e) ? n : 0;
+    e->plan_smp = e->plan ? smp : NULL;
 }
 
-/* whether a step choosing by sp (and scoring top_n) may be issued ahead: greedy, with nothing
- * in the backend that the caller could change between the calls (penalties' window, bias); any
- * two such steps are the same launches */
-static int ahead_choice(const struct ls_sampling *sp, int top_n)
+/* drawn steps issued ahead too (their numbers peeked from the plan's sampler and handed on by
+ * the step before) with LOCKSTEP_DECODE_AHEAD_DRAWN=1: off until measured on a GPU */
+static int ahead_drawn(void)
 {
-    return sp->temperature == 0.0f && !ls_sampling_adjusted(sp) && top_n < 0;
+    static int on = -2;
+    return switch_on("LOCKSTEP_DECODE_AHEAD_DRAWN", 0, &on);
+}
+
+/* whether a step choosing by sp (and scoring top_n) may be issued ahead: nothing in the backend
+ * that the caller could change between the calls (penalties' window, bias), greedy or drawn with
+ * the numbers of the plan's sampler */
+static int ahead_choice(const struct ls_engine *e, const struct ls_sampling *sp, int top_n)
+{
+    return !ls_sampling_adjusted(sp) && top_n < 0 &&
+           (sp->temperature == 0.0f || (e->plan_smp && e->be->u_post && ahead_drawn()));
+}
+
+/* the number the drawn step at position pos takes, the plan sampler's k-th from here, left
+ * for the step before it to hand on */
+static void u_post(struct ls_engine *e, int pos, int k)
+{
+    const double u = ls_sampler_peek(e->plan_smp, k);
+    e->u_posted[pos & 1] = u;
+    e->be->u_post(pos, u);
 }
 
 void ls_engine_free(struct ls_engine *e)
@@ -872,7 +896,8 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     if (top_n >= 0)
         e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n,
                             score_split(e, 1, V));
-    e->be->advance(e->posb, posting(e) ? e->ids : NULL);
+    e->be->advance(e->posb, posting(e) ? e->ids : NULL,
+                   posting(e) && sp->temperature != 0.0f && ahead_drawn() ? e->u : NULL);
 }
 
 /* whether a graph captured for a chooses as b would (a logit bias's values and the allowed
@@ -1019,8 +1044,17 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
      * one, if it continues that call */
     const int planned = e->plan > 0;
     if (e->plan > 0) e->plan--;
-    const int taken = e->ahead_live && planned && in == e->last_out && ahead_choice(sp, top_n);
+    const int drawn = sp->temperature != 0.0f;
+    const int taken = e->ahead_live && planned && in == e->last_out && ahead_choice(e, sp, top_n) &&
+                      same_choice(&e->ahead_sp, sp) && (!drawn || u == e->u_posted[e->pos & 1]);
     if (!taken) ahead_drop(e);
+    /* the next step issued ahead where the caller planned one more call and it would run in
+     * this form (each step posts its token, in the step) */
+    const int ahead = e->plan > 0 && ahead_choice(e, sp, top_n) && e->pos + 2 <= e->max_ctx &&
+                      decode_form_at(e, e->pos + 1) == form;
+    /* a drawn step hands the next one its number (a step taken was handed its own and given
+     * the next's by the call that issued it) */
+    if (ahead && drawn && !taken) u_post(e, e->pos + 1, 1);
     if (!e->graph_synced) {
         e->host_pos[0] = e->pos;
         be->to_device(e->posb, e->host_pos, sizeof(int));
@@ -1057,11 +1091,9 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     } else {
         decode_step(e, sp, top_n);
     }
-    /* the next step issued ahead where the caller planned one more call and it would run in
-     * this form (each step posts its token, in the step) */
-    const int ahead = e->plan > 0 && ahead_choice(sp, top_n) && e->pos + 2 <= e->max_ctx &&
-                      decode_form_at(e, e->pos + 1) == form;
     if (ahead) {
+        if (drawn) u_post(e, e->pos + 2, 2);
+        e->ahead_sp = *sp;
         if (be->graph_begin) {
             be->graph_launch(e->graph[form]);
         } else { /* eager: the forward takes the host's position */

@@ -90,14 +90,17 @@ int ls_engine_warmup(struct ls_engine *e, int n);
 int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, double u,
                      const int *hist, int *out);
 /* The caller's next n decode calls continue one another (each passes the token the one before
- * returned, with the same choice), so that a greedy one (no penalty, bias or allowed tokens; no
- * scores) may issue the step after it before reading its own token (the device then never waits
- * for the host between steps). A hint, not a promise: a call that does otherwise, or any other
+ * returned, with the same choice, and the next of smp's numbers, ls_sampler_uniform, where it
+ * draws), so that a greedy one (no penalty, bias or allowed tokens; no scores) may issue the
+ * step after it before reading its own token (the device then never waits for the host between
+ * steps); with LOCKSTEP_DECODE_AHEAD_DRAWN=1 a drawn one too, its next number peeked from smp
+ * (NULL: no drawn step ahead). A hint, not a promise: a call that does otherwise, or any other
  * engine call, drops the step issued ahead (waiting for it) and the rest of the plan. The last
  * planned call issues nothing ahead; a caller that stops early (an end-of-sequence token) leaves
  * one step's work behind, which the next engine call waits for. Ignored on a backend that
- * cannot, on the CPU backend unless LOCKSTEP_DECODE_AHEAD=1, and with LOCKSTEP_DECODE_AHEAD=0. */
-void ls_engine_plan(struct ls_engine *e, int n);
+ * cannot, on the CPU backend unless LOCKSTEP_DECODE_AHEAD=1, and with LOCKSTEP_DECODE_AHEAD=0.
+ * smp must outlive the plan. */
+void ls_engine_plan(struct ls_engine *e, int n, struct ls_sampler *smp);
 /* The token after the last forward (the prompt's prefill), chosen in the backend as a decode
  * step chooses it (sp's penalties over hist[0 .. the current position), then argmax or the draw
  * u) from the logits that forward left there, or from logits (host memory, vocab floats: a kept

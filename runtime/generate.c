@@ -365,7 +365,7 @@ int ls_generate(struct ls_engine *e, struct ls_model *m, const int *prompt, int 
         if (device_step && step + 1 >= p->min_tokens) {
             /* from here every step is a decode call continuing the one before, up to the
              * budget */
-            if (!planned) ls_engine_plan(e, budget - 1 - step);
+            if (!planned) ls_engine_plan(e, budget - 1 - step, smp);
             planned = 1;
             if (ls_engine_decode_scored(e, id, sp, ls_sampler_uniform(smp), hist,
                                         p->logprobs ? p->top_logprobs : -1, &next, &next_sc,

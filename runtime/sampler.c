@@ -424,6 +424,16 @@ double ls_sampler_uniform(struct ls_sampler *s)
     return s->p.temperature == 0.0f ? 0.0 : next_uniform(s->rng);
 }
 
+double ls_sampler_peek(const struct ls_sampler *s, int k)
+{
+    if (s->p.temperature == 0.0f) return 0.0;
+    uint64_t r[4];
+    memcpy(r, s->rng, sizeof r);
+    double u = 0.0;
+    for (int i = 0; i < k; i++) u = next_uniform(r);
+    return u;
+}
+
 int ls_sample_with(const struct ls_sampling *p, const float *logits, int vocab, double u)
 {
     if (p->temperature == 0.0f) return ls_argmax(logits, vocab);

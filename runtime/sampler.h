@@ -77,6 +77,9 @@ int ls_sampler_sample(struct ls_sampler *s, float *logits, const int *history, i
  * at temperature 0), for a sampler that runs elsewhere: with ls_sample_with, the same tokens as
  * ls_sampler_sample when there are no penalties. */
 double ls_sampler_uniform(struct ls_sampler *s);
+/* the k-th number (k >= 1) that ls_sampler_uniform would return from here, without drawing
+ * anything (0 where s is greedy) */
+double ls_sampler_peek(const struct ls_sampler *s, int k);
 /* the token ls_sampler_sample picks from logits without penalties, given its uniform draw u */
 int ls_sample_with(const struct ls_sampling *p, const float *logits, int vocab, double u);
 /* whether s has a penalty on (repetition, presence or frequency) */

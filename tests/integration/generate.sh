@@ -684,10 +684,11 @@ run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/rt2.jsonl" --output "$tmp/
 check "a text prompt's and a chat line's ids fed back as lists: the same completions" \
     eval '[ "$(jq -c "select(.id == \"t\") | [.text, .token_ids]" "$tmp/rt2.out")" = "$(rsel t | jq -c "[.text, .token_ids]")" ] &&
           [ "$(jq -r "select(.id == \"c\") | .text" "$tmp/rt2.out")" = "$(rsel c | jq -r .text)" ]'
-# ---- decode steps issued ahead (ls_engine_plan, LOCKSTEP_DECODE_AHEAD=1): the same lines with
-# and without (=0), at 2 ranks: greedy to the length, a stop string and the model's end of turn
-# ending lines early (a step issued ahead dropped, the next line's prefill after it), a line of
-# one token, logprobs and a drawn line (no step ahead: the plan passes them by), a chat
+# ---- decode steps issued ahead (ls_engine_plan, LOCKSTEP_DECODE_AHEAD=1 and _DRAWN=1): the
+# same lines with and without (=0), at 2 ranks: greedy to the length, stop strings and the
+# model's end of turn ending lines early (a step issued ahead dropped, the next line's prefill
+# after it), a line of one token, logprobs (no step ahead: the plan passes it by), drawn lines
+# (their numbers peeked and handed on by the step before), a chat
 cat >"$tmp/ah.jsonl" <<'JSONL'
 {"id": "g", "prompt": "The capital of France is", "max_tokens": 24, "temperature": 0, "return_token_ids": true}
 {"id": "s", "prompt": "Count: one, two, three,", "max_tokens": 40, "temperature": 0, "stop": [" five"], "return_token_ids": true}
@@ -695,25 +696,36 @@ cat >"$tmp/ah.jsonl" <<'JSONL'
 {"id": "1", "prompt": "Hello", "max_tokens": 1, "temperature": 0, "return_token_ids": true}
 {"id": "l", "prompt": "The sky is", "max_tokens": 8, "temperature": 0, "logprobs": true, "top_logprobs": 2, "return_token_ids": true}
 {"id": "d", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.8, "seed": 7, "return_token_ids": true}
+{"id": "ds", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.8, "seed": 7, "stop": [" leg"], "return_token_ids": true}
+{"id": "dp", "prompt": "The sky", "max_tokens": 10, "temperature": 0.7, "top_p": 0.9, "seed": 3, "return_token_ids": true}
 {"id": "g2", "prompt": "The capital of France is", "max_tokens": 24, "temperature": 0, "return_token_ids": true}
 JSONL
 for a in 0 1; do
-    LOCKSTEP_DECODE_AHEAD=$a run_mpi 2 -x LOCKSTEP_DECODE_AHEAD "$LOCKSTEP" batch -m "$model" \
+    LOCKSTEP_DECODE_AHEAD=$a LOCKSTEP_DECODE_AHEAD_DRAWN=$a run_mpi 2 -x LOCKSTEP_DECODE_AHEAD \
+        -x LOCKSTEP_DECODE_AHEAD_DRAWN "$LOCKSTEP" batch -m "$model" \
         --input "$tmp/ah.jsonl" --output "$tmp/ah$a.out"
     cp "$tmp/err" "$tmp/ah$a.err"
     eval "rc_ah$a=\$rc"
 done
 ahsel() { jq -c '[.id, .text, .token_ids, .finish_reason, .logprobs]' "$tmp/ah$1.out"; }
 check "steps issued ahead: both runs succeed, every line done" \
-    eval '[ "$rc_ah0" -eq 0 ] && [ "$rc_ah1" -eq 0 ] && [ "$(wc -l <"$tmp/ah1.out")" -eq 7 ]'
+    eval '[ "$rc_ah0" -eq 0 ] && [ "$rc_ah1" -eq 0 ] && [ "$(wc -l <"$tmp/ah1.out")" -eq 9 ]'
 check "steps issued ahead: the same text, token ids, finish reasons and logprobs on every line" \
     eval '[ "$(ahsel 0)" = "$(ahsel 1)" ]'
-check "steps issued ahead: the stop string and the end of turn ended lines early" \
+check "steps issued ahead: the stop strings and the end of turn ended lines early" \
     eval '[ "$(jq -r "select(.id == \"s\") | .finish_reason" "$tmp/ah1.out")" = stop ] &&
+          [ "$(jq -r "select(.id == \"ds\") | .finish_reason" "$tmp/ah1.out")" = stop ] &&
           [ "$(jq -r "select(.id == \"e\") | .finish_reason" "$tmp/ah1.out")" = stop ]'
 check "steps issued ahead: taken at every greedy step but each line's last, the early ends' dropped" \
     grep -q "steps issued ahead: [1-9][0-9]* taken, [1-9][0-9]* dropped" "$tmp/ah1.err"
 check "steps issued ahead: none with LOCKSTEP_DECODE_AHEAD=0" eval '! grep -q "steps issued ahead" "$tmp/ah0.err"'
+# the drawn lines' steps taken too: d and dp run to max_tokens, so 10 and 8 more than greedy alone
+LOCKSTEP_DECODE_AHEAD=1 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD "$LOCKSTEP" batch -m "$model" \
+    --input "$tmp/ah.jsonl" --output "$tmp/ahg.out"
+taken_in() { sed -n 's/.*steps issued ahead: \([0-9]*\) taken.*/\1/p' "$1"; }
+check "steps issued ahead: drawn steps taken with LOCKSTEP_DECODE_AHEAD_DRAWN=1 (at least 18 more), the same lines" \
+    eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/ah1.err")" -ge $(($(taken_in "$tmp/err") + 18)) ] &&
+          [ "$(ahsel g)" = "$(ahsel 0)" ]'
 # on CPU ranks none by default (a CPU step is done when issued: a step ahead only delays the token)
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahd.out"
 check "steps issued ahead: none by default on CPU ranks, the same lines" \

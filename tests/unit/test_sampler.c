@@ -159,6 +159,25 @@ static void test_uniform_then_pick_equals_sample(void)
     }
 }
 
+/* ls_sampler_peek(s, k) is the k-th number ls_sampler_uniform returns from there, and draws
+ * nothing (the steps issued ahead take their numbers so); 0 where greedy */
+static void test_peek_is_the_kth_uniform_to_come(void)
+{
+    struct ls_sampler *a = make(0.8f, 0, 1.0f, 0, 21, 50), *g = make(0, 0, 1.0f, 0, 21, 50);
+    for (int step = 0; step < 20; step++) {
+        double ahead[4];
+        for (int k = 1; k <= 4; k++) ahead[k - 1] = ls_sampler_peek(a, k);
+        for (int k = 0; k < 4; k++) CU_ASSERT_EQUAL(ls_sampler_peek(a, k + 1), ahead[k]);
+        const double u = ls_sampler_uniform(a); /* the first of them; the rest move up by one */
+        CU_ASSERT_EQUAL(u, ahead[0]);
+        for (int k = 1; k < 4; k++) CU_ASSERT_EQUAL(ls_sampler_peek(a, k), ahead[k]);
+        CU_ASSERT_TRUE(ahead[0] != ahead[1]);
+        CU_ASSERT_EQUAL(ls_sampler_peek(g, 1), 0.0);
+    }
+    ls_sampler_free(a);
+    ls_sampler_free(g);
+}
+
 static void test_repetition_penalty_as_hugging_face(void)
 {
     struct ls_sampling p;
@@ -540,6 +559,8 @@ int main(void)
                 test_same_seed_same_draws_other_seed_other_draws);
     CU_add_test(s, "host draw + backend pick equals the sampler",
                 test_uniform_then_pick_equals_sample);
+    CU_add_test(s, "peek gives the k-th number to come and draws nothing",
+                test_peek_is_the_kth_uniform_to_come);
     CU_add_test(s, "repetition penalty as Hugging Face", test_repetition_penalty_as_hugging_face);
     CU_add_test(s, "presence and frequency penalties", test_presence_and_frequency_penalties);
     CU_add_test(s, "penalties look back over repeat-last-n", test_penalty_window);
