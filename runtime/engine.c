@@ -346,11 +346,12 @@ void ls_engine_plan(struct ls_engine *e, int n, struct ls_sampler *smp)
 }
 
 /* drawn steps issued ahead too (their numbers peeked from the plan's sampler and handed on by
- * the step before) with LOCKSTEP_DECODE_AHEAD_DRAWN=1: off until measured on a GPU */
+ * the step before), unless LOCKSTEP_DECODE_AHEAD_DRAWN=0. Measured on an H200 (thirty-fourth
+ * session, T 0.8, top-k 50, top-p 0.95): 3.852 / 3.860 -> 3.841 / 3.842 ms a token */
 static int ahead_drawn(void)
 {
     static int on = -2;
-    return switch_on("LOCKSTEP_DECODE_AHEAD_DRAWN", 0, &on);
+    return switch_on("LOCKSTEP_DECODE_AHEAD_DRAWN", 1, &on);
 }
 
 /* whether a step choosing by sp (and scoring top_n) may be issued ahead: nothing in the backend

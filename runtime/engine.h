@@ -93,11 +93,11 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
  * returned, with the same choice, and the next of smp's numbers, ls_sampler_uniform, where it
  * draws), so that a greedy one (no penalty, bias or allowed tokens; no scores) may issue the
  * step after it before reading its own token (the device then never waits for the host between
- * steps); with LOCKSTEP_DECODE_AHEAD_DRAWN=1 a drawn one too, its next number peeked from smp
- * (NULL: no drawn step ahead). A hint, not a promise: a call that does otherwise, or any other
- * engine call, drops the step issued ahead (waiting for it) and the rest of the plan. The last
- * planned call issues nothing ahead; a caller that stops early (an end-of-sequence token) leaves
- * one step's work behind, which the next engine call waits for. Ignored on a backend that
+ * steps), and a drawn one too (unless LOCKSTEP_DECODE_AHEAD_DRAWN=0), its next number peeked
+ * from smp (NULL: no drawn step ahead). A hint, not a promise: a call that does otherwise, or any
+ * other engine call, drops the step issued ahead (waiting for it) and the rest of the plan. The
+ * last planned call issues nothing ahead; a caller that stops early (an end-of-sequence token)
+ * leaves one step's work behind, which the next engine call waits for. Ignored on a backend that
  * cannot, on the CPU backend unless LOCKSTEP_DECODE_AHEAD=1, and with LOCKSTEP_DECODE_AHEAD=0.
  * smp must outlive the plan. */
 void ls_engine_plan(struct ls_engine *e, int n, struct ls_sampler *smp);

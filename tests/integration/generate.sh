@@ -720,10 +720,10 @@ check "steps issued ahead: taken at every greedy step but each line's last, the 
     grep -q "steps issued ahead: [1-9][0-9]* taken, [1-9][0-9]* dropped" "$tmp/ah1.err"
 check "steps issued ahead: none with LOCKSTEP_DECODE_AHEAD=0" eval '! grep -q "steps issued ahead" "$tmp/ah0.err"'
 # the drawn lines' steps taken too: d and dp run to max_tokens, so 10 and 8 more than greedy alone
-LOCKSTEP_DECODE_AHEAD=1 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD "$LOCKSTEP" batch -m "$model" \
-    --input "$tmp/ah.jsonl" --output "$tmp/ahg.out"
+LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=0 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD \
+    -x LOCKSTEP_DECODE_AHEAD_DRAWN "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahg.out"
 taken_in() { sed -n 's/.*steps issued ahead: \([0-9]*\) taken.*/\1/p' "$1"; }
-check "steps issued ahead: drawn steps taken with LOCKSTEP_DECODE_AHEAD_DRAWN=1 (at least 18 more), the same lines" \
+check "steps issued ahead: drawn steps taken (at least 18 more than with LOCKSTEP_DECODE_AHEAD_DRAWN=0), the same lines" \
     eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/ah1.err")" -ge $(($(taken_in "$tmp/err") + 18)) ] &&
           [ "$(ahsel g)" = "$(ahsel 0)" ]'
 # on CPU ranks none by default (a CPU step is done when issued: a step ahead only delays the token)
