@@ -1053,6 +1053,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
      * this form (each step posts its token, in the step) */
     const int ahead = e->plan > 0 && ahead_choice(e, sp, top_n) && e->pos + 2 <= e->max_ctx &&
                       decode_form_at(e, e->pos + 1) == form;
+    if (!e->plan) e->plan_smp = NULL; /* the plan's last call: its sampler no longer needed */
     /* a drawn step hands the next one its number (a step taken was handed its own and given
      * the next's by the call that issued it) */
     if (ahead && drawn && !taken) u_post(e, e->pos + 1, 1);

@@ -391,6 +391,9 @@ out:
     free(hist);
     free(raw);
     free(logits);
+    /* the plan ends with the request (a step issued ahead stays, for the next call to drop):
+     * the engine must not peek smp once it is gone */
+    ls_engine_plan(e, 0, NULL);
     ls_sampler_free(smp);
     if (rc != 0) {
         ls_gen_result_free(r);
