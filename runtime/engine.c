@@ -328,6 +328,7 @@ static void ahead_drop(struct ls_engine *e)
     ls_watchdog_disarm();
     e->ahead_live = 0;
     e->graph_synced = 0;
+    e->pen_pos = -1; /* the step moved the penalties' window on */
     e->gstats.ahead_dropped++;
 }
 
@@ -354,12 +355,21 @@ static int ahead_drawn(void)
     return switch_on("LOCKSTEP_DECODE_AHEAD_DRAWN", 1, &on);
 }
 
-/* whether a step choosing by sp (and scoring top_n) may be issued ahead: nothing in the backend
- * that the caller could change between the calls (penalties' window, bias), greedy or drawn with
- * the numbers of the plan's sampler */
+/* penalised and biased steps issued ahead too with LOCKSTEP_DECODE_AHEAD_ADJUSTED=1 (off until
+ * measured on a GPU): the window the backend keeps moves on in the step, so a step that
+ * continues the one before finds it ready; a step taken must see the very bias vector the
+ * backend holds, and a step dropped leaves the window moved (ahead_drop sends it again) */
+static int ahead_adjusted(void)
+{
+    static int on = -2;
+    return switch_on("LOCKSTEP_DECODE_AHEAD_ADJUSTED", 0, &on);
+}
+
+/* whether a step choosing by sp (and scoring top_n) may be issued ahead: greedy or drawn with
+ * the numbers of the plan's sampler, without penalties or bias unless ahead_adjusted */
 static int ahead_choice(const struct ls_engine *e, const struct ls_sampling *sp, int top_n)
 {
-    return !ls_sampling_adjusted(sp) && top_n < 0 &&
+    return top_n < 0 && (!ls_sampling_adjusted(sp) || ahead_adjusted()) &&
            (sp->temperature == 0.0f || (e->plan_smp && e->be->u_post && ahead_drawn()));
 }
 
@@ -1047,7 +1057,8 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     if (e->plan > 0) e->plan--;
     const int drawn = sp->temperature != 0.0f;
     const int taken = e->ahead_live && planned && in == e->last_out && ahead_choice(e, sp, top_n) &&
-                      same_choice(&e->ahead_sp, sp) && (!drawn || u == e->u_posted[e->pos & 1]);
+                      same_choice(&e->ahead_sp, sp) && (!drawn || u == e->u_posted[e->pos & 1]) &&
+                      (!ls_sampling_biased(sp) || (e->bias_sent && same_vector(e->bias_sent, sp)));
     if (!taken) ahead_drop(e);
     /* the next step issued ahead where the caller planned one more call and it would run in
      * this form (each step posts its token, in the step) */
@@ -1066,7 +1077,8 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         /* the previous step left its token in ids[0]; the caller chose another one */
         be->to_device(e->ids, &in, sizeof(int));
     }
-    const int penalized = taken ? 0 : choice_prepare(e, sp, u, hist, e->pos, "ls_engine_decode");
+    const int penalized = taken ? ls_sampling_adjusted(sp)
+                                : choice_prepare(e, sp, u, hist, e->pos, "ls_engine_decode");
     /* a step that never ends (a peer hangs in a collective, a device hangs) ends the rank */
     ls_watchdog_arm("decode step at position", e->pos);
     if (be->set_decode_form) be->set_decode_form(form);

@@ -574,11 +574,12 @@ stage_pflong() {
 }
 
 # decode steps issued ahead (LOCKSTEP_DECODE_AHEAD, ls_engine_plan): the graph's greedy tokens
-# with (=1) and without (=0), and its drawn ones (T 0.8, top-p 0.95, seed 5) with the drawn steps
-# issued ahead (LOCKSTEP_DECODE_AHEAD_DRAWN=1) and without, tiny-llama and the SmolLM2 shape, at
-# TP=1 and 2 where there are the GPUs
+# with (=1) and without (=0); its drawn ones (T 0.8, top-p 0.95, seed 5) with the drawn steps
+# issued ahead (LOCKSTEP_DECODE_AHEAD_DRAWN=1) and without; and drawn with a repetition penalty
+# and a logit bias with those steps issued ahead too (LOCKSTEP_DECODE_AHEAD_ADJUSTED=1) and
+# without; tiny-llama and the SmolLM2 shape, at TP=1 and 2 where there are the GPUs
 stage_ahead() {
-    local tp m ok=0 draw=(--temperature 0.8 --top-p 0.95 --seed 5)
+    local tp m ok=0 kind args
     for m in "-m tests/fixtures/tiny-llama" "--dummy smollm2-135m"; do
         for tp in 1 2; do
             fits $tp || continue
@@ -586,18 +587,23 @@ stage_ahead() {
             LOCKSTEP_DECODE_AHEAD=0 gen_json $tp "$OUT/ahead-0.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
                 --prompt-ids "$(seq -s, 11 47)" -n 24 &&
                 ahead_same $tp "$OUT/ahead-0.json" 24 $m || ok=1
-            # shellcheck disable=SC2086
-            LOCKSTEP_DECODE_AHEAD=0 gen_json $tp "$OUT/ahead-d0.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
-                --prompt-ids "$(seq -s, 11 47)" -n 24 "${draw[@]}" &&
-                LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=1 gen_json $tp "$OUT/ahead-d1.json" \
-                    -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN --gpu $m \
-                    --prompt-ids "$(seq -s, 11 47)" -n 24 "${draw[@]}" || { ok=1; continue; }
-            if [ "$(ids_of "$OUT/ahead-d1.json")" = "$(ids_of "$OUT/ahead-d0.json")" ]; then
-                echo "$m TP=$tp: 24 drawn tokens the same with drawn steps issued ahead"
-            else
-                echo "$m TP=$tp: drawn steps issued ahead DIFFERENT: $(ids_of "$OUT/ahead-d0.json") / $(ids_of "$OUT/ahead-d1.json")"
-                ok=1
-            fi
+            for kind in drawn adjusted; do
+                args=(--temperature 0.8 --top-p 0.95 --seed 5)
+                [ $kind = adjusted ] && args+=(--repeat-penalty 1.2 --logit-bias "20=-100" --logit-bias "30=2")
+                # shellcheck disable=SC2086
+                LOCKSTEP_DECODE_AHEAD=0 gen_json $tp "$OUT/ahead-d0.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
+                    --prompt-ids "$(seq -s, 11 47)" -n 24 "${args[@]}" &&
+                    LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=1 LOCKSTEP_DECODE_AHEAD_ADJUSTED=1 \
+                        gen_json $tp "$OUT/ahead-d1.json" -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN \
+                        -x LOCKSTEP_DECODE_AHEAD_ADJUSTED --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 24 \
+                        "${args[@]}" || { ok=1; continue; }
+                if [ "$(ids_of "$OUT/ahead-d1.json")" = "$(ids_of "$OUT/ahead-d0.json")" ]; then
+                    echo "$m TP=$tp: 24 $kind tokens the same with those steps issued ahead"
+                else
+                    echo "$m TP=$tp: $kind steps issued ahead DIFFERENT: $(ids_of "$OUT/ahead-d0.json") / $(ids_of "$OUT/ahead-d1.json")"
+                    ok=1
+                fi
+            done
         done
     done
     return $ok

@@ -688,7 +688,9 @@ check "a text prompt's and a chat line's ids fed back as lists: the same complet
 # same lines with and without (=0), at 2 ranks: greedy to the length, stop strings and the
 # model's end of turn ending lines early (a step issued ahead dropped, the next line's prefill
 # after it), a line of one token, logprobs (no step ahead: the plan passes it by), drawn lines
-# (their numbers peeked and handed on by the step before), a chat
+# (their numbers peeked and handed on by the step before), a chat, and with _ADJUSTED=1 a logit
+# bias, penalties greedy and drawn, a penalised line ended early by a stop string (its step
+# ahead dropped with the window moved on) and the same penalised line again after it
 cat >"$tmp/ah.jsonl" <<'JSONL'
 {"id": "g", "prompt": "The capital of France is", "max_tokens": 24, "temperature": 0, "return_token_ids": true}
 {"id": "s", "prompt": "Count: one, two, three,", "max_tokens": 40, "temperature": 0, "stop": [" five"], "return_token_ids": true}
@@ -698,33 +700,42 @@ cat >"$tmp/ah.jsonl" <<'JSONL'
 {"id": "d", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.8, "seed": 7, "return_token_ids": true}
 {"id": "ds", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.8, "seed": 7, "stop": [" leg"], "return_token_ids": true}
 {"id": "dp", "prompt": "The sky", "max_tokens": 10, "temperature": 0.7, "top_p": 0.9, "seed": 3, "return_token_ids": true}
+{"id": "b", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "logit_bias": {"12": -100, "28": 2}, "return_token_ids": true}
+{"id": "rp", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "repetition_penalty": 1.3, "return_token_ids": true}
+{"id": "rs", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "repetition_penalty": 1.3, "stop": [" population"], "return_token_ids": true}
+{"id": "dr", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.8, "seed": 9, "presence_penalty": 0.5, "frequency_penalty": 0.2, "return_token_ids": true}
+{"id": "rp2", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "repetition_penalty": 1.3, "return_token_ids": true}
 {"id": "g2", "prompt": "The capital of France is", "max_tokens": 24, "temperature": 0, "return_token_ids": true}
 JSONL
 for a in 0 1; do
-    LOCKSTEP_DECODE_AHEAD=$a LOCKSTEP_DECODE_AHEAD_DRAWN=$a run_mpi 2 -x LOCKSTEP_DECODE_AHEAD \
-        -x LOCKSTEP_DECODE_AHEAD_DRAWN "$LOCKSTEP" batch -m "$model" \
+    LOCKSTEP_DECODE_AHEAD=$a LOCKSTEP_DECODE_AHEAD_DRAWN=$a LOCKSTEP_DECODE_AHEAD_ADJUSTED=$a \
+        run_mpi 2 -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED \
+        "$LOCKSTEP" batch -m "$model" \
         --input "$tmp/ah.jsonl" --output "$tmp/ah$a.out"
     cp "$tmp/err" "$tmp/ah$a.err"
     eval "rc_ah$a=\$rc"
 done
 ahsel() { jq -c '[.id, .text, .token_ids, .finish_reason, .logprobs]' "$tmp/ah$1.out"; }
 check "steps issued ahead: both runs succeed, every line done" \
-    eval '[ "$rc_ah0" -eq 0 ] && [ "$rc_ah1" -eq 0 ] && [ "$(wc -l <"$tmp/ah1.out")" -eq 9 ]'
+    eval '[ "$rc_ah0" -eq 0 ] && [ "$rc_ah1" -eq 0 ] && [ "$(wc -l <"$tmp/ah1.out")" -eq 14 ]'
 check "steps issued ahead: the same text, token ids, finish reasons and logprobs on every line" \
     eval '[ "$(ahsel 0)" = "$(ahsel 1)" ]'
 check "steps issued ahead: the stop strings and the end of turn ended lines early" \
     eval '[ "$(jq -r "select(.id == \"s\") | .finish_reason" "$tmp/ah1.out")" = stop ] &&
           [ "$(jq -r "select(.id == \"ds\") | .finish_reason" "$tmp/ah1.out")" = stop ] &&
+          [ "$(jq -r "select(.id == \"rs\") | .finish_reason" "$tmp/ah1.out")" = stop ] &&
           [ "$(jq -r "select(.id == \"e\") | .finish_reason" "$tmp/ah1.out")" = stop ]'
 check "steps issued ahead: taken at every greedy step but each line's last, the early ends' dropped" \
     grep -q "steps issued ahead: [1-9][0-9]* taken, [1-9][0-9]* dropped" "$tmp/ah1.err"
 check "steps issued ahead: none with LOCKSTEP_DECODE_AHEAD=0" eval '! grep -q "steps issued ahead" "$tmp/ah0.err"'
-# the drawn lines' steps taken too: d and dp run to max_tokens, so 10 and 8 more than greedy alone
-LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=0 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD \
-    -x LOCKSTEP_DECODE_AHEAD_DRAWN "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahg.out"
+# the drawn, biased and penalised lines' steps taken too: d, dp, b, rp, dr and rp2 run to
+# max_tokens, so 10, 8, 14, 14, 10 and 14 more than with only plain greedy steps ahead
+LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=0 LOCKSTEP_DECODE_AHEAD_ADJUSTED=0 run_mpi 2 \
+    -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED \
+    "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahg.out"
 taken_in() { sed -n 's/.*steps issued ahead: \([0-9]*\) taken.*/\1/p' "$1"; }
-check "steps issued ahead: drawn steps taken (at least 18 more than with LOCKSTEP_DECODE_AHEAD_DRAWN=0), the same lines" \
-    eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/ah1.err")" -ge $(($(taken_in "$tmp/err") + 18)) ] &&
+check "steps issued ahead: drawn, biased and penalised steps taken (at least 70 more than plain greedy alone), the same lines" \
+    eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/ah1.err")" -ge $(($(taken_in "$tmp/err") + 70)) ] &&
           [ "$(ahsel g)" = "$(ahsel 0)" ]'
 # on CPU ranks none by default (a CPU step is done when issued: a step ahead only delays the token)
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahd.out"
