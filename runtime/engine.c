@@ -907,8 +907,9 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     if (top_n >= 0)
         e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n,
                             score_split(e, 1, V));
-    e->be->advance(e->posb, posting(e) ? e->ids : NULL,
-                   posting(e) && sp->temperature != 0.0f && ahead_drawn() ? e->u : NULL);
+    const int post = posting(e);
+    e->be->advance(e->posb, post ? e->ids : NULL,
+                   post && sp->temperature != 0.0f && ahead_drawn() ? e->u : NULL);
 }
 
 /* whether a graph captured for a chooses as b would (a logit bias's values and the allowed
@@ -1055,15 +1056,15 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
      * one, if it continues that call */
     const int planned = e->plan > 0;
     if (e->plan > 0) e->plan--;
-    const int drawn = sp->temperature != 0.0f;
-    const int taken = e->ahead_live && planned && in == e->last_out && ahead_choice(e, sp, top_n) &&
+    const int drawn = sp->temperature != 0.0f, may = ahead_choice(e, sp, top_n);
+    const int taken = e->ahead_live && planned && in == e->last_out && may &&
                       same_choice(&e->ahead_sp, sp) && (!drawn || u == e->u_posted[e->pos & 1]) &&
                       (!ls_sampling_biased(sp) || (e->bias_sent && same_vector(e->bias_sent, sp)));
     if (!taken) ahead_drop(e);
     /* the next step issued ahead where the caller planned one more call and it would run in
      * this form (each step posts its token, in the step) */
-    const int ahead = e->plan > 0 && ahead_choice(e, sp, top_n) && e->pos + 2 <= e->max_ctx &&
-                      decode_form_at(e, e->pos + 1) == form;
+    const int ahead =
+        e->plan > 0 && may && e->pos + 2 <= e->max_ctx && decode_form_at(e, e->pos + 1) == form;
     if (!e->plan) e->plan_smp = NULL; /* the plan's last call: its sampler no longer needed */
     /* a drawn step hands the next one its number (a step taken was handed its own and given
      * the next's by the call that issued it) */
