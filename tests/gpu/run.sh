@@ -117,11 +117,15 @@ ahead_same() { # TP REF N MODEL-ARGS...
     shift 3
     LOCKSTEP_DECODE_AHEAD=1 gen_json $tp "$OUT/ahead.json" -x LOCKSTEP_DECODE_AHEAD --gpu "$@" \
         --prompt-ids "$(seq -s, 11 47)" -n "$n" || return 1
-    if [ "$(ids_of "$OUT/ahead.json")" = "$(ids_of "$ref")" ]; then
-        echo "$* TP=$tp: $n greedy tokens the same with steps issued ahead"
+    same_ids "$* TP=$tp: $n greedy tokens" "$ref" "$OUT/ahead.json"
+}
+# WHAT the same in runs A and B (their JSON's ids), said either way
+same_ids() { # WHAT A B
+    if [ "$(ids_of "$2")" = "$(ids_of "$3")" ]; then
+        echo "$1 the same with those steps issued ahead"
         return 0
     fi
-    echo "$* TP=$tp: steps issued ahead DIFFERENT: $(ids_of "$ref") / $(ids_of "$OUT/ahead.json")"
+    echo "$1 DIFFERENT with those steps issued ahead: $(ids_of "$2") / $(ids_of "$3")"
     return 1
 }
 stage_e2e() {
@@ -596,13 +600,8 @@ stage_ahead() {
                     LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=1 LOCKSTEP_DECODE_AHEAD_ADJUSTED=1 \
                         gen_json $tp "$OUT/ahead-d1.json" -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN \
                         -x LOCKSTEP_DECODE_AHEAD_ADJUSTED --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 24 \
-                        "${args[@]}" || { ok=1; continue; }
-                if [ "$(ids_of "$OUT/ahead-d1.json")" = "$(ids_of "$OUT/ahead-d0.json")" ]; then
-                    echo "$m TP=$tp: 24 $kind tokens the same with those steps issued ahead"
-                else
-                    echo "$m TP=$tp: $kind steps issued ahead DIFFERENT: $(ids_of "$OUT/ahead-d0.json") / $(ids_of "$OUT/ahead-d1.json")"
-                    ok=1
-                fi
+                        "${args[@]}" &&
+                    same_ids "$m TP=$tp: 24 $kind tokens" "$OUT/ahead-d0.json" "$OUT/ahead-d1.json" || ok=1
             done
         done
     done
