@@ -436,7 +436,7 @@ lp_diff() {
            | map(.[0] - .[1] | fabs) | max' "$1" "$2"
 }
 pen_case "greedy, repeat 1.3 over all" -n 40 --repeat-penalty 1.3
-jq -c '.[0]' "$tmp/pen.1" >"$tmp/pen.rep"
+jq -c .ids "$tmp/pen.1" >"$tmp/pen.rep"
 run_mpi 1 "$LOCKSTEP" generate -m "$model" -p "Once upon a time" -n 40 --ignore-eos --json --quiet
 check "penalties in the backend: the repeat penalty changes the greedy tokens" \
     test "$(jq -c .ids "$tmp/out")" != "$(cat "$tmp/pen.rep")"
