@@ -36,3 +36,22 @@ extern "C" void ls_advance_pos(int *pos, const int *tok, unsigned long long *pos
     pdl_launch(advance_kernel, 1, 1, 0, (cudaStream_t)stream, pos, tok, post, u, u_in);
     CHECK_CUDA(cudaGetLastError());
 }
+
+static __global__ void post_scores_kernel(const int *pos, const double *src, int n, double *slots,
+                                          int slot_n)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    double *dst = slots + (size_t)(pos[0] & 1) * slot_n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+    // the scores reach the host before the token that says they are there (the advance after)
+    __threadfence_system();
+}
+
+extern "C" void ls_post_scores(const int *pos, const double *src, int n, double *slots, int slot_n,
+                               void *stream)
+{
+    if (n > slot_n) ls_die(__FILE__, __LINE__, "ls_post_scores", "more scores than a slot holds");
+    pdl_launch(post_scores_kernel, 1, 256, 0, (cudaStream_t)stream, pos, src, n, slots, slot_n);
+    CHECK_CUDA(cudaGetLastError());
+}

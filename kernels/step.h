@@ -16,6 +16,13 @@ extern "C" {
 void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, double *u,
                     const double *u_in, void *stream);
 
+/* A scored step's scores, before its advance: n doubles of src (device memory) into
+ * slots + (pos[0] & 1) * slot_n (device address of mapped, pinned host memory), with the stores
+ * made visible to the host before the kernel ends, so that the host finds a position's scores
+ * there once ls_advance_pos posted its token (n <= slot_n). */
+void ls_post_scores(const int *pos, const double *src, int n, double *slots, int slot_n,
+                    void *stream);
+
 /* the token a slot's value holds for position pos, or -1 when the slot holds another
  * position's (not yet written) */
 static inline long long ls_post_token_of(unsigned long long v, int pos)

@@ -169,6 +169,12 @@ struct ls_backend {
     /* with token_take: u as the number the step at position pos draws with, for the advance of
      * the step before it to hand on (a slot a position's parity, as the tokens') */
     void (*u_post)(int pos, double u);
+    /* Optional, with token_take (NULL: a scored step is never issued ahead): a scored step
+     * posts its n (<= LS_SCORE_ROW_MAX, kernels/ref.h) doubles of scores src before its
+     * advance, in a slot of position pos[0]'s parity, and scores_take copies position pos's to
+     * dst once token_take(pos) returned */
+    void (*scores_post)(const int *pos, const double *src, int n);
+    void (*scores_take)(int pos, double *dst, int n);
 };
 
 extern const struct ls_backend ls_backend_cpu;

@@ -239,6 +239,18 @@ static void cpu_u_post(int pos, double u)
     cpu_uposted[pos & 1] = u;
 }
 
+static double cpu_scores[2][LS_SCORE_ROW_MAX]; /* a scored step's, a slot a parity */
+
+static void cpu_scores_post(const int *pos, const double *src, int n)
+{
+    memcpy(cpu_scores[pos[0] & 1], src, (size_t)n * sizeof *src);
+}
+
+static void cpu_scores_take(int pos, double *dst, int n)
+{
+    memcpy(dst, cpu_scores[pos & 1], (size_t)n * sizeof *dst);
+}
+
 static void cpu_sync(void) {}
 
 static int cpu_token_take(int pos)
@@ -338,4 +350,6 @@ const struct ls_backend ls_backend_cpu = {
     .advance = cpu_advance,
     .token_take = cpu_token_take,
     .u_post = cpu_u_post,
+    .scores_post = cpu_scores_post,
+    .scores_take = cpu_scores_take,
 };

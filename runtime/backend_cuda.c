@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
+#include "kernels/ref.h"
 #include "kernels/rope.h"
 #include "kernels/sample.h"
 #include "kernels/step.h"
@@ -43,6 +44,9 @@ static struct {
     /* two more slots there: the numbers drawn steps hand on (cu_u_post) */
     volatile double *upost;
     double *upost_dev;
+    /* and a scored step's scores (cu_scores_post), LS_SCORE_ROW_MAX doubles a parity */
+    volatile double *spost;
+    double *spost_dev;
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -68,6 +72,12 @@ static cudaStream_t stream_get(void)
         cu.post_dev = (unsigned long long *)dev;
         cu.upost = (volatile double *)(post + 16);
         cu.upost_dev = (double *)(dev + 16);
+        /* the scores' slots beside them, at their first use (also inside a capture) */
+        CHECK_CUDA(cudaHostAlloc((void **)&post, 2 * LS_SCORE_ROW_MAX * sizeof(double),
+                                 cudaHostAllocMapped));
+        CHECK_CUDA(cudaHostGetDevicePointer((void **)&dev, post, 0));
+        cu.spost = (volatile double *)post;
+        cu.spost_dev = (double *)dev;
     }
     return cu.stream;
 }
@@ -542,6 +552,19 @@ static void cu_u_post(int pos, double u)
     cu.upost[pos & 1] = u;
 }
 
+static void cu_scores_post(const int *pos, const double *src, int n)
+{
+    ls_post_scores(pos, src, n, cu.spost_dev, LS_SCORE_ROW_MAX, stream_get());
+}
+
+/* after cu_token_take(pos): the kernel made the scores visible before the advance posted */
+static void cu_scores_take(int pos, double *dst, int n)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    memcpy(dst, (const double *)cu.spost + (size_t)(pos & 1) * LS_SCORE_ROW_MAX,
+           (size_t)n * sizeof *dst);
+}
+
 struct cu_graph {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -677,4 +700,6 @@ const struct ls_backend ls_backend_cuda = {
     .graph_free = cu_graph_free,
     .token_take = cu_token_take,
     .u_post = cu_u_post,
+    .scores_post = cu_scores_post,
+    .scores_take = cu_scores_take,
 };

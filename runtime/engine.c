@@ -58,10 +58,11 @@ struct ls_engine {
     struct ls_sampling *bias_sent;
     int graph_synced;            /* posb[0] holds pos and ids[0] holds last_out for the next step */
     /* ahead_live: a decode step at position pos was issued ahead (ls_engine_plan), choosing
-     * by ahead_sp; plan: the decode calls the caller announced, each continuing the one before,
-     * with plan_smp's numbers (NULL: none drawn ahead); u_posted: the numbers handed to the
-     * drawn steps at positions of each parity (u_post) */
-    int ahead_live, plan;
+     * by ahead_sp and scoring ahead_top (as graph_top); plan: the decode calls the caller
+     * announced, each continuing the one before, with plan_smp's numbers (NULL: none drawn
+     * ahead); u_posted: the numbers handed to the drawn steps at positions of each parity
+     * (u_post) */
+    int ahead_live, ahead_top, plan;
     struct ls_sampling ahead_sp;
     struct ls_sampler *plan_smp;
     double u_posted[2];
@@ -366,10 +367,11 @@ static int ahead_adjusted(void)
 }
 
 /* whether a step choosing by sp (and scoring top_n) may be issued ahead: greedy or drawn with
- * the numbers of the plan's sampler, without penalties or bias unless ahead_adjusted */
+ * the numbers of the plan's sampler, without penalties or bias unless ahead_adjusted, scored
+ * where the backend posts the scores too */
 static int ahead_choice(const struct ls_engine *e, const struct ls_sampling *sp, int top_n)
 {
-    return top_n < 0 && (!ls_sampling_adjusted(sp) || ahead_adjusted()) &&
+    return (top_n < 0 || e->be->scores_post) && (!ls_sampling_adjusted(sp) || ahead_adjusted()) &&
            (sp->temperature == 0.0f || (e->plan_smp && e->be->u_post && ahead_drawn()));
 }
 
@@ -901,13 +903,14 @@ static void choose_into_ids(struct ls_engine *e, const struct ls_sampling *sp)
  * whole vocabulary's logits are on every rank), advances */
 static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int top_n)
 {
-    const int V = e->m->cfg.vocab;
+    const int V = e->m->cfg.vocab, post = posting(e), S = score_split(e, 1, V);
     chunk_forward(e, 1, e->pos);
     choose_into_ids(e, sp);
-    if (top_n >= 0)
-        e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n,
-                            score_split(e, 1, V));
-    const int post = posting(e);
+    if (top_n >= 0) {
+        e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n, S);
+        /* posted with the token where it is polled for (as it is where posting) */
+        if (post && e->be->scores_post) e->be->scores_post(e->posb, e->dstats, S * (3 + 2 * top_n));
+    }
     e->be->advance(e->posb, post ? e->ids : NULL,
                    post && sp->temperature != 0.0f && ahead_drawn() ? e->u : NULL);
 }
@@ -1058,7 +1061,8 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     if (e->plan > 0) e->plan--;
     const int drawn = sp->temperature != 0.0f, may = ahead_choice(e, sp, top_n);
     const int taken = e->ahead_live && planned && in == e->last_out && may &&
-                      same_choice(&e->ahead_sp, sp) && (!drawn || u == e->u_posted[e->pos & 1]) &&
+                      same_choice(&e->ahead_sp, sp) && e->ahead_top == top_n &&
+                      (!drawn || u == e->u_posted[e->pos & 1]) &&
                       (!ls_sampling_biased(sp) || (e->bias_sent && same_vector(e->bias_sent, sp)));
     if (!taken) ahead_drop(e);
     /* the next step issued ahead where the caller planned one more call and it would run in
@@ -1109,6 +1113,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     if (ahead) {
         if (drawn) u_post(e, e->pos + 2, 2);
         e->ahead_sp = *sp;
+        e->ahead_top = top_n;
         if (be->graph_begin) {
             be->graph_launch(e->graph[form]);
         } else { /* eager: the forward takes the host's position */
@@ -1118,16 +1123,21 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         }
         e->ahead_live = 1;
     }
-    /* every step posts its token where steps may be issued ahead: polled for, no copy */
-    if (taken || ahead || (posting(e) && !(lab_skip(e) & LAB_READ)))
+    /* every step posts its token (and scores) where steps may be issued ahead: polled for, no
+     * copy */
+    const int polled = taken || ahead || (posting(e) && !(lab_skip(e) & LAB_READ));
+    if (polled)
         *out = be->token_take(e->pos);
     else if (!(lab_skip(e) & LAB_READ) || top_n >= 0)
         be->to_host(out, e->ids, sizeof(int));
     if (top_n >= 0) {
-        const int S = score_split(e, 1, e->m->cfg.vocab);
+        const int S = score_split(e, 1, e->m->cfg.vocab), n = S * (3 + 2 * top_n);
         double o[LS_SCORE_SPLIT_MAX * SCORE_W];
         int head[LS_SCORE_SPLIT_MAX];
-        be->to_host(o, e->dstats, (size_t)S * (3 + 2 * top_n) * sizeof(double));
+        if (polled && be->scores_post)
+            be->scores_take(e->pos, o, n);
+        else
+            be->to_host(o, e->dstats, (size_t)n * sizeof(double));
         ls_scores_combine(o, 1, 1, S, 0, top_n, s, head, top_ids, top_logits);
     }
     ls_watchdog_disarm();

@@ -85,6 +85,7 @@ stage_kernels() {
 # the GPU, fp32 on the CPU, so the logits agree within a bf16 tolerance, not bitwise
 TOL_BF16=${TOL_BF16:-3e-2}
 ids_of() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ids"])' "$1"; }
+lp_of() { python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["logprobs"])' "$1"; }
 gen_json() { # NP OUTFILE [-x VAR]... ARGS...
     local np=$1 out=$2 x=()
     shift 2
@@ -591,9 +592,10 @@ stage_ahead() {
             LOCKSTEP_DECODE_AHEAD=0 gen_json $tp "$OUT/ahead-0.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
                 --prompt-ids "$(seq -s, 11 47)" -n 24 &&
                 ahead_same $tp "$OUT/ahead-0.json" 24 $m || ok=1
-            for kind in drawn adjusted; do
+            for kind in drawn adjusted scored; do
                 args=(--temperature 0.8 --top-p 0.95 --seed 5)
                 [ $kind = adjusted ] && args+=(--repeat-penalty 1.2 --logit-bias "20=-100" --logit-bias "30=2")
+                [ $kind = scored ] && args+=(--logprobs 3)
                 # shellcheck disable=SC2086
                 LOCKSTEP_DECODE_AHEAD=0 gen_json $tp "$OUT/ahead-d0.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
                     --prompt-ids "$(seq -s, 11 47)" -n 24 "${args[@]}" &&
@@ -602,6 +604,14 @@ stage_ahead() {
                         -x LOCKSTEP_DECODE_AHEAD_ADJUSTED --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 24 \
                         "${args[@]}" &&
                     same_ids "$m TP=$tp: 24 $kind tokens" "$OUT/ahead-d0.json" "$OUT/ahead-d1.json" || ok=1
+                if [ $kind = scored ]; then
+                    if [ "$(lp_of "$OUT/ahead-d0.json")" = "$(lp_of "$OUT/ahead-d1.json")" ]; then
+                        echo "$m TP=$tp: their logprobs the same with those steps issued ahead"
+                    else
+                        echo "$m TP=$tp: their logprobs DIFFERENT with those steps issued ahead"
+                        ok=1
+                    fi
+                fi
             done
         done
     done

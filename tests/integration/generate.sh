@@ -687,8 +687,9 @@ check "a text prompt's and a chat line's ids fed back as lists: the same complet
 # ---- decode steps issued ahead (ls_engine_plan, LOCKSTEP_DECODE_AHEAD=1 and _DRAWN=1): the
 # same lines with and without (=0), at 2 ranks: greedy to the length, stop strings and the
 # model's end of turn ending lines early (a step issued ahead dropped, the next line's prefill
-# after it), a line of one token, logprobs (no step ahead: the plan passes it by), drawn lines
-# (their numbers peeked and handed on by the step before), a chat, and with _ADJUSTED=1 a logit
+# after it), a line of one token, logprobs greedy and drawn (their scores posted with the
+# token), drawn lines (their numbers peeked and handed on by the step before), a chat, and with
+# _ADJUSTED=1 a logit
 # bias, penalties greedy and drawn, a penalised line ended early by a stop string (its step
 # ahead dropped with the window moved on) and the same penalised line again after it
 cat >"$tmp/ah.jsonl" <<'JSONL'
@@ -698,6 +699,7 @@ cat >"$tmp/ah.jsonl" <<'JSONL'
 {"id": "1", "prompt": "Hello", "max_tokens": 1, "temperature": 0, "return_token_ids": true}
 {"id": "l", "prompt": "The sky is", "max_tokens": 8, "temperature": 0, "logprobs": true, "top_logprobs": 2, "return_token_ids": true}
 {"id": "d", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.8, "seed": 7, "return_token_ids": true}
+{"id": "dl", "prompt": "Once upon a time", "max_tokens": 10, "temperature": 0.8, "seed": 4, "logprobs": true, "top_logprobs": 3, "return_token_ids": true}
 {"id": "ds", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.8, "seed": 7, "stop": [" leg"], "return_token_ids": true}
 {"id": "dp", "prompt": "The sky", "max_tokens": 10, "temperature": 0.7, "top_p": 0.9, "seed": 3, "return_token_ids": true}
 {"id": "b", "prompt": "The capital of France is", "max_tokens": 16, "temperature": 0, "logit_bias": {"12": -100, "28": 2}, "return_token_ids": true}
@@ -717,7 +719,7 @@ for a in 0 1; do
 done
 ahsel() { jq -c '[.id, .text, .token_ids, .finish_reason, .logprobs]' "$tmp/ah$1.out"; }
 check "steps issued ahead: both runs succeed, every line done" \
-    eval '[ "$rc_ah0" -eq 0 ] && [ "$rc_ah1" -eq 0 ] && [ "$(wc -l <"$tmp/ah1.out")" -eq 14 ]'
+    eval '[ "$rc_ah0" -eq 0 ] && [ "$rc_ah1" -eq 0 ] && [ "$(wc -l <"$tmp/ah1.out")" -eq 15 ]'
 check "steps issued ahead: the same text, token ids, finish reasons and logprobs on every line" \
     eval '[ "$(ahsel 0)" = "$(ahsel 1)" ]'
 check "steps issued ahead: the stop strings and the end of turn ended lines early" \
@@ -728,15 +730,23 @@ check "steps issued ahead: the stop strings and the end of turn ended lines earl
 check "steps issued ahead: taken at every greedy step but each line's last, the early ends' dropped" \
     grep -q "steps issued ahead: [1-9][0-9]* taken, [1-9][0-9]* dropped" "$tmp/ah1.err"
 check "steps issued ahead: none with LOCKSTEP_DECODE_AHEAD=0" eval '! grep -q "steps issued ahead" "$tmp/ah0.err"'
-# the drawn, biased and penalised lines' steps taken too: d, dp, b, rp, dr and rp2 run to
-# max_tokens, so 10, 8, 14, 14, 10 and 14 more than with only plain greedy steps ahead
+# the drawn, biased and penalised lines' steps taken too: d, dl, dp, b, rp, dr and rp2 run to
+# max_tokens, so 10, 8, 8, 14, 14, 10 and 14 more than with only plain greedy steps ahead
 LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=0 LOCKSTEP_DECODE_AHEAD_ADJUSTED=0 run_mpi 2 \
     -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED \
     "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahg.out"
 taken_in() { sed -n 's/.*steps issued ahead: \([0-9]*\) taken.*/\1/p' "$1"; }
-check "steps issued ahead: drawn, biased and penalised steps taken (at least 70 more than plain greedy alone), the same lines" \
-    eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/ah1.err")" -ge $(($(taken_in "$tmp/err") + 70)) ] &&
+check "steps issued ahead: drawn, biased and penalised steps taken (at least 78 more than plain greedy alone), the same lines" \
+    eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/ah1.err")" -ge $(($(taken_in "$tmp/err") + 78)) ] &&
           [ "$(ahsel g)" = "$(ahsel 0)" ]'
+# the scored lines alone: every step but each line's last taken (l 8 tokens, dl 10: 6 + 8), the
+# same tokens and logprobs as without
+jq -c 'select(.id == "l" or .id == "dl")' "$tmp/ah.jsonl" >"$tmp/ahl.jsonl"
+LOCKSTEP_DECODE_AHEAD=1 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD "$LOCKSTEP" batch -m "$model" \
+    --input "$tmp/ahl.jsonl" --output "$tmp/ahl.out"
+check "steps issued ahead: the logprobs lines' steps taken, 14 of them, the same tokens and logprobs" \
+    eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/err")" -eq 14 ] &&
+          [ "$(jq -c "[.id, .text, .token_ids, .logprobs]" "$tmp/ahl.out")" = "$(ahsel 0 | jq -c "select(.[0] == \"l\" or .[0] == \"dl\") | [.[0], .[1], .[2], .[4]]")" ]'
 # on CPU ranks none by default (a CPU step is done when issued: a step ahead only delays the token)
 run_mpi 2 "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahd.out"
 check "steps issued ahead: none by default on CPU ranks, the same lines" \
