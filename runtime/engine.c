@@ -368,12 +368,22 @@ static int ahead_adjusted(void)
     return switch_on("LOCKSTEP_DECODE_AHEAD_ADJUSTED", 1, &on);
 }
 
+/* scored steps (logprobs) posting their scores beside the token (the backend's scores_post)
+ * and so issued ahead too, with LOCKSTEP_DECODE_AHEAD_SCORED=1: off by default, since on an H200
+ * (thirty-fifth session) the 8B's drawn steps with logprobs failed with it, where tiny-llama's
+ * and the SmolLM2 shape's gave the same tokens and logprobs both ways */
+static int ahead_scored(const struct ls_engine *e)
+{
+    static int on = -2;
+    return e->be->scores_post && switch_on("LOCKSTEP_DECODE_AHEAD_SCORED", 0, &on);
+}
+
 /* whether a step choosing by sp (and scoring top_n) may be issued ahead: greedy or drawn with
  * the numbers of the plan's sampler, without penalties or bias unless ahead_adjusted, scored
  * where the backend posts the scores too */
 static int ahead_choice(const struct ls_engine *e, const struct ls_sampling *sp, int top_n)
 {
-    return (top_n < 0 || e->be->scores_post) && (!ls_sampling_adjusted(sp) || ahead_adjusted()) &&
+    return (top_n < 0 || ahead_scored(e)) && (!ls_sampling_adjusted(sp) || ahead_adjusted()) &&
            (sp->temperature == 0.0f || (e->plan_smp && e->be->u_post && ahead_drawn()));
 }
 
@@ -911,7 +921,7 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     if (top_n >= 0) {
         e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n, S);
         /* posted with the token where it is polled for (as it is where posting) */
-        if (post && e->be->scores_post) e->be->scores_post(e->posb, e->dstats, S * (3 + 2 * top_n));
+        if (post && ahead_scored(e)) e->be->scores_post(e->posb, e->dstats, S * (3 + 2 * top_n));
     }
     e->be->advance(e->posb, post ? e->ids : NULL,
                    post && sp->temperature != 0.0f && ahead_drawn() ? e->u : NULL);
@@ -1136,7 +1146,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
         const int S = score_split(e, 1, e->m->cfg.vocab), n = S * (3 + 2 * top_n);
         double o[LS_SCORE_SPLIT_MAX * SCORE_W];
         int head[LS_SCORE_SPLIT_MAX];
-        if (polled && be->scores_post)
+        if (polled && ahead_scored(e))
             be->scores_take(e->pos, o, n);
         else
             be->to_host(o, e->dstats, (size_t)n * sizeof(double));

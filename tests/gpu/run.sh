@@ -582,7 +582,8 @@ stage_pflong() {
 # with (=1) and without (=0); its drawn ones (T 0.8, top-p 0.95, seed 5) with the drawn steps
 # issued ahead (LOCKSTEP_DECODE_AHEAD_DRAWN=1) and without; and drawn with a repetition penalty
 # and a logit bias with those steps issued ahead too (LOCKSTEP_DECODE_AHEAD_ADJUSTED=1) and
-# without; tiny-llama and the SmolLM2 shape, at TP=1 and 2 where there are the GPUs
+# without; drawn with logprobs (their tokens and logprobs) with and without
+# LOCKSTEP_DECODE_AHEAD_SCORED=1; tiny-llama and the SmolLM2 shape, at TP=1 and 2 where there are the GPUs
 stage_ahead() {
     local tp m ok=0 kind args
     for m in "-m tests/fixtures/tiny-llama" "--dummy smollm2-135m"; do
@@ -600,9 +601,9 @@ stage_ahead() {
                 LOCKSTEP_DECODE_AHEAD=0 gen_json $tp "$OUT/ahead-d0.json" -x LOCKSTEP_DECODE_AHEAD --gpu $m \
                     --prompt-ids "$(seq -s, 11 47)" -n 24 "${args[@]}" &&
                     LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=1 LOCKSTEP_DECODE_AHEAD_ADJUSTED=1 \
-                        gen_json $tp "$OUT/ahead-d1.json" -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN \
-                        -x LOCKSTEP_DECODE_AHEAD_ADJUSTED --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 24 \
-                        "${args[@]}" &&
+                        LOCKSTEP_DECODE_AHEAD_SCORED=1 gen_json $tp "$OUT/ahead-d1.json" -x LOCKSTEP_DECODE_AHEAD \
+                        -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED -x LOCKSTEP_DECODE_AHEAD_SCORED \
+                        --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 24 "${args[@]}" &&
                     same_ids "$m TP=$tp: 24 $kind tokens" "$OUT/ahead-d0.json" "$OUT/ahead-d1.json" || ok=1
                 if [ $kind = scored ]; then
                     if [ "$(lp_of "$OUT/ahead-d0.json")" = "$(lp_of "$OUT/ahead-d1.json")" ]; then

@@ -688,7 +688,7 @@ check "a text prompt's and a chat line's ids fed back as lists: the same complet
 # same lines with and without (=0), at 2 ranks: greedy to the length, stop strings and the
 # model's end of turn ending lines early (a step issued ahead dropped, the next line's prefill
 # after it), a line of one token, logprobs greedy and drawn (their scores posted with the
-# token), drawn lines (their numbers peeked and handed on by the step before), a chat, and with
+# token, with _SCORED=1), drawn lines (their numbers peeked and handed on by the step before), a chat, and with
 # _ADJUSTED=1 a logit
 # bias, penalties greedy and drawn, a penalised line ended early by a stop string (its step
 # ahead dropped with the window moved on) and the same penalised line again after it
@@ -710,8 +710,8 @@ cat >"$tmp/ah.jsonl" <<'JSONL'
 {"id": "g2", "prompt": "The capital of France is", "max_tokens": 24, "temperature": 0, "return_token_ids": true}
 JSONL
 for a in 0 1; do
-    LOCKSTEP_DECODE_AHEAD=$a LOCKSTEP_DECODE_AHEAD_DRAWN=$a LOCKSTEP_DECODE_AHEAD_ADJUSTED=$a \
-        run_mpi 2 -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED \
+    LOCKSTEP_DECODE_AHEAD=$a LOCKSTEP_DECODE_AHEAD_DRAWN=$a LOCKSTEP_DECODE_AHEAD_ADJUSTED=$a LOCKSTEP_DECODE_AHEAD_SCORED=$a \
+        run_mpi 2 -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED -x LOCKSTEP_DECODE_AHEAD_SCORED \
         "$LOCKSTEP" batch -m "$model" \
         --input "$tmp/ah.jsonl" --output "$tmp/ah$a.out"
     cp "$tmp/err" "$tmp/ah$a.err"
@@ -730,20 +730,20 @@ check "steps issued ahead: the stop strings and the end of turn ended lines earl
 check "steps issued ahead: taken at every greedy step but each line's last, the early ends' dropped" \
     grep -q "steps issued ahead: [1-9][0-9]* taken, [1-9][0-9]* dropped" "$tmp/ah1.err"
 check "steps issued ahead: none with LOCKSTEP_DECODE_AHEAD=0" eval '! grep -q "steps issued ahead" "$tmp/ah0.err"'
-# the drawn, biased and penalised lines' steps taken too: d, dl, dp, b, rp, dr and rp2 run to
-# max_tokens, so 10, 8, 8, 14, 14, 10 and 14 more than with only plain greedy steps ahead
+# the drawn, biased, penalised and scored lines' steps taken too: d, l, dl, dp, b, rp, dr and rp2
+# run to max_tokens, so 10, 6, 8, 8, 14, 14, 10 and 14 more than with only plain greedy steps ahead
 LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=0 LOCKSTEP_DECODE_AHEAD_ADJUSTED=0 run_mpi 2 \
     -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED \
     "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahg.out"
 taken_in() { sed -n 's/.*steps issued ahead: \([0-9]*\) taken.*/\1/p' "$1"; }
-check "steps issued ahead: drawn, biased and penalised steps taken (at least 78 more than plain greedy alone), the same lines" \
-    eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/ah1.err")" -ge $(($(taken_in "$tmp/err") + 78)) ] &&
+check "steps issued ahead: drawn, biased, penalised and scored steps taken (at least 84 more than plain greedy alone), the same lines" \
+    eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/ah1.err")" -ge $(($(taken_in "$tmp/err") + 84)) ] &&
           [ "$(ahsel g)" = "$(ahsel 0)" ]'
 # the scored lines alone: every step but each line's last taken (l 8 tokens, dl 10: 6 + 8), the
 # same tokens and logprobs as without
 jq -c 'select(.id == "l" or .id == "dl")' "$tmp/ah.jsonl" >"$tmp/ahl.jsonl"
-LOCKSTEP_DECODE_AHEAD=1 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD "$LOCKSTEP" batch -m "$model" \
-    --input "$tmp/ahl.jsonl" --output "$tmp/ahl.out"
+LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_SCORED=1 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_SCORED \
+    "$LOCKSTEP" batch -m "$model" --input "$tmp/ahl.jsonl" --output "$tmp/ahl.out"
 check "steps issued ahead: the logprobs lines' steps taken, 14 of them, the same tokens and logprobs" \
     eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/err")" -eq 14 ] &&
           [ "$(jq -c "[.id, .text, .token_ids, .logprobs]" "$tmp/ahl.out")" = "$(ahsel 0 | jq -c "select(.[0] == \"l\" or .[0] == \"dl\") | [.[0], .[1], .[2], .[4]]")" ]'
