@@ -94,11 +94,17 @@ static float *balloc(struct ls_engine *e, size_t n, int *failed)
 /* The fused MLP: the attention output, the MLP's norm, gate+up, SwiGLU and down of one position
  * at one rank in two kernels instead of three (the backend's attn_out_mlp: the down split along
  * its inputs, read transposed, its output left as x's pending sum; ~1% faster on the 8B), at the
- * price of a transposed copy of every down matrix. On by default where it applies and the copy
- * fits (MLP_FUSED_AUTO); LOCKSTEP_MLP_FUSED=1 asks for it (MLP_FUSED_ASKED: not fitting is then
- * an error, and a notice says where it does not apply), 0 turns it off. -1 with err for a bad
- * value. */
+ * price of a transposed copy of every down matrix. On by default where it applies, the model's
+ * width is at least MLP_FUSED_MIN_DIM and the copy fits (MLP_FUSED_AUTO); LOCKSTEP_MLP_FUSED=1
+ * asks for it at any width (MLP_FUSED_ASKED: not fitting is then an error, and a notice says
+ * where it does not apply), 0 turns it off. -1 with err for a bad value. */
 enum { MLP_FUSED_OFF, MLP_FUSED_ASKED, MLP_FUSED_AUTO };
+/* measured on an H200 (thirty-fifth session, ms a token fused / not): faster at widths 3072
+ * (Llama-3.2-3B's shape, 1.855 / 1.863), 3584 (Qwen2.5-7B, 3.543 / 3.579) and 4096 (the 8B,
+ * 3.730 / 3.758); even at 2048 with an 8192-wide MLP (Llama-3.2-1B's, 0.803 / 0.803), slower at
+ * 2048 with 7168 (the 8B's TP=2 shard shape at one rank, 1.483 / 1.396) and at SmolLM2-135M's
+ * 576 (0.606 / 0.533) */
+#define MLP_FUSED_MIN_DIM 3072
 static int mlp_fused_switch(const struct ls_engine *e, char *err, size_t errlen)
 {
     const char *v = getenv("LOCKSTEP_MLP_FUSED");
@@ -108,7 +114,9 @@ static int mlp_fused_switch(const struct ls_engine *e, char *err, size_t errlen)
         return ls_errf(err, errlen, "LOCKSTEP_MLP_FUSED: expected 0 or 1, found '%s'", v);
     if (e->m->tp == 1 && e->be->attn_out_mlp && e->be->attn_out_mlp_takes &&
         e->be->matmul_rmsnorm_pend && e->be->transpose_matrix)
-        return asked ? MLP_FUSED_ASKED : MLP_FUSED_AUTO;
+        return asked                                ? MLP_FUSED_ASKED
+               : e->m->cfg.dim >= MLP_FUSED_MIN_DIM ? MLP_FUSED_AUTO
+                                                    : MLP_FUSED_OFF;
     if (asked && e->comm->rank == 0)
         ls_warn("LOCKSTEP_MLP_FUSED=1 has no effect here: it applies at one rank on a GPU "
                 "(TP=%d, %s backend)",
