@@ -38,20 +38,29 @@ extern "C" void ls_advance_pos(int *pos, const int *tok, unsigned long long *pos
 }
 
 static __global__ void post_scores_kernel(const int *pos, const double *src, int n, double *slots,
-                                          int slot_n)
+                                          int slot_n, unsigned long long *tags)
 {
     pdl_launch_dependents();
     pdl_wait();
-    double *dst = slots + (size_t)(pos[0] & 1) * slot_n;
+    const int p = pos[0];
+    double *dst = slots + (size_t)(p & 1) * slot_n;
     for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
-    // the scores reach the host before the token that says they are there (the advance after)
-    __threadfence_system();
+    // every thread's stores before the tag (the barrier), and all of them seen by the host
+    // before it (a system-scope fence, cumulative, and a release store by the same thread)
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence_system();
+        const unsigned long long t = (unsigned long long)(unsigned)p + 1ull;
+        asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(tags + (p & 1)), "l"(t)
+                     : "memory");
+    }
 }
 
 extern "C" void ls_post_scores(const int *pos, const double *src, int n, double *slots, int slot_n,
-                               void *stream)
+                               unsigned long long *tags, void *stream)
 {
     if (n > slot_n) ls_die(__FILE__, __LINE__, "ls_post_scores", "more scores than a slot holds");
-    pdl_launch(post_scores_kernel, 1, 256, 0, (cudaStream_t)stream, pos, src, n, slots, slot_n);
+    pdl_launch(post_scores_kernel, 1, 256, 0, (cudaStream_t)stream, pos, src, n, slots, slot_n,
+               tags);
     CHECK_CUDA(cudaGetLastError());
 }

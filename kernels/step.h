@@ -16,12 +16,18 @@ extern "C" {
 void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, double *u,
                     const double *u_in, void *stream);
 
-/* A scored step's scores, before its advance: n doubles of src (device memory) into
- * slots + (pos[0] & 1) * slot_n (device address of mapped, pinned host memory), with the stores
- * made visible to the host before the kernel ends, so that the host finds a position's scores
- * there once ls_advance_pos posted its token (n <= slot_n). */
+/* A scored step's scores: n doubles of src (device memory) into slots + (pos[0] & 1) * slot_n
+ * (device address of mapped, pinned host memory; n <= slot_n), then tags[pos[0] & 1] (mapped
+ * too) set to pos[0] + 1 with a system-scope release, so that a host that reads the tag first
+ * (ls_post_scores_of) finds that position's scores in the slot. */
 void ls_post_scores(const int *pos, const double *src, int n, double *slots, int slot_n,
-                    void *stream);
+                    unsigned long long *tags, void *stream);
+
+/* whether a scores tag's value says the slot holds position pos's */
+static inline int ls_post_scores_of(unsigned long long tag, int pos)
+{
+    return tag == (unsigned long long)(unsigned)pos + 1ull;
+}
 
 /* the token a slot's value holds for position pos, or -1 when the slot holds another
  * position's (not yet written) */

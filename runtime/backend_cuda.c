@@ -44,9 +44,12 @@ static struct {
     /* two more slots there: the numbers drawn steps hand on (cu_u_post) */
     volatile double *upost;
     double *upost_dev;
-    /* and a scored step's scores (cu_scores_post), LS_SCORE_ROW_MAX doubles a parity */
+    /* and a scored step's scores (cu_scores_post), LS_SCORE_ROW_MAX doubles a parity, with a
+     * tag each saying whose they are */
     volatile double *spost;
     double *spost_dev;
+    volatile unsigned long long *stag;
+    unsigned long long *stag_dev;
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -72,12 +75,15 @@ static cudaStream_t stream_get(void)
         cu.post_dev = (unsigned long long *)dev;
         cu.upost = (volatile double *)(post + 16);
         cu.upost_dev = (double *)(dev + 16);
-        /* the scores' slots beside them, at their first use (also inside a capture) */
-        CHECK_CUDA(cudaHostAlloc((void **)&post, 2 * LS_SCORE_ROW_MAX * sizeof(double),
+        /* the scores' tags and slots (also first used inside a capture) */
+        CHECK_CUDA(cudaHostAlloc((void **)&post, 64 + 2 * LS_SCORE_ROW_MAX * sizeof(double),
                                  cudaHostAllocMapped));
+        memset(post, 0, 64); /* no position's */
         CHECK_CUDA(cudaHostGetDevicePointer((void **)&dev, post, 0));
-        cu.spost = (volatile double *)post;
-        cu.spost_dev = (double *)dev;
+        cu.stag = (volatile unsigned long long *)post;
+        cu.stag_dev = (unsigned long long *)dev;
+        cu.spost = (volatile double *)(post + 64);
+        cu.spost_dev = (double *)(dev + 64);
     }
     return cu.stream;
 }
@@ -554,12 +560,25 @@ static void cu_u_post(int pos, double u)
 
 static void cu_scores_post(const int *pos, const double *src, int n)
 {
-    ls_post_scores(pos, src, n, cu.spost_dev, LS_SCORE_ROW_MAX, stream_get());
+    ls_post_scores(pos, src, n, cu.spost_dev, LS_SCORE_ROW_MAX, cu.stag_dev, stream_get());
 }
 
-/* after cu_token_take(pos): the kernel made the scores visible before the advance posted */
+/* polls the slot's tag until it names pos, as cu_token_take the token (read after the token
+ * alone, the slot did not hold the position's scores on an H200: NaN log-probabilities), then
+ * copies */
 static void cu_scores_take(int pos, double *dst, int n)
 {
+    for (unsigned k = 1; !ls_post_scores_of(cu.stag[pos & 1], pos); k++) {
+        if (k % 4096) continue;
+        const cudaError_t err = cudaStreamQuery(stream_get());
+        if (err == cudaErrorNotReady) continue;
+        CHECK_CUDA(err);
+        if (ls_post_scores_of(cu.stag[pos & 1], pos)) break;
+        char msg[128];
+        snprintf(msg, sizeof msg, "position %d's scores were never posted (its tag says %lld)", pos,
+                 (long long)cu.stag[pos & 1] - 1);
+        ls_die(__FILE__, __LINE__, "cu_scores_take", msg);
+    }
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     memcpy(dst, (const double *)cu.spost + (size_t)(pos & 1) * LS_SCORE_ROW_MAX,
            (size_t)n * sizeof *dst);
