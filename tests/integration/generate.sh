@@ -688,7 +688,7 @@ check "a text prompt's and a chat line's ids fed back as lists: the same complet
 # same lines with and without (=0), at 2 ranks: greedy to the length, stop strings and the
 # model's end of turn ending lines early (a step issued ahead dropped, the next line's prefill
 # after it), a line of one token, logprobs greedy and drawn (their scores posted with the
-# token, with _SCORED=1), drawn lines (their numbers peeked and handed on by the step before), a chat, and with
+# token), drawn lines (their numbers peeked and handed on by the step before), a chat, and with
 # _ADJUSTED=1 a logit
 # bias, penalties greedy and drawn, a penalised line ended early by a stop string (its step
 # ahead dropped with the window moved on) and the same penalised line again after it
@@ -732,8 +732,8 @@ check "steps issued ahead: taken at every greedy step but each line's last, the 
 check "steps issued ahead: none with LOCKSTEP_DECODE_AHEAD=0" eval '! grep -q "steps issued ahead" "$tmp/ah0.err"'
 # the drawn, biased, penalised and scored lines' steps taken too: d, l, dl, dp, b, rp, dr and rp2
 # run to max_tokens, so 10, 6, 8, 8, 14, 14, 10 and 14 more than with only plain greedy steps ahead
-LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=0 LOCKSTEP_DECODE_AHEAD_ADJUSTED=0 run_mpi 2 \
-    -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED \
+LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_DRAWN=0 LOCKSTEP_DECODE_AHEAD_ADJUSTED=0 LOCKSTEP_DECODE_AHEAD_SCORED=0 \
+    run_mpi 2 -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_DRAWN -x LOCKSTEP_DECODE_AHEAD_ADJUSTED -x LOCKSTEP_DECODE_AHEAD_SCORED \
     "$LOCKSTEP" batch -m "$model" --input "$tmp/ah.jsonl" --output "$tmp/ahg.out"
 taken_in() { sed -n 's/.*steps issued ahead: \([0-9]*\) taken.*/\1/p' "$1"; }
 check "steps issued ahead: drawn, biased, penalised and scored steps taken (at least 84 more than plain greedy alone), the same lines" \
@@ -742,8 +742,7 @@ check "steps issued ahead: drawn, biased, penalised and scored steps taken (at l
 # the scored lines alone: every step but each line's last taken (l 8 tokens, dl 10: 6 + 8), the
 # same tokens and logprobs as without
 jq -c 'select(.id == "l" or .id == "dl")' "$tmp/ah.jsonl" >"$tmp/ahl.jsonl"
-LOCKSTEP_DECODE_AHEAD=1 LOCKSTEP_DECODE_AHEAD_SCORED=1 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD -x LOCKSTEP_DECODE_AHEAD_SCORED \
-    "$LOCKSTEP" batch -m "$model" --input "$tmp/ahl.jsonl" --output "$tmp/ahl.out"
+LOCKSTEP_DECODE_AHEAD=1 run_mpi 2 -x LOCKSTEP_DECODE_AHEAD "$LOCKSTEP" batch -m "$model" --input "$tmp/ahl.jsonl" --output "$tmp/ahl.out"
 check "steps issued ahead: the logprobs lines' steps taken, 14 of them, the same tokens and logprobs" \
     eval '[ "$rc" -eq 0 ] && [ "$(taken_in "$tmp/err")" -eq 14 ] &&
           [ "$(jq -c "[.id, .text, .token_ids, .logprobs]" "$tmp/ahl.out")" = "$(ahsel 0 | jq -c "select(.[0] == \"l\" or .[0] == \"dl\") | [.[0], .[1], .[2], .[4]]")" ]'
