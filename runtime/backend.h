@@ -175,6 +175,10 @@ struct ls_backend {
      * dst once token_take(pos) returned */
     void (*scores_post)(const int *pos, const double *src, int n);
     void (*scores_take)(int pos, double *dst, int n);
+    /* with token_take: forget every posted token and scores (no position's), so that a slot
+     * still holding another sequence's post for a position (an earlier request's, the warm-up's)
+     * is never taken for this one's; called with no step in flight */
+    void (*posts_clear)(void);
 };
 
 extern const struct ls_backend ls_backend_cpu;

@@ -251,6 +251,11 @@ static void cpu_scores_take(int pos, double *dst, int n)
     memcpy(dst, cpu_scores[pos & 1], (size_t)n * sizeof *dst);
 }
 
+static void cpu_posts_clear(void)
+{
+    cpu_posted[0][0] = cpu_posted[1][0] = -1;
+}
+
 static void cpu_sync(void) {}
 
 static int cpu_token_take(int pos)
@@ -352,4 +357,5 @@ const struct ls_backend ls_backend_cpu = {
     .u_post = cpu_u_post,
     .scores_post = cpu_scores_post,
     .scores_take = cpu_scores_take,
+    .posts_clear = cpu_posts_clear,
 };

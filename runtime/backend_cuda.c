@@ -563,9 +563,10 @@ static void cu_scores_post(const int *pos, const double *src, int n)
     ls_post_scores(pos, src, n, cu.spost_dev, LS_SCORE_ROW_MAX, cu.stag_dev, stream_get());
 }
 
-/* polls the slot's tag until it names pos, as cu_token_take the token (read after the token
- * alone, the slot did not hold the position's scores on an H200: NaN log-probabilities), then
- * copies */
+/* polls the slot's tag until it names pos, as cu_token_take the token, then copies: the scores
+ * are the position's whatever the token's slot said (read after the token alone, the slot did
+ * not hold them on an H200: NaN log-probabilities, most likely from a stale token slot, which
+ * posts_clear now prevents) */
 static void cu_scores_take(int pos, double *dst, int n)
 {
     for (unsigned k = 1; !ls_post_scores_of(cu.stag[pos & 1], pos); k++) {
@@ -582,6 +583,13 @@ static void cu_scores_take(int pos, double *dst, int n)
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     memcpy(dst, (const double *)cu.spost + (size_t)(pos & 1) * LS_SCORE_ROW_MAX,
            (size_t)n * sizeof *dst);
+}
+
+/* the host's stores into the slots: no step is in flight to store into them too */
+static void cu_posts_clear(void)
+{
+    cu.post[0] = cu.post[1] = ~0ull; /* position -1 */
+    cu.stag[0] = cu.stag[1] = 0;
 }
 
 struct cu_graph {
@@ -721,4 +729,5 @@ const struct ls_backend ls_backend_cuda = {
     .u_post = cu_u_post,
     .scores_post = cu_scores_post,
     .scores_take = cu_scores_take,
+    .posts_clear = cu_posts_clear,
 };

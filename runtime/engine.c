@@ -1084,7 +1084,13 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
                       same_choice(&e->ahead_sp, sp) && e->ahead_top == top_n &&
                       (!drawn || u == e->u_posted[e->pos & 1]) &&
                       (!ls_sampling_biased(sp) || (e->bias_sent && same_vector(e->bias_sent, sp)));
-    if (!taken) ahead_drop(e);
+    if (!taken) {
+        ahead_drop(e);
+        /* a slot may hold this position's post from another sequence (the last request's, the
+         * warm-up's: a request whose prompt is as long as the warm-up's would poll it at once,
+         * before its own step ran); nothing is in flight now */
+        if (be->posts_clear && posting(e)) be->posts_clear();
+    }
     /* the next step issued ahead where the caller planned one more call and it would run in
      * this form (each step posts its token, in the step) */
     const int ahead =

@@ -616,6 +616,13 @@ stage_ahead() {
             done
         done
     done
+    # a prompt as long as the start-up warm-up's (128), whose decode step posted position 128:
+    # the request's first step at 128 must not take that post for its own (posts_clear)
+    LOCKSTEP_DECODE_AHEAD=0 gen_json 1 "$OUT/ahead-w0.json" -x LOCKSTEP_DECODE_AHEAD --gpu --dummy smollm2-135m \
+        --prompt-ids "$(seq -s, 1000 1127)" -n 8 &&
+        gen_json 1 "$OUT/ahead-w1.json" --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 1000 1127)" -n 8 &&
+        same_ids "--dummy smollm2-135m TP=1, a 128-token prompt: 8 greedy tokens" "$OUT/ahead-w0.json" \
+            "$OUT/ahead-w1.json" || ok=1
     return $ok
 }
 
