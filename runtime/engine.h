@@ -91,10 +91,11 @@ int ls_engine_decode(struct ls_engine *e, int in, const struct ls_sampling *sp, 
                      const int *hist, int *out);
 /* The caller's next n decode calls continue one another (each passes the token the one before
  * returned, with the same choice, and the next of smp's numbers, ls_sampler_uniform, where it
- * draws), so that a greedy one (no penalty, bias or allowed tokens; no scores) may issue the
- * step after it before reading its own token (the device then never waits for the host between
- * steps), and a drawn one too (unless LOCKSTEP_DECODE_AHEAD_DRAWN=0), its next number peeked
- * from smp (NULL: no drawn step ahead). A hint, not a promise: a call that does otherwise, or any
+ * draws), so that a greedy one may issue the step after it before reading its own token (the
+ * device then never waits for the host between steps), and a drawn one too (unless
+ * LOCKSTEP_DECODE_AHEAD_DRAWN=0), its next number peeked from smp (NULL: no drawn step ahead);
+ * penalised, biased and scored steps alike, unless LOCKSTEP_DECODE_AHEAD_ADJUSTED=0 or
+ * LOCKSTEP_DECODE_AHEAD_SCORED=0. A hint, not a promise: a call that does otherwise, or any
  * other engine call, drops the step issued ahead (waiting for it) and the rest of the plan. The
  * last planned call issues nothing ahead; a caller that stops early (an end-of-sequence token)
  * leaves one step's work behind, which the next engine call waits for. Ignored on a backend that
