@@ -19,15 +19,9 @@ void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, double *
 /* A scored step's scores: n doubles of src (device memory) into slots + (pos[0] & 1) * slot_n
  * (device address of mapped, pinned host memory; n <= slot_n), then tags[pos[0] & 1] (mapped
  * too) set to pos[0] + 1 with a system-scope release, so that a host that reads the tag first
- * (ls_post_scores_of) finds that position's scores in the slot. */
+ * (0: no position's) finds that position's scores in the slot. */
 void ls_post_scores(const int *pos, const double *src, int n, double *slots, int slot_n,
                     unsigned long long *tags, void *stream);
-
-/* whether a scores tag's value says the slot holds position pos's */
-static inline int ls_post_scores_of(unsigned long long tag, int pos)
-{
-    return tag == (unsigned long long)(unsigned)pos + 1ull;
-}
 
 /* the token a slot's value holds for position pos, or -1 when the slot holds another
  * position's (not yet written) */

@@ -563,23 +563,44 @@ static void cu_scores_post(const int *pos, const double *src, int n)
     ls_post_scores(pos, src, n, cu.spost_dev, LS_SCORE_ROW_MAX, cu.stag_dev, stream_get());
 }
 
-/* polls the slot's tag until it names pos, as cu_token_take the token, then copies: the scores
- * are the position's whatever the token's slot said (read after the token alone, the slot did
- * not hold them on an H200: NaN log-probabilities, most likely from a stale token slot, which
- * posts_clear now prevents) */
-static void cu_scores_take(int pos, double *dst, int n)
+/* the positions the slots of pos's parity hold: the token's, the scores' (-1: none) */
+static long long token_slot_pos(int pos)
 {
-    for (unsigned k = 1; !ls_post_scores_of(cu.stag[pos & 1], pos); k++) {
-        if (k % 4096) continue;
+    return (int)(cu.post[pos & 1] >> 32);
+}
+
+static long long scores_slot_pos(int pos)
+{
+    return (long long)cu.stag[pos & 1] - 1;
+}
+
+/* polls a slot the step's kernels store into until held says it holds position pos's: no copy
+ * or event stands between that step and the next in the stream. Every 4096 polls the stream is
+ * asked for an error, and an idle stream with the slot still another's is one (who: the caller,
+ * what: "token was", "scores were") */
+static void cu_poll(long long (*held)(int pos), int pos, const char *who, const char *what)
+{
+    for (unsigned n = 1; held(pos) != pos; n++) {
+        if (n % 4096) continue;
         const cudaError_t err = cudaStreamQuery(stream_get());
         if (err == cudaErrorNotReady) continue;
         CHECK_CUDA(err);
-        if (ls_post_scores_of(cu.stag[pos & 1], pos)) break;
+        const long long last = held(pos);
+        if (last == pos) return;
         char msg[128];
-        snprintf(msg, sizeof msg, "position %d's scores were never posted (its tag says %lld)", pos,
-                 (long long)cu.stag[pos & 1] - 1);
-        ls_die(__FILE__, __LINE__, "cu_scores_take", msg);
+        snprintf(msg, sizeof msg, "position %d's %s never posted (its slot holds %lld's)", pos,
+                 what, last);
+        ls_die(__FILE__, __LINE__, who, msg);
     }
+}
+
+/* after the token, the scores' tag (the scores are the position's whatever the token's slot
+ * said: read after the token alone, the slot did not hold them on an H200, NaN
+ * log-probabilities, most likely from a stale token slot, which posts_clear now prevents), then
+ * the copy */
+static void cu_scores_take(int pos, double *dst, int n)
+{
+    cu_poll(scores_slot_pos, pos, "cu_scores_take", "scores were");
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     memcpy(dst, (const double *)cu.spost + (size_t)(pos & 1) * LS_SCORE_ROW_MAX,
            (size_t)n * sizeof *dst);
@@ -647,25 +668,11 @@ static void cu_graph_launch(void *graph)
     CHECK_CUDA(cudaGraphLaunch(g->exec, stream_get()));
 }
 
-/* polls the slot the step's last kernel stores into: no copy or event stands between that step
- * and the next in the stream. Every 4096 polls the stream is asked for an error, and an idle
- * stream with no token is one */
+/* the token the step's last kernel posted (cu_poll) */
 static int cu_token_take(int pos)
 {
-    for (unsigned n = 1;; n++) {
-        const long long t = ls_post_token_of(cu.post[pos & 1], pos);
-        if (t >= 0) return (int)t;
-        if (n % 4096) continue;
-        const cudaError_t err = cudaStreamQuery(stream_get());
-        if (err == cudaErrorNotReady) continue;
-        CHECK_CUDA(err);
-        const long long last = ls_post_token_of(cu.post[pos & 1], pos);
-        if (last >= 0) return (int)last;
-        char msg[128];
-        snprintf(msg, sizeof msg, "position %d's token was never posted (its slot holds %d's)", pos,
-                 (int)(cu.post[pos & 1] >> 32));
-        ls_die(__FILE__, __LINE__, "cu_token_take", msg);
-    }
+    cu_poll(token_slot_pos, pos, "cu_token_take", "token was");
+    return (int)ls_post_token_of(cu.post[pos & 1], pos);
 }
 
 static void cu_graph_free(void *graph)
