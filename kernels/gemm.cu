@@ -42,8 +42,12 @@ extern "C" struct ls_gemm *ls_gemm_create(void)
 {
     struct ls_gemm *g = (struct ls_gemm *)calloc(1, sizeof *g);
     CHECK_ALLOC(g);
+    if (cudaMalloc(&g->ws, GEMM_WORKSPACE) != cudaSuccess) {
+        cudaGetLastError();
+        free(g);
+        return NULL;
+    }
     CHECK_CUBLAS(cublasLtCreate(&g->lt));
-    CHECK_CUDA(cudaMalloc(&g->ws, GEMM_WORKSPACE));
     return g;
 }
 
@@ -55,6 +59,11 @@ static void plan_free(struct gemm_plan *p)
     CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(p->b));
     CHECK_CUBLAS(cublasLtMatrixLayoutDestroy(p->c));
     p->T = 0;
+}
+
+extern "C" size_t ls_gemm_workspace_bytes(void)
+{
+    return GEMM_WORKSPACE;
 }
 
 extern "C" void ls_gemm_free(struct ls_gemm *g)

@@ -6,6 +6,7 @@
 #ifndef LOCKSTEP_KERNELS_GEMM_H
 #define LOCKSTEP_KERNELS_GEMM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -14,8 +15,10 @@ extern "C" {
 
 struct ls_gemm;
 
-/* on the current device; failures are fatal (check.h) */
+/* on the current device, with its workspace (ls_gemm_workspace_bytes); NULL when that does not
+ * fit the device's memory, other failures are fatal (check.h) */
 struct ls_gemm *ls_gemm_create(void);
+size_t ls_gemm_workspace_bytes(void);
 void ls_gemm_free(struct ls_gemm *g);
 
 /* C[t][j] = sum_i A[t][i] * W[j][i] (+ bias[j]), t < T, j < n. A, W: bf16 bits; bias fp32 or

@@ -44,6 +44,12 @@ struct ls_backend {
     void *(*matrix_row)(void *m, size_t row, size_t cols);
     /* KV cache of one layer for hkv heads x max_ctx positions x hd, zeroed */
     void *(*alloc_cache)(int hkv, int max_ctx, int hd);
+    /* The backend's own working memory at its largest, once at start-up, so that no request
+     * runs out of memory half-way (NULL: it has none): a chunk's GEMM input of up to max_t
+     * positions of max_k values, the GEMM library's workspace, the decode attention's
+     * partials for hq q heads (hkv KV heads) of hd over max_ctx positions; and what it keeps
+     * free beyond them. 0, or -1 with *need the bytes asked for (the part kept free included). */
+    int (*reserve)(int max_t, int max_k, int hq, int hkv, int hd, int max_ctx, size_t *need);
 
     /* out[t] = table[ids[t]], [T][dim] */
     void (*embed)(float *out, const void *table, const int *ids, int T, int dim);

@@ -259,12 +259,36 @@ static void *cu_alloc_cache(int hkv, int max_ctx, int hd)
     return cu_alloc((size_t)hkv * max_ctx * hd * sizeof(uint16_t));
 }
 
-static void grow(void **p, size_t *cap, size_t need_bytes)
+/* *p to at least need_bytes (what it held is dropped): 0, or -1 when out of memory (*p NULL) */
+static int try_grow(void **p, size_t *cap, size_t need_bytes)
 {
-    if (need_bytes <= *cap) return;
+    if (need_bytes <= *cap) return 0;
     if (*p) CHECK_CUDA(cudaFree(*p));
-    CHECK_CUDA(cudaMalloc(p, need_bytes));
+    *p = NULL;
+    *cap = 0;
+    if (cudaMalloc(p, need_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        *p = NULL;
+        return -1;
+    }
     *cap = need_bytes;
+    return 0;
+}
+
+/* ends the job: no device memory for what (need bytes), with the numbers */
+static void die_no_memory(const char *what, size_t need)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, "out of GPU memory for %s: %.1f MB needed, %.1f MB free", what,
+             need / 1e6, cu_mem_free() / 1e6);
+    ls_die(__FILE__, __LINE__, "grow", msg);
+}
+
+/* try_grow, or the end of the job (cu_reserve sized both at start-up: only a caller past what
+ * it was told gets here) */
+static void grow(void **p, size_t *cap, size_t need_bytes, const char *what)
+{
+    if (try_grow(p, cap, need_bytes)) die_no_memory(what, need_bytes);
 }
 
 static void cu_embed(float *out, const void *table, const int *ids, int T, int dim)
@@ -287,9 +311,10 @@ static void cu_add_rmsnorm(float *out, float *x, const float *res, const float *
 static uint16_t *act16(int T, int k)
 {
     size_t cap = cu.act16_cap * sizeof(uint16_t);
-    grow((void **)&cu.act16, &cap, (size_t)T * k * sizeof(uint16_t));
+    grow((void **)&cu.act16, &cap, (size_t)T * k * sizeof(uint16_t), "a prefill GEMM's input");
     cu.act16_cap = cap / sizeof(uint16_t);
-    if (!cu.gemm) cu.gemm = ls_gemm_create();
+    if (!cu.gemm && !(cu.gemm = ls_gemm_create()))
+        die_no_memory("cuBLASLt's workspace", ls_gemm_workspace_bytes());
     return cu.act16;
 }
 
@@ -480,6 +505,44 @@ static void cu_set_decode_form(int form)
     cu.att_form = form;
 }
 
+/* the decode attention's workspace to at least ws bytes, zeroed: the decode kernel's
+ * done-counters (after the partials) start at zero, and every launch leaves them so */
+static int attn_ws_grow(size_t ws)
+{
+    if (try_grow((void **)&cu.attn_ws, &cu.attn_ws_cap, ws)) return -1;
+    CHECK_CUDA(cudaMemsetAsync(cu.attn_ws, 0, ws, stream_get()));
+    return 0;
+}
+
+/* what start-up leaves free on the device: the decode graphs' instantiations, the driver's and
+ * the libraries' own allocations after start-up */
+#define RESERVE_HEADROOM ((size_t)256 << 20)
+
+static int cu_reserve(int max_t, int max_k, int hq, int hkv, int hd, int max_ctx, size_t *need)
+{
+    const size_t act = max_t > GEMV_MAX_T ? (size_t)max_t * max_k * sizeof(uint16_t) : 0,
+                 gws = ls_gemm_workspace_bytes(),
+                 ws = ls_attention_decode_workspace(hq, hd,
+                                                    ls_attention_decode_splits(hq, hkv, max_ctx));
+    *need = act + (cu.gemm ? 0 : gws) + ws + RESERVE_HEADROOM;
+    size_t cap = cu.act16_cap * sizeof(uint16_t);
+    int failed = try_grow((void **)&cu.act16, &cap, act);
+    cu.act16_cap = cap / sizeof(uint16_t);
+    if (!failed && !cu.gemm) failed = !(cu.gemm = ls_gemm_create());
+    if (!failed && ws > cu.attn_ws_cap) failed = attn_ws_grow(ws);
+    if (!failed && cu_mem_free() < RESERVE_HEADROOM) failed = 1;
+    if (!failed) return 0;
+    /* none of it, so that the caller's count of free memory is what the rest left */
+    if (cu.act16) CHECK_CUDA(cudaFree(cu.act16));
+    if (cu.attn_ws) CHECK_CUDA(cudaFree(cu.attn_ws));
+    ls_gemm_free(cu.gemm);
+    cu.act16 = NULL;
+    cu.attn_ws = NULL;
+    cu.gemm = NULL;
+    cu.act16_cap = cu.attn_ws_cap = 0;
+    return -1;
+}
+
 static void cu_attention(float *out, const float *qkv, int stride, const void *kc, const void *vc,
                          const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx)
 {
@@ -492,10 +555,7 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
         if (st != cudaStreamCaptureStatusNone)
             ls_die(__FILE__, __LINE__, "cu_attention",
                    "attention workspace first needed inside a graph capture");
-        grow((void **)&cu.attn_ws, &cu.attn_ws_cap, ws);
-        /* the decode kernel's done-counters (after the partials) start at zero; every launch
-         * leaves them at zero */
-        CHECK_CUDA(cudaMemsetAsync(cu.attn_ws, 0, ws, stream_get()));
+        if (attn_ws_grow(ws)) die_no_memory("the decode attention's workspace", ws);
     }
     /* LOCKSTEP_ATTN_PREFILL=0 sends prefills through the decode kernel, one position at a time */
     const char *ap = getenv("LOCKSTEP_ATTN_PREFILL");
@@ -702,6 +762,7 @@ const struct ls_backend ls_backend_cuda = {
     .upload_vector = cu_upload_vector,
     .matrix_row = cu_matrix_row,
     .alloc_cache = cu_alloc_cache,
+    .reserve = cu_reserve,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
     .add_rmsnorm = cu_add_rmsnorm,

@@ -192,6 +192,34 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
     return 0;
 }
 
+/* the buffers of a step's choice, for any request (so none runs out of memory half-way): the
+ * draw's number and the sampling workspace, the penalties' logits, counts and window, the logit
+ * bias, a scored step's statistics */
+static size_t choice_bytes(const struct ls_engine *e)
+{
+    const size_t V = (size_t)e->m->cfg.vocab;
+    return sizeof(double) + e->be->sample_ws(e->m->cfg.vocab) + V * sizeof(float) +
+           V * sizeof(int) + (size_t)e->max_ctx * sizeof(int) + V * sizeof(float) +
+           (size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double);
+}
+
+/* choice_bytes' buffers: 0, or -1 when out of memory (ls_engine_free frees what was had) */
+static int choice_alloc(struct ls_engine *e)
+{
+    const struct ls_backend *be = e->be;
+    const size_t V = (size_t)e->m->cfg.vocab;
+    e->u = be->alloc(sizeof(double));
+    e->sample_ws = be->alloc(be->sample_ws(e->m->cfg.vocab));
+    e->plogits = be->alloc(V * sizeof(float));
+    e->pcount = be->alloc(V * sizeof(int));
+    e->phist = be->alloc((size_t)e->max_ctx * sizeof(int));
+    e->pbias = be->alloc(V * sizeof(float));
+    e->dstats = be->alloc((size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double));
+    return e->u && e->sample_ws && e->plogits && e->pcount && e->phist && e->pbias && e->dstats
+               ? 0
+               : -1;
+}
+
 struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
                                 const struct ls_backend *be, int max_ctx, int max_batch, char *err,
                                 size_t errlen)
@@ -239,21 +267,39 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
         e->vc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
         if (!e->kc[l] || !e->vc[l]) failed = 1;
     }
+    const size_t choice_b = choice_bytes(e);
+    if (!failed) failed = choice_alloc(e);
     if (failed) {
         double need = ((double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes +
-                       (double)B * (3.0 * D + 2.0 * qd + 2.0 * kd + 2.0 * F) * 4);
+                       (double)B * (3.0 * D + 2.0 * qd + 2.0 * kd + 2.0 * F) * 4 +
+                       (double)e->vpad * (1 + m->tp) * 4 + (double)choice_b);
+        ls_engine_free(e); /* first: what the weights leave free */
         size_t free_b = be->mem_free ? be->mem_free() : 0;
         char have[64] = "";
         if (free_b) snprintf(have, sizeof have, " (%.2f GB free after the weights)", free_b / 1e9);
         snprintf(err, errlen,
-                 "out of %s memory for the KV cache and activations: %.2f GB needed for "
+                 "rank %d: out of %s memory for the KV cache and activations: %.2f GB needed for "
                  "--max-context %d%s; lower --max-context",
-                 be->name, need / 1e9, max_ctx, have);
-        ls_engine_free(e);
+                 comm->rank, be->name, need / 1e9, max_ctx, have);
         return NULL;
     }
     const int mf = mlp_fused_switch(e, err, errlen);
     if (mf < 0 || (mf > 0 && mlp_fused_alloc(e, mf, err, errlen))) {
+        ls_engine_free(e);
+        return NULL;
+    }
+    /* the backend's working memory at its largest, last (it keeps some memory free besides): a
+     * chunk's GEMM input is at most a chunk's positions of the widest input (dim, the q heads'
+     * outputs, the MLP's) */
+    size_t own_b = 0;
+    const int widest = D > qd ? (D > F ? D : F) : (qd > F ? qd : F);
+    if (be->reserve &&
+        be->reserve(max_batch, widest, s->q_heads, s->kv_heads, hd, max_ctx, &own_b) != 0) {
+        const size_t free_b = be->mem_free ? be->mem_free() : 0;
+        snprintf(err, errlen,
+                 "rank %d: out of %s memory for its working buffers after the KV cache of "
+                 "--max-context %d: %.1f MB needed, %.1f MB free; lower --max-context",
+                 comm->rank, be->name, max_ctx, own_b / 1e6, free_b / 1e6);
         ls_engine_free(e);
         return NULL;
     }
@@ -950,43 +996,6 @@ static int same_choice(const struct ls_sampling *a, const struct ls_sampling *b)
            a->min_p == b->min_p;
 }
 
-/* ends the job: no backend memory for what (need bytes), with the numbers */
-static void die_no_memory(const struct ls_engine *e, const char *what, size_t need)
-{
-    const struct ls_backend *be = e->be;
-    const size_t free_b = be->mem_free ? be->mem_free() : 0;
-    char msg[200];
-    snprintf(msg, sizeof msg, "rank %d: out of %s memory for %s: %.1f MB needed, %.1f MB free",
-             e->comm->rank, be->name, what, need / 1e6, free_b / 1e6);
-    ls_die(__FILE__, __LINE__, "ls_engine_decode", msg);
-}
-
-/* the draw's slot and the sampling workspace at the first sampled choice (before any capture);
- * out of memory ends the job, saying so */
-static void draw_alloc(struct ls_engine *e, const struct ls_sampling *sp)
-{
-    if (sp->temperature == 0.0f || e->u) return;
-    const struct ls_backend *be = e->be;
-    const size_t ws = be->sample_ws(e->m->cfg.vocab);
-    e->u = be->alloc(sizeof(double));
-    e->sample_ws = be->alloc(ws);
-    if (!e->u || !e->sample_ws) die_no_memory(e, "the sampling workspace", ws + sizeof(double));
-}
-
-/* the penalties' buffers, once (before any capture); out of memory ends the job, saying so */
-static void pen_alloc(struct ls_engine *e)
-{
-    if (e->plogits) return;
-    const struct ls_backend *be = e->be;
-    const size_t V = (size_t)e->m->cfg.vocab;
-    e->plogits = be->alloc(V * sizeof(float));
-    e->pcount = be->alloc(V * sizeof(int));
-    e->phist = be->alloc((size_t)e->max_ctx * sizeof(int));
-    if (!e->plogits || !e->pcount || !e->phist)
-        die_no_memory(e, "the penalties",
-                      V * sizeof(float) + V * sizeof(int) + (size_t)e->max_ctx * sizeof(int));
-}
-
 /* the penalties' window for a step at position p from the caller's history (hist[0..p]): the
  * counts of positions [max(0, p - last_n), p) and their tokens, which the step's penalize then
  * moves on by one */
@@ -1019,8 +1028,6 @@ static void bias_sync(struct ls_engine *e, const struct ls_sampling *sp)
 {
     const struct ls_backend *be = e->be;
     const int V = e->m->cfg.vocab;
-    if (!e->pbias && !(e->pbias = be->alloc((size_t)V * sizeof(float))))
-        die_no_memory(e, "the logit bias", (size_t)V * sizeof(float));
     if (e->bias_sent && same_vector(e->bias_sent, sp)) return;
     float *dense = calloc((size_t)V, sizeof *dense);
     CHECK_ALLOC(dense);
@@ -1039,13 +1046,11 @@ static void bias_sync(struct ls_engine *e, const struct ls_sampling *sp)
 static int choice_prepare(struct ls_engine *e, const struct ls_sampling *sp, double u,
                           const int *hist, int p, const char *who)
 {
-    draw_alloc(e, sp);
     if (sp->temperature != 0.0f) e->be->to_device(e->u, &u, sizeof u);
     if (ls_sampling_biased(sp)) bias_sync(e, sp);
     const int penalized = ls_sampling_adjusted(sp);
     if (penalized) {
         if (!hist) ls_die(__FILE__, __LINE__, who, "penalties need the history");
-        pen_alloc(e);
         if (e->pen_pos != p || e->pen_last_n != sp->penalty_last_n)
             pen_sync(e, hist, p, sp->penalty_last_n);
     }
@@ -1069,10 +1074,6 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     if (!sp) sp = &greedy;
     if (e->pos + 1 > e->max_ctx) return -1;
     if (top_n > LS_SCORE_TOP_MAX) top_n = LS_SCORE_TOP_MAX;
-    if (top_n >= 0 && !e->dstats) { /* before any capture */
-        e->dstats = be->alloc((size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double));
-        if (!e->dstats) ls_die(__FILE__, __LINE__, "ls_engine_decode", "out of memory for scores");
-    }
     /* the backend's form for this context (one graph each, captured when first needed) */
     const int form = decode_form_at(e, e->pos);
     /* a step issued ahead by the last call (at this position, in this form: it checked): this

@@ -5,7 +5,7 @@
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring,
 # scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, graphs, pflong, longctx, ahead, attbench,
-# attforms, shapes, layers, ab, mlp, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
+# attforms, shapes, layers, ab, mlp, memory, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
 # table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
@@ -818,6 +818,40 @@ PY
         mpi -np "$tp" build-gpu/lockstep bench --gpu --allreduce-sweep --json "$OUT/sweep-$tp.json"
     done
     column -t "$OUT/scaling.tsv" 2>/dev/null || cat "$OUT/scaling.tsv"
+}
+
+# Start-up memory (#4: running out of GPU memory is a clear error with the numbers, never a crash
+# half-way). The Llama-3.2-3B shape (114688 bytes of K and V a position): a cache past the device
+# is refused at start-up with the bytes needed and free; then, at the largest --max-context that
+# starts (bisected to 16 positions, below what one prefill chunk's GEMM input takes), a prompt of
+# more than one 1024-position chunk with drawn, penalised, biased and scored steps must run, as
+# every buffer a request can need was taken at start-up.
+stage_memory() {
+    local m=(--gpu --dummy tests/gpu/llama-3.2-3b.json) per=114688 msg free lo hi mid ok=0
+    probe() { mpi -np 1 build-gpu/lockstep generate "${m[@]}" --max-context "$1" --prompt-ids 1,2,3 \
+        -n 1 --quiet >/dev/null 2>"$OUT/mem-probe.err"; }
+    probe 4194304 && { echo "--max-context 4194304 started"; return 1; }
+    msg=$(grep -o "rank 0: out of.*" "$OUT/mem-probe.err" | head -1)
+    echo "--max-context 4194304: $msg"
+    free=$(sed -n 's/.*(\([0-9.]*\) GB free after the weights).*/\1/p' <<<"$msg")
+    [ -n "$free" ] || { echo "no free memory in the message"; return 1; }
+    hi=$(python3 -c "print(int($free * 1e9 / $per) + 64)")
+    lo=$((hi - 16384))
+    probe $hi && { echo "--max-context $hi past the free memory started"; return 1; }
+    probe $lo || { echo "--max-context $lo did not start: $(tail -2 "$OUT/mem-probe.err")"; return 1; }
+    while [ $((hi - lo)) -gt 16 ]; do
+        mid=$(((lo + hi) / 2))
+        if probe $mid; then lo=$mid; else hi=$mid; fi
+    done
+    echo "the largest --max-context that starts: $lo ($hi does not: $(grep -o "rank 0: out of.*" "$OUT/mem-probe.err" | head -1))"
+    gen_json 1 "$OUT/mem-edge.json" "${m[@]}" --max-context $lo --prompt-ids "$(seq -s, 1000 2199)" -n 24 \
+        --temperature 0.8 --top-p 0.95 --seed 7 --repeat-penalty 1.1 --logit-bias 20=-100 --logprobs 3 \
+        2>"$OUT/mem-edge.err" && [ "$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["ids"]))' "$OUT/mem-edge.json")" = 24 ] ||
+        { echo "at --max-context $lo, a 1200-token prompt with 24 drawn, penalised, biased, scored tokens failed: $(tail -3 "$OUT/mem-edge.err")"; ok=1; }
+    gen_json 1 "$OUT/mem-edge.json" "${m[@]}" --max-context $lo --prompt-ids "$(seq -s, 1000 2199)" -n 24 2>"$OUT/mem-edge.err" ||
+        { echo "at --max-context $lo, greedy after a 1200-token prompt failed: $(tail -3 "$OUT/mem-edge.err")"; ok=1; }
+    [ $ok = 0 ] && echo "at --max-context $lo: a 1200-token prompt, then 24 greedy and 24 drawn, penalised, biased, scored tokens ran"
+    return $ok
 }
 
 # a rank that hangs mid-decode under each all-reduce path: rank 0's step watchdog (3 s) ends it,

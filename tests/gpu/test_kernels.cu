@@ -771,6 +771,10 @@ static void test_gemm_add(struct ls_gemm *g, int T, int k, int n)
 static void tests_gemm(void)
 {
     struct ls_gemm *g = ls_gemm_create();
+    if (!g) {
+        fprintf(stderr, "ls_gemm_create: no memory for its workspace\n");
+        exit(1);
+    }
     test_gemm_add(g, 9, 576, 960);
     test_gemm_add(g, 37, 1536, 576);
     test_gemm(g, 37, 1536, 576, false); // the same shape's plan, now without the add
