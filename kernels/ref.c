@@ -131,7 +131,7 @@ void ref_penalize(float *out, const float *logits, const float *bias, int vocab,
 void ref_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
                       const int *targets, int first, int N)
 {
-    const int W = 3 + 2 * N, K = N < n ? N : n;
+    const int W = LS_SCORE_W(N), K = N < n ? N : n;
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) {
         const float *l = logits + (size_t)r * ld;

@@ -37,8 +37,10 @@ void ref_add(float *x, const float *y, size_t n);
  * (3 + 2 N doubles a row). The sum of exp(l - m) runs in column order in double. */
 #define LS_SCORE_TOP_MAX   20 /* the most likely tokens a row's scores can list */
 #define LS_SCORE_SPLIT_MAX 64 /* the most slices a backend cuts a row into (ls_row_logprobs) */
-/* the most doubles one row's scores take (LS_SCORE_SPLIT_MAX slices of 3 + 2 N) */
-#define LS_SCORE_ROW_MAX (LS_SCORE_SPLIT_MAX * (3 + 2 * LS_SCORE_TOP_MAX))
+/* the doubles of one slice's scores listing N tokens */
+#define LS_SCORE_W(N) (3 + 2 * (N))
+/* the most doubles one row's scores take (LS_SCORE_SPLIT_MAX slices of LS_SCORE_W(N)) */
+#define LS_SCORE_ROW_MAX (LS_SCORE_SPLIT_MAX * LS_SCORE_W(LS_SCORE_TOP_MAX))
 void ref_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
                       const int *targets, int first, int N);
 /* The penalised logit of a token seen count > 0 times in the penalty window (ls_sampler's

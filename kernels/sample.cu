@@ -849,7 +849,7 @@ static __global__ void __launch_bounds__(LP_THREADS)
     // block = row r's slice: columns [c0, c0 + n) of the row, tokens first ..
     const int r = blockIdx.x / split, chunk = (nrow + split - 1) / split,
               c0 = (blockIdx.x % split) * chunk, n = max(0, min(chunk, nrow - c0)),
-              first = first_row + c0, W = 3 + 2 * N;
+              first = first_row + c0, W = LS_SCORE_W(N);
     const float *l = logits + (size_t)r * ld + c0;
     double *o = out + (size_t)blockIdx.x * W;
     float m = -INFINITY, tv[LS_SCORE_TOP_MAX];

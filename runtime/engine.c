@@ -79,7 +79,7 @@ struct ls_engine {
 };
 
 /* doubles of a position's scores (ref_row_logprobs' layout at the most tokens listed) */
-#define SCORE_W (3 + 2 * LS_SCORE_TOP_MAX)
+#define SCORE_W LS_SCORE_W(LS_SCORE_TOP_MAX)
 /* positions of one LM head product when scoring: 128 keeps the head's logits to 66 MB at a
  * vocabulary of 128256 while the head's weights are read once for 128 positions */
 #define SCORE_ROWS 128
@@ -810,7 +810,7 @@ static const double *score_entry(const double *st, int R, int S, int W, int r, i
 void ls_scores_combine(const double *st, int tp, int R, int S, int r, int N, struct ls_scores *s,
                        int *head, int *ids, double *vals)
 {
-    const int W = 3 + 2 * N, J = tp * S;
+    const int W = LS_SCORE_W(N), J = tp * S;
     double mx = -INFINITY, sum = 0.0, target = -INFINITY;
     for (int j = 0; j < J; j++) {
         const double *o = score_entry(st, R, S, W, r, j);
@@ -857,7 +857,7 @@ static void score_chunk(struct ls_engine *e, const int *ids, int n, int done, in
 {
     const struct ls_backend *be = e->be;
     const struct ls_model *m = e->m;
-    const int D = m->cfg.dim, rows = m->shard.vocab_rows, tp = m->tp, N = q->top_n, W = 3 + 2 * N,
+    const int D = m->cfg.dim, rows = m->shard.vocab_rows, tp = m->tp, N = q->top_n, W = LS_SCORE_W(N),
               first = m->plan[e->comm->rank].vocab_first;
     int top_ids[LS_SCORE_TOP_MAX];
     double top_vals[LS_SCORE_TOP_MAX];
@@ -975,7 +975,7 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
     if (top_n >= 0) {
         e->be->row_logprobs(e->dstats, e->logits, 1, V, (size_t)V, e->ids, 0, top_n, S);
         /* posted with the token where it is polled for (as it is where posting) */
-        if (post && ahead_scored(e)) e->be->scores_post(e->posb, e->dstats, S * (3 + 2 * top_n));
+        if (post && ahead_scored(e)) e->be->scores_post(e->posb, e->dstats, S * LS_SCORE_W(top_n));
     }
     e->be->advance(e->posb, post ? e->ids : NULL,
                    post && sp->temperature != 0.0f && ahead_drawn() ? e->u : NULL);
@@ -1158,7 +1158,7 @@ int ls_engine_decode_scored(struct ls_engine *e, int in, const struct ls_samplin
     else if (!(lab_skip(e) & LAB_READ) || top_n >= 0)
         be->to_host(out, e->ids, sizeof(int));
     if (top_n >= 0) {
-        const int S = score_split(e, 1, e->m->cfg.vocab), n = S * (3 + 2 * top_n);
+        const int S = score_split(e, 1, e->m->cfg.vocab), n = S * LS_SCORE_W(top_n);
         double o[LS_SCORE_SPLIT_MAX * SCORE_W];
         int head[LS_SCORE_SPLIT_MAX];
         if (polled && ahead_scored(e))

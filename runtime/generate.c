@@ -143,7 +143,7 @@ static void scores_logprobs(const struct ls_scores *s, int N, float *lp, int *id
 static void step_logprobs(const float *logits, int V, int id, int N, float *lp, int *ids,
                           float *vals)
 {
-    double o[3 + 2 * LS_SCORE_TOP_MAX], tv[LS_SCORE_TOP_MAX];
+    double o[LS_SCORE_W(LS_SCORE_TOP_MAX)], tv[LS_SCORE_TOP_MAX];
     int ti[LS_SCORE_TOP_MAX], head;
     struct ls_scores s;
     ref_row_logprobs(o, logits, 1, V, (size_t)V, &id, 0, N);
