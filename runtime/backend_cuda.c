@@ -268,27 +268,21 @@ static int try_grow(void **p, size_t *cap, size_t need_bytes)
     *cap = 0;
     if (cudaMalloc(p, need_bytes) != cudaSuccess) {
         cudaGetLastError();
-        *p = NULL;
+        *p = NULL; /* whatever the failed call left there */
         return -1;
     }
     *cap = need_bytes;
     return 0;
 }
 
-/* ends the job: no device memory for what (need bytes), with the numbers */
+/* ends the job: no device memory for what (need bytes), with the numbers (cu_reserve sized the
+ * buffers at start-up: only a caller past what it was told gets here) */
 static void die_no_memory(const char *what, size_t need)
 {
     char msg[200];
     snprintf(msg, sizeof msg, "out of GPU memory for %s: %.1f MB needed, %.1f MB free", what,
              need / 1e6, cu_mem_free() / 1e6);
     ls_die(__FILE__, __LINE__, "grow", msg);
-}
-
-/* try_grow, or the end of the job (cu_reserve sized both at start-up: only a caller past what
- * it was told gets here) */
-static void grow(void **p, size_t *cap, size_t need_bytes, const char *what)
-{
-    if (try_grow(p, cap, need_bytes)) die_no_memory(what, need_bytes);
 }
 
 static void cu_embed(float *out, const void *table, const int *ids, int T, int dim)
@@ -307,12 +301,20 @@ static void cu_add_rmsnorm(float *out, float *x, const float *res, const float *
     ls_add_rmsnorm(out, x, res, w, rows, dim, eps, stream_get());
 }
 
+/* cu.act16 to at least bytes (try_grow, its capacity kept in elements) */
+static int act16_try_grow(size_t bytes)
+{
+    size_t cap = cu.act16_cap * sizeof(uint16_t);
+    const int rc = try_grow((void **)&cu.act16, &cap, bytes);
+    cu.act16_cap = cap / sizeof(uint16_t);
+    return rc;
+}
+
 /* a prefill chunk's GEMM input: T x k bf16 in cu.act16 (eager, so it may grow) */
 static uint16_t *act16(int T, int k)
 {
-    size_t cap = cu.act16_cap * sizeof(uint16_t);
-    grow((void **)&cu.act16, &cap, (size_t)T * k * sizeof(uint16_t), "a prefill GEMM's input");
-    cu.act16_cap = cap / sizeof(uint16_t);
+    const size_t bytes = (size_t)T * k * sizeof(uint16_t);
+    if (act16_try_grow(bytes)) die_no_memory("a prefill GEMM's input", bytes);
     if (!cu.gemm && !(cu.gemm = ls_gemm_create()))
         die_no_memory("cuBLASLt's workspace", ls_gemm_workspace_bytes());
     return cu.act16;
@@ -525,9 +527,7 @@ static int cu_reserve(int max_t, int max_k, int hq, int hkv, int hd, int max_ctx
                  ws = ls_attention_decode_workspace(hq, hd,
                                                     ls_attention_decode_splits(hq, hkv, max_ctx));
     *need = act + (cu.gemm ? 0 : gws) + ws + RESERVE_HEADROOM;
-    size_t cap = cu.act16_cap * sizeof(uint16_t);
-    int failed = try_grow((void **)&cu.act16, &cap, act);
-    cu.act16_cap = cap / sizeof(uint16_t);
+    int failed = act16_try_grow(act);
     if (!failed && !cu.gemm) failed = !(cu.gemm = ls_gemm_create());
     if (!failed && ws > cu.attn_ws_cap) failed = attn_ws_grow(ws);
     if (!failed && cu_mem_free() < RESERVE_HEADROOM) failed = 1;

@@ -38,13 +38,13 @@ struct ls_engine {
     float *pend;         /* [2][dim] x's pending sum, the fused MLP's output (with down_t) */
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
-    void *sample_ws;     /* the backend's sampling workspace, allocated on first use */
+    void *sample_ws;     /* the backend's sampling workspace */
     void *graph[2];              /* captured decode step per backend form, or NULL */
     struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
     int graph_top[2];               /* the chosen token's scores each takes: -1 none, else top_n */
     struct ls_graph_stats gstats;   /* captures so far: new graphs, updates in place, seconds */
     double *dstats;                 /* [S][SCORE_W] a scored step's (backend memory) */
-    /* the penalties' window in the backend, allocated at the first penalised step: the
+    /* the penalties' window in the backend (choice_alloc, at start-up): the
      * penalised logits the token is chosen from (the step's scores stay the model's), each
      * token's count in the window, the tokens by position; valid for a step at pen_pos with
      * pen_last_n, else sent again from the caller's history (pen_sync) */
@@ -52,7 +52,7 @@ struct ls_engine {
     int *pcount, *phist;
     int pen_pos, pen_last_n;
     /* the logit bias and allowed tokens in the backend (vocab floats: ls_sampling_apply_bias
-     * over zeros), allocated at their first use; bias_sent: the choice they came from (NULL:
+     * over zeros; choice_alloc, at start-up); bias_sent: the choice they came from (NULL:
      * none sent yet) */
     float *pbias;
     struct ls_sampling *bias_sent;
@@ -84,11 +84,20 @@ struct ls_engine {
  * vocabulary of 128256 while the head's weights are read once for 128 positions */
 #define SCORE_ROWS 128
 
-static float *balloc(struct ls_engine *e, size_t n, int *failed)
+/* n bytes of backend memory counted into *sum, and taken unless *failed (then NULL; a failure
+ * sets *failed) */
+static void *take(const struct ls_backend *be, size_t n, size_t *sum, int *failed)
 {
-    float *p = e->be->alloc(n * sizeof(float));
+    *sum += n;
+    void *p = *failed ? NULL : be->alloc(n);
     if (!p) *failed = 1;
     return p;
+}
+
+/* n floats of backend memory (take) */
+static float *balloc(struct ls_engine *e, size_t n, size_t *sum, int *failed)
+{
+    return take(e->be, n * sizeof(float), sum, failed);
 }
 
 /* The fused MLP: the attention output, the MLP's norm, gate+up, SwiGLU and down of one position
@@ -194,30 +203,20 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
 
 /* the buffers of a step's choice, for any request (so none runs out of memory half-way): the
  * draw's number and the sampling workspace, the penalties' logits, counts and window, the logit
- * bias, a scored step's statistics */
-static size_t choice_bytes(const struct ls_engine *e)
-{
-    const size_t V = (size_t)e->m->cfg.vocab;
-    return sizeof(double) + e->be->sample_ws(e->m->cfg.vocab) + V * sizeof(float) +
-           V * sizeof(int) + (size_t)e->max_ctx * sizeof(int) + V * sizeof(float) +
-           (size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double);
-}
-
-/* choice_bytes' buffers: 0, or -1 when out of memory (ls_engine_free frees what was had) */
-static int choice_alloc(struct ls_engine *e)
+ * bias, a scored step's statistics; none where *failed says an allocation before failed. Their
+ * bytes are added to *bytes either way; a failure sets *failed (ls_engine_free frees what was
+ * had) */
+static void choice_alloc(struct ls_engine *e, size_t *bytes, int *failed)
 {
     const struct ls_backend *be = e->be;
     const size_t V = (size_t)e->m->cfg.vocab;
-    e->u = be->alloc(sizeof(double));
-    e->sample_ws = be->alloc(be->sample_ws(e->m->cfg.vocab));
-    e->plogits = be->alloc(V * sizeof(float));
-    e->pcount = be->alloc(V * sizeof(int));
-    e->phist = be->alloc((size_t)e->max_ctx * sizeof(int));
-    e->pbias = be->alloc(V * sizeof(float));
-    e->dstats = be->alloc((size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double));
-    return e->u && e->sample_ws && e->plogits && e->pcount && e->phist && e->pbias && e->dstats
-               ? 0
-               : -1;
+    e->u = take(be, sizeof(double), bytes, failed);
+    e->sample_ws = take(be, be->sample_ws(e->m->cfg.vocab), bytes, failed);
+    e->plogits = take(be, V * sizeof(float), bytes, failed);
+    e->pcount = take(be, V * sizeof(int), bytes, failed);
+    e->phist = take(be, (size_t)e->max_ctx * sizeof(int), bytes, failed);
+    e->pbias = take(be, V * sizeof(float), bytes, failed);
+    e->dstats = take(be, (size_t)LS_SCORE_SPLIT_MAX * SCORE_W * sizeof(double), bytes, failed);
 }
 
 struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
@@ -242,22 +241,22 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
     CHECK_ALLOC(e->host_pos);
     int failed = 0;
     size_t B = (size_t)max_batch;
-    e->ids = be->alloc(B * sizeof(int));
-    e->posb = be->alloc(B * sizeof(int));
-    if (!e->ids || !e->posb) failed = 1;
-    e->x = balloc(e, B * D, &failed);
-    e->xn = balloc(e, B * D, &failed);
-    e->qkv = balloc(e, B * (qd + 2 * kd), &failed);
-    e->att = balloc(e, B * qd, &failed);
-    e->proj = balloc(e, B * D, &failed);
-    e->gu = balloc(e, B * 2 * F, &failed);
-    e->logits_local = balloc(e, (size_t)e->vpad, &failed);
-    e->logits_all = balloc(e, (size_t)e->vpad * m->tp, &failed);
+    size_t bufs_b = 0; /* the activations' and the choice's bytes, for the error */
+    e->ids = take(be, B * sizeof(int), &bufs_b, &failed);
+    e->posb = take(be, B * sizeof(int), &bufs_b, &failed);
+    e->x = balloc(e, B * D, &bufs_b, &failed);
+    e->xn = balloc(e, B * D, &bufs_b, &failed);
+    e->qkv = balloc(e, B * (qd + 2 * kd), &bufs_b, &failed);
+    e->att = balloc(e, B * qd, &bufs_b, &failed);
+    e->proj = balloc(e, B * D, &bufs_b, &failed);
+    e->gu = balloc(e, B * 2 * F, &bufs_b, &failed);
+    e->logits_local = balloc(e, (size_t)e->vpad, &bufs_b, &failed);
+    e->logits_all = balloc(e, (size_t)e->vpad * m->tp, &bufs_b, &failed);
     /* when every rank's slice has vpad rows, the gathered slices are the logits in order */
     if ((size_t)e->vpad * m->tp == (size_t)c->vocab)
         e->logits = e->logits_all;
     else
-        e->logits = balloc(e, (size_t)c->vocab, &failed);
+        e->logits = balloc(e, (size_t)c->vocab, &bufs_b, &failed);
     e->kc = calloc((size_t)c->n_layers, sizeof *e->kc);
     e->vc = calloc((size_t)c->n_layers, sizeof *e->vc);
     CHECK_ALLOC(e->kc);
@@ -267,12 +266,9 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
         e->vc[l] = be->alloc_cache(s->kv_heads, max_ctx, hd);
         if (!e->kc[l] || !e->vc[l]) failed = 1;
     }
-    const size_t choice_b = choice_bytes(e);
-    if (!failed) failed = choice_alloc(e);
+    choice_alloc(e, &bufs_b, &failed);
     if (failed) {
-        double need = ((double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes +
-                       (double)B * (3.0 * D + 2.0 * qd + 2.0 * kd + 2.0 * F) * 4 +
-                       (double)e->vpad * (1 + m->tp) * 4 + (double)choice_b);
+        double need = (double)max_ctx * kd * 2 * c->n_layers * be->weight_bytes + (double)bufs_b;
         ls_engine_free(e); /* first: what the weights leave free */
         size_t free_b = be->mem_free ? be->mem_free() : 0;
         char have[64] = "";
