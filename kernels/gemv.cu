@@ -393,24 +393,18 @@ struct gemv_fd {
     unsigned *flow_zero;     // ACC: counters block 0 zeroes after its wait (flow_n), or NULL
     const unsigned *flow_in; // FD: the column counters its x waits on, or NULL (the grid wait)
     int flow_n;
-    int flow_fence; // ACC: 0 leaves out the fence before the counts (timing only: unsafe)
 };
 
 #define GEMV_FLOW_COL 256 // rows a flow counter counts: a column-resident warp's 32 chunks
 
-// until *f >= need, lane 0 polling with a short back-off; acquire: what the writers stored
+// until *f >= need, every lane polling (one request a warp); acquire: what the writers stored
 // before their release is seen by the loads after
 static __device__ __forceinline__ void flow_wait(const unsigned *f, unsigned need)
 {
-    if ((threadIdx.x & 31) == 0) {
-        unsigned v;
-        for (;;) {
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
-            if (v >= need) break;
-            __nanosleep(64);
-        }
-    }
-    __syncwarp(); // orders the warp's loads after lane 0's acquire
+    unsigned v;
+    do {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+    } while (v < need);
 }
 
 // A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
@@ -752,7 +746,7 @@ static __global__ void __launch_bounds__(NT, 1)
         if (ACC && fd.flow_out) {
             __syncthreads(); // every store of the block issued
             if (threadIdx.x == 0) {
-                if (fd.flow_fence) __threadfence(); // ... and seen before the counts (release)
+                __threadfence(); // ... and seen before the counts (release, cumulative)
                 for (int c = r0 / GEMV_FLOW_COL; c <= (r1 - 1) / GEMV_FLOW_COL; c++)
                     atomicAdd(fd.flow_out + c, (unsigned)(min(r1, (c + 1) * GEMV_FLOW_COL) -
                                                           max(r0, c * GEMV_FLOW_COL)));
@@ -1239,12 +1233,6 @@ extern "C" int ls_gemv_o_mlp(float *y, float *y2, float *pend, int pend_live, co
     fo.flow_out = flow;
     fo.flow_zero = flow ? flow_prev : nullptr;
     fo.flow_n = ls_gemv_flow_words(n);
-    static int fence = -1;
-    if (fence < 0) {
-        const char *v = getenv("LOCKSTEP_FLOW_FENCE");
-        fence = !(v && !strcmp(v, "0"));
-    }
-    fo.flow_fence = fence;
     if (!xreg_launch(y, Wo, att, nullptr, n, qd, GEMV_IN_PLAIN, 1, nullptr, 0.0f, at.di,
                      at.smem_max, (cudaStream_t)stream, {}, fo))
         return 0;
