@@ -377,35 +377,14 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // ACC with fd.y2: each updated y also stored there (the fused MLP's input copy); with fd.pend,
 // y's pending sum added to y first (when fd.pend_live) and zeroed.
 // fd.xpend (plain or norm input): x's pending sum, added to x as it is loaded.
-// Flow (ls_gemv_o_mlp): with fd.flow_out, each ACC block, after its stores, adds the count of its
-// rows to the counter of every 256-row column they fall in (released: a gpu-scope fence first),
-// and block 0 zeroes fd.flow_zero after its wait; with fd.flow_in, an FD kernel does not wait for
-// the grid before it: each warp waits (acquire) for its own column's counter to reach the
-// column's rows, then reads its x from L2.
 struct gemv_fd {
-    float *y2;               // ACC: a copy of each updated y
-    const uint4 *dt;         // FD: the down matrix transposed
-    float *out;              // FD: the pending sum [2][k] the partial outputs are added to
-    float *pend;             // ACC: y's pending sum [2][n], or NULL
-    const float *xpend;      // x's pending sum [2][k], or NULL
-    int pend_live;           // ACC: pend holds a sum (else it is only zeroed)
-    unsigned *flow_out;      // ACC: the column counters its rows count into, or NULL
-    unsigned *flow_zero;     // ACC: counters block 0 zeroes after its wait (flow_n), or NULL
-    const unsigned *flow_in; // FD: the column counters its x waits on, or NULL (the grid wait)
-    int flow_n;
+    float *y2;          // ACC: a copy of each updated y
+    const uint4 *dt;    // FD: the down matrix transposed
+    float *out;         // FD: the pending sum [2][k] the partial outputs are added to
+    float *pend;        // ACC: y's pending sum [2][n], or NULL
+    const float *xpend; // x's pending sum [2][k], or NULL
+    int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
 };
-
-#define GEMV_FLOW_COL 256 // rows a flow counter counts: a column-resident warp's 32 chunks
-
-// until *f >= need, every lane polling (one request a warp); acquire: what the writers stored
-// before their release is seen by the loads after
-static __device__ __forceinline__ void flow_wait(const unsigned *f, unsigned need)
-{
-    unsigned v;
-    do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
-    } while (v < need);
-}
 
 // A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
 // stands for (y[i] + p[i]) + p[n + i]. The blocks of the fused MLP add their partial outputs in
@@ -508,15 +487,7 @@ static __global__ void __launch_bounds__(NT, 1)
             rcs[t] = make_float2(cs, sn);
         }
     }
-    const bool flow_in = FD > 0 && fd.flow_in;
-    if (flow_in) {
-        // this warp's column only (q[0]'s: CM is 1 in the FD forms), not the whole o GEMV
-        if (active) flow_wait(fd.flow_in + slot, min(GEMV_FLOW_COL, k - slot * GEMV_FLOW_COL));
-    } else {
-        pdl_wait();
-    }
-    if (ACC && fd.flow_zero && blockIdx.x == 0)
-        for (int i = threadIdx.x; i < fd.flow_n; i += NT) fd.flow_zero[i] = 0u;
+    pdl_wait();
     const int my_rows = active && g < rows ? (rows - g + G - 1) / G : 0;
     uint4 cur[U][CM]; // TR: batch b while b + 1 is in flight
     if (TR) {
@@ -543,9 +514,8 @@ static __global__ void __launch_bounds__(NT, 1)
             xb[j] = make_float4(silu_mul_t<FAST>(g1.x, u1.x), silu_mul_t<FAST>(g1.y, u1.y),
                                 silu_mul_t<FAST>(g1.z, u1.z), silu_mul_t<FAST>(g1.w, u1.w));
         } else {
-            // written during this kernel where flow_in: from L2, never a stale L1 line
-            xa[j] = flow_in ? __ldcg(x4 + 2 * q[j]) : x4[2 * q[j]];
-            xb[j] = flow_in ? __ldcg(x4 + 2 * q[j] + 1) : x4[2 * q[j] + 1];
+            xa[j] = x4[2 * q[j]];
+            xb[j] = x4[2 * q[j] + 1];
             // (x + hi) + lo, as the ACC form takes it in; in the forms that read a residual
             // with one (y = or RoPE; one column a warp): the launch declines others, in which
             // the registers would spill
@@ -742,15 +712,6 @@ static __global__ void __launch_bounds__(NT, 1)
             const float v = ACC ? y0 + (sum + b) : sum + b;
             *yp = v;
             if (ACC && fd.y2) fd.y2[r0 + r] = v;
-        }
-        if (ACC && fd.flow_out) {
-            __syncthreads(); // every store of the block issued
-            if (threadIdx.x == 0) {
-                __threadfence(); // ... and seen before the counts (release, cumulative)
-                for (int c = r0 / GEMV_FLOW_COL; c <= (r1 - 1) / GEMV_FLOW_COL; c++)
-                    atomicAdd(fd.flow_out + c, (unsigned)(min(r1, (c + 1) * GEMV_FLOW_COL) -
-                                                          max(r0, c * GEMV_FLOW_COL)));
-            }
         }
     }
 }
@@ -1208,42 +1169,6 @@ extern "C" int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_
     fd.pend_live = pend_live;
     return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, at.di, at.smem_max,
                        (cudaStream_t)stream, {}, fd);
-}
-
-extern "C" int ls_gemv_flow_words(int n)
-{
-    return (n + GEMV_FLOW_COL - 1) / GEMV_FLOW_COL;
-}
-
-extern "C" int ls_gemv_o_mlp(float *y, float *y2, float *pend, int pend_live, const uint16_t *Wo,
-                             const float *att, int qd, const uint16_t *Wgu, const uint16_t *DT,
-                             const float *norm_w, float eps, int f, int n, unsigned *flow,
-                             unsigned *flow_prev, void *stream)
-{
-    if (n < 1 || qd < 1 || f < 1)
-        ls_die(__FILE__, __LINE__, "ls_gemv_o_mlp", "expected n, qd, f >= 1");
-    if (pend == y2) ls_die(__FILE__, __LINE__, "ls_gemv_o_mlp", "pend must not be the copy y2");
-    xreg_at at, am;
-    if (!xreg_ready(at, Wo, att, nullptr, qd) || !mlp_takes(am, Wgu, DT, y2, pend, norm_w, f, n))
-        return 0;
-    gemv_fd fo = {};
-    fo.y2 = y2;
-    fo.pend = pend;
-    fo.pend_live = pend_live;
-    fo.flow_out = flow;
-    fo.flow_zero = flow ? flow_prev : nullptr;
-    fo.flow_n = ls_gemv_flow_words(n);
-    if (!xreg_launch(y, Wo, att, nullptr, n, qd, GEMV_IN_PLAIN, 1, nullptr, 0.0f, at.di,
-                     at.smem_max, (cudaStream_t)stream, {}, fo))
-        return 0;
-    gemv_fd fm = {};
-    fm.dt = (const uint4 *)DT;
-    fm.out = pend;
-    fm.flow_in = flow;
-    if (!xreg_launch(nullptr, Wgu, y2, nullptr, 2 * f, n, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
-                     norm_w, eps, am.di, am.smem_max, (cudaStream_t)stream, {}, fm))
-        ls_die(__FILE__, __LINE__, "ls_gemv_o_mlp", "the MLP refused a shape it takes");
-    return 1;
 }
 
 extern "C" int ls_gemv_set_mlp_inflight(int n)

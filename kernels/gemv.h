@@ -96,23 +96,6 @@ int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_live, const
                           const float *x, int n, int k, void *stream);
 int ls_gemv_residual_copy_takes(const uint16_t *W, const float *x, int n, int k);
 
-/* One position, one rank's attention output and MLP: ls_gemv_residual_copy(y, y2, pend,
- * pend_live, Wo, att, n, qd), then ls_gemv_mlp(pend, y2, Wgu, DT, norm_w, eps, f, n), the same
- * bits. flow (or NULL: the MLP waits for the whole o GEMV, as the two calls do): the kernels
- * meet through ls_gemv_flow_words(n) counters instead, zero on entry, one a 256-row column of
- * y: each o block counts its rows in once they are stored, and each of the MLP's warps waits
- * only for the column its inputs lie in, so the o GEMV's slowest blocks and its completion
- * hold up only the warps that need their rows. The o kernel zeroes flow_prev (or NULL), the
- * counters of an earlier call whose MLP has ended (it does so after its own wait: any kernel
- * that waits for its predecessor between that MLP and this call makes that so), which is how
- * a chain of calls keeps its counters zero on entry (the engine: one set a layer, each layer
- * zeroing the previous one's). Returns 0, launching nothing, where either shape is not taken. */
-int ls_gemv_o_mlp(float *y, float *y2, float *pend, int pend_live, const uint16_t *Wo,
-                  const float *att, int qd, const uint16_t *Wgu, const uint16_t *DT,
-                  const float *norm_w, float eps, int f, int n, unsigned *flow, unsigned *flow_prev,
-                  void *stream);
-int ls_gemv_flow_words(int n);
-
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above
  * (overrides LOCKSTEP_GEMV=S,M,L); returns the small one's name, NULL for an index out of range.

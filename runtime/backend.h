@@ -16,9 +16,6 @@
 
 struct ls_comm;
 
-/* attn_out_mlp's flow counters: one a 256-row column of x */
-#define LS_FLOW_WORDS(dim) (((dim) + 255) / 256)
-
 struct ls_backend {
     const char *name;
     int weight_bytes;      /* bytes per weight and KV cache element: 4 (fp32) or 2 (bf16) */
@@ -87,14 +84,10 @@ struct ls_backend {
      * matmul_rope_kv and matmul_rmsnorm_pend read x with it. The same bits in every run (the
      * CUDA kernel's partial sums are exact in any order; see kernels/gemv.h). Returns 0, having
      * done nothing, where the o GEMV's shapes are not taken; attn_out_mlp_takes says for both
-     * beforehand (the MLP refusing shapes it says it takes ends the job). flow (or NULL):
-     * LS_FLOW_WORDS(dim) counters, zero on entry, through which the MLP waits for only the
-     * rows of x it reads (kernels/gemv.h, ls_gemv_o_mlp); flow_prev: an earlier call's, whose
-     * MLP has ended, zeroed by this one (the engine: each layer its own, each zeroing the
-     * previous layer's). */
+     * beforehand (the MLP refusing shapes it says it takes ends the job). */
     int (*attn_out_mlp)(float *x, float *xin, float *pend, int pend_live, const float *att,
                         const void *Wo, const void *Wgu, const void *downT, const float *nw,
-                        float eps, int qd, int dim, int f, unsigned *flow, unsigned *flow_prev);
+                        float eps, int qd, int dim, int f);
     int (*attn_out_mlp_takes)(const float *x, const float *xin, const float *pend, const float *att,
                               const void *Wo, const void *Wgu, const void *downT, const float *nw,
                               int qd, int dim, int f);

@@ -433,17 +433,19 @@ static int cu_attn_out_mlp_takes(const float *x, const float *xin, const float *
                                  const void *downT, const float *nw, int qd, int dim, int f)
 {
     (void)x;
-    return LS_FLOW_WORDS(dim) == ls_gemv_flow_words(dim) &&
-           ls_gemv_residual_copy_takes(Wo, att, dim, qd) &&
+    return ls_gemv_residual_copy_takes(Wo, att, dim, qd) &&
            ls_gemv_mlp_takes(Wgu, downT, xin, pend, nw, f, dim);
 }
 
 static int cu_attn_out_mlp(float *x, float *xin, float *pend, int pend_live, const float *att,
                            const void *Wo, const void *Wgu, const void *downT, const float *nw,
-                           float eps, int qd, int dim, int f, unsigned *flow, unsigned *flow_prev)
+                           float eps, int qd, int dim, int f)
 {
-    return ls_gemv_o_mlp(x, xin, pend, pend_live, Wo, att, qd, Wgu, downT, nw, eps, f, dim, flow,
-                         flow_prev, stream_get());
+    /* the shapes were asked of attn_out_mlp_takes at start-up: no second check a step */
+    if (!ls_gemv_residual_copy(x, xin, pend, pend_live, Wo, att, dim, qd, stream_get())) return 0;
+    if (!ls_gemv_mlp(pend, xin, Wgu, downT, nw, eps, f, dim, stream_get()))
+        ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "a shape it had taken was refused");
+    return 1;
 }
 
 static void *cu_transpose_matrix(const void *W, size_t rows, size_t cols)

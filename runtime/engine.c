@@ -36,7 +36,6 @@ struct ls_engine {
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
     void **down_t;       /* [n_layers] the down matrices transposed (mlp_fused), or NULL */
     float *pend;         /* [2][dim] x's pending sum, the fused MLP's output (with down_t) */
-    unsigned *flow;      /* [n_layers][LS_FLOW_WORDS(dim)] the fused MLP's counters, or NULL */
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace */
@@ -101,24 +100,6 @@ static float *balloc(struct ls_engine *e, size_t n, size_t *sum, int *failed)
     return take(e->be, n * sizeof(float), sum, failed);
 }
 
-/* a switch's setting, read once into *cached (-2 first): 1 where the variable is "1", 0 where
- * it is "0", else -1 (not set) */
-static int switch_set(const char *var, int *cached)
-{
-    if (*cached == -2) {
-        const char *v = getenv(var);
-        *cached = v && !strcmp(v, "1") ? 1 : v && !strcmp(v, "0") ? 0 : -1;
-    }
-    return *cached;
-}
-
-/* an experiment's switch: def where the variable is neither "0" nor "1" */
-static int switch_on(const char *var, int def, int *cached)
-{
-    const int set = switch_set(var, cached);
-    return set < 0 ? def : set;
-}
-
 /* The fused MLP: the attention output, the MLP's norm, gate+up, SwiGLU and down of one position
  * at one rank in two kernels instead of three (the backend's attn_out_mlp: the down split along
  * its inputs, read transposed, its output left as x's pending sum; ~1% faster on the 8B), at the
@@ -167,17 +148,6 @@ static void mlp_fused_free(struct ls_engine *e)
     e->down_t = NULL;
     if (e->pend) e->be->free(e->pend);
     e->pend = NULL;
-    if (e->flow) e->be->free(e->flow);
-    e->flow = NULL;
-}
-
-/* LOCKSTEP_FLOW=1: the fused MLP's warps wait for the o GEMV's rows they read, through counters
- * (attn_out_mlp's flow), instead of for the whole o GEMV; needs two layers or more (each layer
- * zeroes the previous one's counters) */
-static int flow_on(const struct ls_engine *e)
-{
-    static int on = -2;
-    return e->m->cfg.n_layers >= 2 && switch_on("LOCKSTEP_FLOW", 0, &on);
 }
 
 /* memory left free beside the transposed copy when the fused MLP is on by default, for what is
@@ -198,8 +168,6 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
     e->down_t = calloc((size_t)n, sizeof *e->down_t);
     CHECK_ALLOC(e->down_t);
     if (room) e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
-    if (room && flow_on(e))
-        room = (e->flow = e->be->alloc((size_t)n * LS_FLOW_WORDS(D) * sizeof(unsigned))) != NULL;
     for (int l = 0; room && l < n; l++)
         room = (e->down_t[l] =
                     e->be->transpose_matrix(m->layers[l].w_down, (size_t)D, (size_t)F)) != NULL;
@@ -358,6 +326,24 @@ static void score_free(struct ls_engine *e)
     free(e->shead);
     e->srows = NULL, e->sstats = e->sstats_all = NULL, e->stargets = NULL;
     e->host_targets = e->shead = NULL, e->shost = NULL;
+}
+
+/* a switch's setting, read once into *cached (-2 first): 1 where the variable is "1", 0 where
+ * it is "0", else -1 (not set) */
+static int switch_set(const char *var, int *cached)
+{
+    if (*cached == -2) {
+        const char *v = getenv(var);
+        *cached = v && !strcmp(v, "1") ? 1 : v && !strcmp(v, "0") ? 0 : -1;
+    }
+    return *cached;
+}
+
+/* an experiment's switch: def where the variable is neither "0" nor "1" */
+static int switch_on(const char *var, int def, int *cached)
+{
+    const int set = switch_set(var, cached);
+    return set < 0 ? def : set;
 }
 
 /* Decode steps issued ahead. Each decode step waits for its token (a read the device finishes
@@ -677,12 +663,8 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
          * output is x's pending sum, which the next layer's o takes in (the first layer's
          * only zeroes what the last forward left) */
         if (mlp1) {
-            const size_t fw = LS_FLOW_WORDS(D);
-            const int nl = e->m->cfg.n_layers;
-            unsigned *flow = e->flow ? e->flow + (size_t)l * fw : NULL,
-                     *flow_prev = e->flow ? e->flow + (size_t)((l + nl - 1) % nl) * fw : NULL;
             if (!be->attn_out_mlp(e->x, e->proj, e->pend, l > 0, e->att, L->wo, L->w_gu,
-                                  e->down_t[l], L->ffn_norm, eps, qd, D, F, flow, flow_prev))
+                                  e->down_t[l], L->ffn_norm, eps, qd, D, F))
                 ls_die(__FILE__, __LINE__, "attn_out_mlp", "refused shapes it took at start-up");
             return;
         }

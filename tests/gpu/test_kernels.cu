@@ -1,9 +1,9 @@
 // Every CUDA kernel family against the CPU reference (kernels/ref.h), then the decode benchmarks.
 //
-//   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--gemv-only]
-//                          [--bench-attention] [--bench-attention-heads]
+//   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--bench-attention]
+//                          [--bench-attention-heads]
 //     --quick       small shapes only, no benchmarks (for compute-sanitizer memcheck)
-//     --no-bench    tests only;  --bench-only  benchmarks only;  --gemv-only  the GEMV tests only
+//     --no-bench    tests only;  --bench-only  benchmarks only
 //     --bench-attention  only the decode attention (with and without clusters), and exit
 //     --bench-attention-heads  only the decode attention at each q heads a block, and exit
 // Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
@@ -524,126 +524,6 @@ static void test_gemv_residual_copy(const char *label, int n, int k, int pend = 
                "%s: the pending sum zeroed", name);
 }
 
-// The o GEMV and the fused MLP meeting through column counters (ls_gemv_o_mlp with flow) against
-// ls_gemv_residual_copy then ls_gemv_mlp (the grid wait), bitwise: a chain of three layers, each
-// o zeroing the previous layer's counters, eagerly with PDL, then each chain captured in a graph
-// and replayed in turn from the same start; y, its copy and the pending sum compared after every
-// pass, the counters after it (the last layer's each its column's rows, the others zero).
-static void test_o_mlp_flow(const char *label, int n, int qd, int f)
-{
-    char name[160];
-    snprintf(name, sizeof name, "o_mlp flow %s n=%d qd=%d f=%d", label, n, qd, f);
-    const int L = 3, nc = ls_gemv_flow_words(n), replays = 8;
-    const float eps = 1e-5f;
-    std::vector<uint16_t> Wo, Wgu, Wd;
-    std::vector<float> tmp;
-    rand_bf16((size_t)n * qd, Wo, tmp, 1.0f / sqrtf((float)qd));
-    rand_bf16((size_t)2 * f * n, Wgu, tmp, 1.0f / sqrtf((float)n));
-    rand_bf16((size_t)n * f, Wd, tmp, 1.0f / sqrtf((float)f));
-    const std::vector<float> x0 = randv(n, 1.0f), nw = randv(n, 1.0f), att = randv((size_t)L * qd);
-    const std::vector<float> zeros(2 * (size_t)n, 0.0f);
-    const std::vector<unsigned> zc((size_t)L * nc, 0u);
-    dev<uint16_t> dWo(Wo.size()), dgu(Wgu.size()), dd(Wd.size()), ddt(Wd.size());
-    dev<float> dx(n), dy2(n), dpend(2 * (size_t)n), datt(att.size()), dnw(n);
-    dev<unsigned> dflow(zc.size());
-    dWo.up(Wo);
-    dgu.up(Wgu);
-    dd.up(Wd);
-    dnw.up(nw);
-    datt.up(att);
-    ls_transpose16(ddt.p, dd.p, n, f, nullptr);
-    auto start = [&] {
-        dx.up(x0);
-        dpend.up(zeros);
-        dy2.poison();
-    };
-    // flow < 0: the two separate calls; 0: ls_gemv_o_mlp without counters; 1: with them
-    int taken = 1;
-    auto chain = [&](int flow, cudaStream_t st) {
-        for (int l = 0; l < L; l++) {
-            const float *a = datt.p + (size_t)l * qd;
-            if (flow < 0) {
-                taken &= ls_gemv_residual_copy(dx.p, dy2.p, dpend.p, l > 0, dWo.p, a, n, qd, st);
-                taken &= ls_gemv_mlp(dpend.p, dy2.p, dgu.p, ddt.p, dnw.p, eps, f, n, st);
-            } else {
-                unsigned *fl = flow ? dflow.p + (size_t)l * nc : nullptr,
-                         *fp = flow ? dflow.p + (size_t)((l + L - 1) % L) * nc : nullptr;
-                taken &= ls_gemv_o_mlp(dx.p, dy2.p, dpend.p, l > 0, dWo.p, a, qd, dgu.p, ddt.p,
-                                       dnw.p, eps, f, n, fl, fp, st);
-            }
-        }
-    };
-    struct state {
-        std::vector<float> x, y2, pend;
-        bool operator==(const state &o) const
-        {
-            return x == o.x && y2 == o.y2 && pend == o.pend;
-        }
-    };
-    auto now = [&] { return state{dx.down(), dy2.down(), dpend.down()}; };
-    auto counters_ok = [&] {
-        std::vector<unsigned> c = dflow.down();
-        size_t bad = 0;
-        for (int l = 0; l < L; l++)
-            for (int i = 0; i < nc; i++) {
-                const unsigned want = l < L - 1 ? 0u : (unsigned)std::min(256, n - 256 * i);
-                bad += c[(size_t)l * nc + i] != want;
-            }
-        return bad == 0;
-    };
-    ls_kernels_set_pdl(1);
-    start();
-    chain(-1, nullptr);
-    const state want = now();
-    report(taken, "%s: taken", name);
-    if (!taken) {
-        ls_kernels_set_pdl(0);
-        return;
-    }
-    bool finite = true;
-    for (float v : want.x) finite = finite && std::isfinite(v);
-    report(finite, "%s: the chain's x finite", name);
-    start();
-    chain(0, nullptr);
-    report(now() == want, "%s: without counters bitwise the two calls", name);
-    start();
-    dflow.up(zc);
-    chain(1, nullptr);
-    report(now() == want, "%s: with counters bitwise the two calls (eager, PDL)", name);
-    report(counters_ok(), "%s: the counters after the chain", name);
-    // graphs: each pass from the same start, the grid-wait chain then the counters' chain
-    cudaStream_t st;
-    CHECK_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudaGraph_t g[2];
-    cudaGraphExec_t ge[2];
-    for (int i = 0; i < 2; i++) {
-        CHECK_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        chain(i, st);
-        CHECK_CUDA(cudaStreamEndCapture(st, &g[i]));
-        CHECK_CUDA(cudaGraphInstantiate(&ge[i], g[i], 0));
-    }
-    size_t differ = 0;
-    for (int r = 0; r < replays; r++) {
-        state s[2];
-        for (int i = 0; i < 2; i++) {
-            start();
-            CHECK_CUDA(cudaGraphLaunch(ge[i], st));
-            CHECK_CUDA(cudaStreamSynchronize(st));
-            s[i] = now();
-        }
-        differ += !(s[0] == s[1]) + !(s[0] == want);
-    }
-    report(differ == 0, "%s: %d graph replays of each chain bitwise (%zu differ)", name, replays,
-           differ);
-    report(counters_ok(), "%s: the counters after the replays", name);
-    for (int i = 0; i < 2; i++) {
-        CHECK_CUDA(cudaGraphExecDestroy(ge[i]));
-        CHECK_CUDA(cudaGraphDestroy(g[i]));
-    }
-    CHECK_CUDA(cudaStreamDestroy(st));
-    ls_kernels_set_pdl(0);
-}
-
 // y = W . x' with x' = x and its pending sum (ls_gemv_pend: the LM head's form after the fused
 // MLP), bitwise ls_gemv_ex of x' taken in on the host; ls_pending_resolve bitwise the host's
 // taking in, its pending sum zeroed
@@ -703,9 +583,6 @@ static void tests_gemv(void)
     test_gemv_residual_copy("llama8b o", 4096, 4096, 1);
     test_gemv_residual_copy("llama8b o", 4096, 4096, 2);
     test_gemv_residual_copy("smollm2 o", 576, 576, 1);
-    test_o_mlp_flow("llama8b", 4096, 4096, 14336);
-    test_o_mlp_flow("smollm2", 576, 576, 1536);
-    test_o_mlp_flow("odd", 4104, 2056, 333);
     test_gemv_pend("llama8b head slice", 20000, 4096, true);
     test_gemv_pend("smollm2 head", 49152, 576, true);
     test_gemv_pend("odd", 1001, 4104, false);
@@ -2558,7 +2435,7 @@ static void benchmarks(void)
 
 int main(int argc, char **argv)
 {
-    bool tests = true, bench = true, gemv_only = false;
+    bool tests = true, bench = true;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench-attention")) {
             bench_decode_forms();
@@ -2574,12 +2451,10 @@ int main(int argc, char **argv)
             bench = false;
         else if (!strcmp(argv[i], "--bench-only"))
             tests = false;
-        else if (!strcmp(argv[i], "--gemv-only"))
-            gemv_only = true, bench = false;
         else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--no-bench] [--bench-only] [--gemv-only] "
-                    "[--bench-attention] [--bench-attention-heads]\n",
+                    "usage: %s [--quick] [--no-bench] [--bench-only] [--bench-attention] "
+                    "[--bench-attention-heads]\n",
                     argv[0]);
             return 2;
         }
@@ -2588,10 +2463,7 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB, %.0f GB memory%s\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9, g_quick ? " (quick)" : "");
-    if (tests && gemv_only) {
-        tests_gemv();
-        printf("==== %d passed, %d failed\n", g_passed, g_failed);
-    } else if (tests) {
+    if (tests) {
         tests_gemv();
         tests_gemm();
         for (int dim : {576, 4096, 7, 1000}) {
