@@ -1,9 +1,9 @@
 // Every CUDA kernel family against the CPU reference (kernels/ref.h), then the decode benchmarks.
 //
-//   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--bench-attention]
-//                          [--bench-attention-heads]
+//   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--gemv-only]
+//                          [--bench-attention] [--bench-attention-heads]
 //     --quick       small shapes only, no benchmarks (for compute-sanitizer memcheck)
-//     --no-bench    tests only;  --bench-only  benchmarks only
+//     --no-bench    tests only;  --bench-only  benchmarks only;  --gemv-only  the GEMV tests only
 //     --bench-attention  only the decode attention (with and without clusters), and exit
 //     --bench-attention-heads  only the decode attention at each q heads a block, and exit
 // Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
@@ -2435,7 +2435,7 @@ static void benchmarks(void)
 
 int main(int argc, char **argv)
 {
-    bool tests = true, bench = true;
+    bool tests = true, bench = true, gemv_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--bench-attention")) {
             bench_decode_forms();
@@ -2451,10 +2451,12 @@ int main(int argc, char **argv)
             bench = false;
         else if (!strcmp(argv[i], "--bench-only"))
             tests = false;
+        else if (!strcmp(argv[i], "--gemv-only"))
+            gemv_only = true, bench = false;
         else {
             fprintf(stderr,
-                    "usage: %s [--quick] [--no-bench] [--bench-only] [--bench-attention] "
-                    "[--bench-attention-heads]\n",
+                    "usage: %s [--quick] [--no-bench] [--bench-only] [--gemv-only] "
+                    "[--bench-attention] [--bench-attention-heads]\n",
                     argv[0]);
             return 2;
         }
@@ -2463,7 +2465,10 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB, %.0f GB memory%s\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9, g_quick ? " (quick)" : "");
-    if (tests) {
+    if (tests && gemv_only) {
+        tests_gemv();
+        printf("==== %d passed, %d failed\n", g_passed, g_failed);
+    } else if (tests) {
         tests_gemv();
         tests_gemm();
         for (int dim : {576, 4096, 7, 1000}) {
