@@ -3,8 +3,10 @@
 //   A [T][k] row-major = a k x T column-major matrix (ld k), op(B) = it, k x T
 //   C [T][n] row-major = an n x T column-major matrix (ld n) = W . A^T
 // so one call computes D (n x T) = op(A) op(B) with the bias broadcast along D's rows (length n),
-// cuBLASLt's BIAS epilogue. Descriptors and the chosen algorithm are cached per (T, k, n,
-// bias, alignment); the bias pointer is set on each call.
+// cuBLASLt's BIAS epilogue. A matrix stored transposed, WT [k][n] row-major, is an n x k
+// column-major matrix (ld n) already: op(A) = it as it is (ls_gemm_bf16_add_wt). Descriptors and
+// the chosen algorithm are cached per (T, k, n, bias, alignment, layout); the bias pointer is
+// set on each call.
 #include "config.h"
 #include "gemm.h"
 #include "runtime/check.h"
@@ -25,7 +27,7 @@
     } while (0)
 
 struct gemm_plan {
-    int T, k, n, bias, align; // key; T == 0: empty slot
+    int T, k, n, bias, align, wt; // key; T == 0: empty slot
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -82,18 +84,21 @@ static int alignment(const void *p0, const void *p1, const void *p2)
     return (int)(a & (~a + 1));
 }
 
-static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bias, int align)
+static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bias, int align,
+                                  int wt)
 {
     for (int i = 0; i < GEMM_CACHE; i++) {
         struct gemm_plan *p = &g->plan[i];
-        if (p->T == T && p->k == k && p->n == n && p->bias == bias && p->align == align) return p;
+        if (p->T == T && p->k == k && p->n == n && p->bias == bias && p->align == align &&
+            p->wt == wt)
+            return p;
     }
     struct gemm_plan *p = &g->plan[g->next];
     g->next = (g->next + 1) % GEMM_CACHE;
     plan_free(p);
 
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasOperation_t ta = wt ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CHECK_CUBLAS(
         cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CHECK_CUBLAS(
@@ -106,7 +111,10 @@ static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bi
         CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
                                                     sizeof bt));
     }
-    CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k));
+    if (wt)
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)n, (uint64_t)k, n));
+    else
+        CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)k, (uint64_t)T, k));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)n, (uint64_t)T, n));
 
@@ -128,13 +136,14 @@ static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bi
     CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
     if (found < 1) ls_die(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", "no algorithm");
     p->algo = res.algo;
-    p->T = T, p->k = k, p->n = n, p->bias = bias, p->align = align;
+    p->T = T, p->k = k, p->n = n, p->bias = bias, p->align = align, p->wt = wt;
     return p;
 }
 
-// C = A W^T (+ bias), or C += A W^T (beta 1: C read and written in place, one layout)
+// C = A W^T (+ bias), or C += A W^T (beta 1: C read and written in place, one layout); wt: W
+// given transposed, [k][n]
 static void gemm_run(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
-                     const float *bias, int T, int k, int n, float beta, void *stream)
+                     const float *bias, int T, int k, int n, float beta, int wt, void *stream)
 {
     if (T < 1 || k < 1 || n < 1) ls_die(__FILE__, __LINE__, "ls_gemm_bf16", "T, k, n must be >= 1");
     int align = alignment(A, W, C);
@@ -142,7 +151,7 @@ static void gemm_run(struct ls_gemm *g, float *C, const uint16_t *A, const uint1
         int ab = alignment(bias, bias, bias);
         align = ab < align ? ab : align;
     }
-    struct gemm_plan *p = plan_get(g, T, k, n, bias != NULL, align);
+    struct gemm_plan *p = plan_get(g, T, k, n, bias != NULL, align, wt);
     if (bias)
         CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                     sizeof bias));
@@ -154,11 +163,17 @@ static void gemm_run(struct ls_gemm *g, float *C, const uint16_t *A, const uint1
 extern "C" void ls_gemm_bf16(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
                              const float *bias, int T, int k, int n, void *stream)
 {
-    gemm_run(g, C, A, W, bias, T, k, n, 0.0f, stream);
+    gemm_run(g, C, A, W, bias, T, k, n, 0.0f, 0, stream);
 }
 
 extern "C" void ls_gemm_bf16_add(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W,
                                  int T, int k, int n, void *stream)
 {
-    gemm_run(g, C, A, W, NULL, T, k, n, 1.0f, stream);
+    gemm_run(g, C, A, W, NULL, T, k, n, 1.0f, 0, stream);
+}
+
+extern "C" void ls_gemm_bf16_add_wt(struct ls_gemm *g, float *C, const uint16_t *A,
+                                    const uint16_t *WT, int T, int k, int n, void *stream)
+{
+    gemm_run(g, C, A, WT, NULL, T, k, n, 1.0f, 1, stream);
 }

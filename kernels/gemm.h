@@ -31,6 +31,11 @@ void ls_gemm_bf16(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t
 void ls_gemm_bf16_add(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *W, int T,
                       int k, int n, void *stream);
 
+/* C[t][j] += sum_i A[t][i] * WT[i][j]: ls_gemm_bf16_add of a matrix stored transposed, WT
+ * [k][n] (the fused MLP's down matrices, kernels/gemv.h ls_gemv_mlp) */
+void ls_gemm_bf16_add_wt(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *WT, int T,
+                         int k, int n, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,7 +78,7 @@ struct ls_backend {
     /* Optional (the engine's fused MLP; NULL: not offered): one position at one rank,
      * x += Wo . att with xin = x after it (a copy the MLP reads), then the MLP of xin
      * (rmsnorm(xin) * nw, gate+up, SwiGLU, down) in one operation that reads the down matrix
-     * transposed (downT, [f][dim], from transpose_matrix). The MLP's output is left in pend
+     * transposed (downT, [f][dim], from transpose_in_place). The MLP's output is left in pend
      * [2][dim] as x's pending sum: x then stands for (x[i] + pend[i]) + pend[dim + i] until the
      * next attn_out_mlp takes it in (pend_live: pend holds one; else it is only zeroed first);
      * matmul_rope_kv and matmul_rmsnorm_pend read x with it. The same bits in every run (the
@@ -96,8 +96,14 @@ struct ls_backend {
      * Offered with attn_out_mlp. */
     void (*matmul_rmsnorm_pend)(float *out, float *x, float *xpend, const float *nw, float eps,
                                 const void *W, const float *bias, int k, int n);
-    /* a new matrix [cols][rows], W [rows][cols] transposed; NULL when out of memory */
-    void *(*transpose_matrix)(const void *W, size_t rows, size_t cols);
+    /* Offered with attn_out_mlp: each of the n matrices W[i] [rows][cols] transposed in place
+     * (then [cols][rows], the same memory) through one scratch matrix taken for the call; 0,
+     * every matrix untouched, when the scratch does not fit. */
+    int (*transpose_in_place)(void *const *W, int n, size_t rows, size_t cols);
+    /* Offered with attn_out_mlp: matmul_residual of a matrix stored transposed, WT [k][n]
+     * (from transpose_in_place), for any T: the prefill's down matmul of the fused MLP */
+    void (*matmul_residual_t)(float *x, const float *in, const void *WT, int T, int k, int n,
+                              int swiglu);
     /* q/k/v at qkv + t * stride (q, then k, then v): optional q/k RMSNorm per head, RoPE at
      * positions pos[t], k and v stored in the caches at pos[t] */
     void (*rope_kv)(float *qkv, int stride, void *kc, void *vc, const int *pos,

@@ -448,18 +448,36 @@ static int cu_attn_out_mlp(float *x, float *xin, float *pend, int pend_live, con
     return 1;
 }
 
-static void *cu_transpose_matrix(const void *W, size_t rows, size_t cols)
+static int cu_transpose_in_place(void *const *W, int n, size_t rows, size_t cols)
 {
-    if (rows > INT_MAX || cols > INT_MAX) return NULL;
-    void *d = NULL;
-    if (cudaMalloc(&d, rows * cols * sizeof(uint16_t) + 2) != cudaSuccess) {
+    if (rows > INT_MAX || cols > INT_MAX) return 0;
+    const size_t bytes = rows * cols * sizeof(uint16_t);
+    void *t = NULL;
+    if (cudaMalloc(&t, bytes) != cudaSuccess) {
         cudaGetLastError();
-        return NULL;
+        return 0;
     }
-    CHECK_CUDA(cudaDeviceSynchronize()); /* W's upload (its own stream) done */
-    ls_transpose16(d, W, (int)rows, (int)cols, stream_get());
+    CHECK_CUDA(cudaDeviceSynchronize()); /* the uploads (their own stream) done */
+    for (int i = 0; i < n; i++) {
+        ls_transpose16(t, W[i], (int)rows, (int)cols, stream_get());
+        CHECK_CUDA(cudaMemcpyAsync(W[i], t, bytes, cudaMemcpyDeviceToDevice, stream_get()));
+    }
     CHECK_CUDA(cudaStreamSynchronize(stream_get()));
-    return d;
+    CHECK_CUDA(cudaFree(t));
+    return 1;
+}
+
+/* every T through the GEMM: the fused MLP's decode step reads WT in attn_out_mlp, and only a
+ * prefill chunk (short ones too) comes here */
+static void cu_matmul_residual_t(float *x, const float *in, const void *WT, int T, int k, int n,
+                                 int swiglu)
+{
+    uint16_t *a = act16(T, k);
+    if (swiglu)
+        ls_swiglu_cat_bf16(a, in, T, k, stream_get());
+    else
+        ls_fp32_to_bf16(a, in, (size_t)T * k, stream_get());
+    ls_gemm_bf16_add_wt(cu.gemm, x, a, WT, T, k, n, stream_get());
 }
 
 /* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
@@ -522,8 +540,8 @@ static int attn_ws_grow(size_t ws)
 
 static int cu_reserve(int max_t, int max_k, int hq, int hkv, int hd, int max_ctx, size_t *need)
 {
-    const size_t act = max_t > GEMV_MAX_T ? (size_t)max_t * max_k * sizeof(uint16_t) : 0,
-                 gws = ls_gemm_workspace_bytes(),
+    /* also for chunks of GEMV_MAX_T or fewer: matmul_residual_t's GEMM takes every T */
+    const size_t act = (size_t)max_t * max_k * sizeof(uint16_t), gws = ls_gemm_workspace_bytes(),
                  ws = ls_attention_decode_workspace(hq, hd,
                                                     ls_attention_decode_splits(hq, hkv, max_ctx));
     *need = act + (cu.gemm ? 0 : gws) + ws + RESERVE_HEADROOM;
@@ -776,7 +794,8 @@ const struct ls_backend ls_backend_cuda = {
     .attn_out_mlp = cu_attn_out_mlp,
     .attn_out_mlp_takes = cu_attn_out_mlp_takes,
     .matmul_rmsnorm_pend = cu_matmul_rmsnorm_pend,
-    .transpose_matrix = cu_transpose_matrix,
+    .transpose_in_place = cu_transpose_in_place,
+    .matmul_residual_t = cu_matmul_residual_t,
     .attention = cu_attention,
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,

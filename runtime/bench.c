@@ -435,10 +435,9 @@ int cmd_bench(int argc, char **argv)
         if (j.warmup_s > 0)
             printf("  %-38s %10.3f s (first launches, graph capture)\n", "start-up warm-up",
                    j.warmup_s);
-        const double mlp_b = ls_engine_mlp_fused_bytes(j.engine);
-        if (mlp_b > 0)
-            printf("  %-38s %10.3f GB more (the down matrices transposed)\n",
-                   "MLP in one kernel (LOCKSTEP_MLP_FUSED)", mlp_b / 1e9);
+        if (ls_engine_mlp_fused(j.engine))
+            printf("  %-38s %10s (the down matrices stored transposed)\n",
+                   "MLP in one kernel (LOCKSTEP_MLP_FUSED)", "on");
         printf("  %-38s %10.3f GB\n", "bytes read per decode step per rank", step_bytes / 1e9);
         printf("  %-38s %10d positions\n", "KV cache (--max-context)", ctx_len);
         printf("  %-38s %10.1f tok/s  (%d tokens in %.3f ms)\n", "prefill", prompt_len / prefill,
@@ -481,7 +480,7 @@ int cmd_bench(int argc, char **argv)
             json_object_set_new(o, "load_s", json_real(j.load_s));
             json_object_set_new(o, "warmup_s", json_real(j.warmup_s));
             json_object_set_new(o, "max_context", json_integer(ctx_len));
-            json_object_set_new(o, "mlp_fused", json_boolean(mlp_b > 0));
+            json_object_set_new(o, "mlp_fused", json_boolean(ls_engine_mlp_fused(j.engine)));
             json_object_set_new(o, "sampling",
                                 json_pack("{s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:i}", "temperature",
                                           (double)sp.temperature, "top_k", sp.top_k, "top_p",

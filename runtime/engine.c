@@ -34,8 +34,8 @@ struct ls_engine {
     float *logits_all;   /* [tp][vpad] every rank's slice */
     float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
-    void **down_t;       /* [n_layers] the down matrices transposed (mlp_fused), or NULL */
-    float *pend;         /* [2][dim] x's pending sum, the fused MLP's output (with down_t) */
+    int mlp_fused;       /* the fused MLP runs (the model's down matrices stored transposed) */
+    float *pend;         /* [2][dim] x's pending sum, the fused MLP's output (mlp_fused) */
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace */
@@ -102,11 +102,12 @@ static float *balloc(struct ls_engine *e, size_t n, size_t *sum, int *failed)
 
 /* The fused MLP: the attention output, the MLP's norm, gate+up, SwiGLU and down of one position
  * at one rank in two kernels instead of three (the backend's attn_out_mlp: the down split along
- * its inputs, read transposed, its output left as x's pending sum; ~1% faster on the 8B), at the
- * price of a transposed copy of every down matrix. On by default where it applies, the model's
- * width is at least MLP_FUSED_MIN_DIM and the copy fits (MLP_FUSED_AUTO); LOCKSTEP_MLP_FUSED=1
- * asks for it at any width (MLP_FUSED_ASKED: not fitting is then an error, and a notice says
- * where it does not apply), 0 turns it off. -1 with err for a bad value. */
+ * its inputs, read transposed, its output left as x's pending sum; ~1% faster on the 8B). The
+ * down matrices are then stored transposed (in place, at start-up), and the prefill reads them
+ * so (matmul_residual_t). On by default where it applies and the model's width is at least
+ * MLP_FUSED_MIN_DIM (MLP_FUSED_AUTO); LOCKSTEP_MLP_FUSED=1 asks for it at any width
+ * (MLP_FUSED_ASKED: not fitting is then an error, and a notice says where it does not apply), 0
+ * turns it off. -1 with err for a bad value. */
 enum { MLP_FUSED_OFF, MLP_FUSED_ASKED, MLP_FUSED_AUTO };
 /* measured on an H200 (thirty-fifth session, ms a token fused / not): faster at widths 3072
  * (Llama-3.2-3B's shape, 1.855 / 1.863), 3584 (Qwen2.5-7B, 3.543 / 3.579) and 4096 (the 8B,
@@ -122,7 +123,7 @@ static int mlp_fused_switch(const struct ls_engine *e, char *err, size_t errlen)
     if (asked && strcmp(v, "1"))
         return ls_errf(err, errlen, "LOCKSTEP_MLP_FUSED: expected 0 or 1, found '%s'", v);
     if (e->m->tp == 1 && e->be->attn_out_mlp && e->be->attn_out_mlp_takes &&
-        e->be->matmul_rmsnorm_pend && e->be->transpose_matrix)
+        e->be->matmul_rmsnorm_pend && e->be->transpose_in_place && e->be->matmul_residual_t)
         return asked                                ? MLP_FUSED_ASKED
                : e->m->cfg.dim >= MLP_FUSED_MIN_DIM ? MLP_FUSED_AUTO
                                                     : MLP_FUSED_OFF;
@@ -133,71 +134,72 @@ static int mlp_fused_switch(const struct ls_engine *e, char *err, size_t errlen)
     return MLP_FUSED_OFF;
 }
 
-/* the bytes of a transposed copy of every down matrix */
-static double down_t_bytes(const struct ls_engine *e)
-{
-    const struct ls_model *m = e->m;
-    return (double)m->cfg.n_layers * m->cfg.dim * m->shard.ffn_cols * e->be->weight_bytes;
-}
-
 static void mlp_fused_free(struct ls_engine *e)
 {
-    for (int l = 0; e->down_t && l < e->m->cfg.n_layers; l++)
-        if (e->down_t[l]) e->be->free(e->down_t[l]);
-    free(e->down_t);
-    e->down_t = NULL;
     if (e->pend) e->be->free(e->pend);
     e->pend = NULL;
+    e->mlp_fused = 0;
 }
 
-/* memory left free beside the transposed copy when the fused MLP is on by default, for what is
- * allocated after start-up (sampling and scoring buffers, the graphs) */
-#define MLP_FUSED_MARGIN 1e9
-
-/* the transposed down matrices (a second copy of each) and the pending sum (mode from
- * mlp_fused_switch). Out of memory: -1 with err when asked for, else none and a notice; none and
- * a notice where the backend does not take a layer's shapes. */
+/* The fused MLP's pending sum, then the model's down matrices transposed in place, the layout
+ * its kernel reads (mode from mlp_fused_switch; before the KV cache, so that the
+ * transposition's scratch, one matrix, is back by then). Every layer's shapes are asked first:
+ * a transposed matrix stays so (the prefill reads it through matmul_residual_t). Out of memory:
+ * -1 with err when asked for, else none and a notice; none and a notice where the backend does
+ * not take a layer's shapes. */
 static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errlen)
 {
-    const struct ls_model *m = e->m;
+    struct ls_model *m = e->m;
     const int n = m->cfg.n_layers, D = m->cfg.dim, F = m->shard.ffn_cols,
               qd = m->shard.q_heads * m->cfg.head_dim;
-    const size_t free_b = e->be->mem_free ? e->be->mem_free() : 0;
-    const double need = down_t_bytes(e);
-    int room = !free_b || mode == MLP_FUSED_ASKED || free_b >= need + MLP_FUSED_MARGIN;
-    e->down_t = calloc((size_t)n, sizeof *e->down_t);
-    CHECK_ALLOC(e->down_t);
-    if (room) e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
-    for (int l = 0; room && l < n; l++)
-        room = (e->down_t[l] =
-                    e->be->transpose_matrix(m->layers[l].w_down, (size_t)D, (size_t)F)) != NULL;
-    if (!room || !e->pend) {
-        char have[64] = "";
-        if (free_b) snprintf(have, sizeof have, " (%.2f GB free)", free_b / 1e9);
-        mlp_fused_free(e);
-        if (mode == MLP_FUSED_ASKED)
-            return ls_errf(err, errlen,
-                           "out of %s memory for the transposed down matrices of "
-                           "LOCKSTEP_MLP_FUSED=1: %.2f GB needed%s",
-                           e->be->name, need / 1e9, have);
-        if (e->comm->rank == 0)
-            ls_warn("the fused MLP is off: its transposed down matrices (%.2f GB) do not fit%s; "
-                    "the separate kernels run (LOCKSTEP_MLP_FUSED=0 turns it off)",
-                    need / 1e9, have);
-        return 0;
-    }
-    for (int l = 0; l < n; l++) {
+    const double scratch = (double)D * F * e->be->weight_bytes;
+    const char *why = NULL;
+    e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
+    if (!e->pend) why = "its pending sum";
+    for (int l = 0; !why && l < n; l++) {
         const struct ls_layer *L = &m->layers[l];
-        if (!e->be->attn_out_mlp_takes(e->x, e->proj, e->pend, e->att, L->wo, L->w_gu, e->down_t[l],
+        if (!e->be->attn_out_mlp_takes(e->x, e->proj, e->pend, e->att, L->wo, L->w_gu, L->w_down,
                                        L->ffn_norm, qd, D, F)) {
+            mlp_fused_free(e);
+            if (m->down_transposed)
+                return ls_errf(err, errlen,
+                               "the %s backend does not take layer %d's shapes for the fused MLP "
+                               "(dim %d, ffn %d), and the model's down matrices are stored for it",
+                               e->be->name, l, D, F);
             if (e->comm->rank == 0)
                 ls_warn("the fused MLP: the %s backend does not take layer %d's shapes (dim %d, "
                         "ffn %d); the separate kernels run",
                         e->be->name, l, D, F);
-            mlp_fused_free(e);
             return 0;
         }
     }
+    if (!why && !m->down_transposed) {
+        void **W = malloc((size_t)n * sizeof *W);
+        CHECK_ALLOC(W);
+        for (int l = 0; l < n; l++) W[l] = m->layers[l].w_down;
+        if (e->be->transpose_in_place(W, n, (size_t)D, (size_t)F))
+            m->down_transposed = 1;
+        else
+            why = "the down matrices' transposition";
+        free(W);
+    }
+    if (why) {
+        const size_t free_b = e->be->mem_free ? e->be->mem_free() : 0;
+        char have[64] = "";
+        if (free_b) snprintf(have, sizeof have, " (%.1f MB free)", free_b / 1e6);
+        mlp_fused_free(e);
+        if (mode == MLP_FUSED_ASKED || m->down_transposed)
+            return ls_errf(err, errlen,
+                           "rank %d: out of %s memory for %s (LOCKSTEP_MLP_FUSED): %.1f MB "
+                           "needed%s",
+                           e->comm->rank, e->be->name, why, scratch / 1e6, have);
+        if (e->comm->rank == 0)
+            ls_warn("the fused MLP is off: %s (%.1f MB) does not fit%s; the separate kernels "
+                    "run (LOCKSTEP_MLP_FUSED=0 turns it off)",
+                    why, scratch / 1e6, have);
+        return 0;
+    }
+    e->mlp_fused = 1;
     return 0;
 }
 
@@ -257,6 +259,19 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
         e->logits = e->logits_all;
     else
         e->logits = balloc(e, (size_t)c->vocab, &bufs_b, &failed);
+    /* the fused MLP before the KV cache (mlp_fused_alloc) */
+    if (!failed) {
+        int mf = mlp_fused_switch(e, err, errlen);
+        if (mf == MLP_FUSED_OFF && m->down_transposed)
+            mf = ls_errf(err, errlen,
+                         "the fused MLP is off here (LOCKSTEP_MLP_FUSED, TP=%d), but the model's "
+                         "down matrices are stored transposed for it",
+                         m->tp);
+        if (mf < 0 || (mf > 0 && mlp_fused_alloc(e, mf, err, errlen))) {
+            ls_engine_free(e);
+            return NULL;
+        }
+    }
     e->kc = calloc((size_t)c->n_layers, sizeof *e->kc);
     e->vc = calloc((size_t)c->n_layers, sizeof *e->vc);
     CHECK_ALLOC(e->kc);
@@ -277,11 +292,6 @@ struct ls_engine *ls_engine_new(struct ls_model *m, struct ls_comm *comm,
                  "rank %d: out of %s memory for the KV cache and activations: %.2f GB needed for "
                  "--max-context %d%s; lower --max-context",
                  comm->rank, be->name, need / 1e9, max_ctx, have);
-        return NULL;
-    }
-    const int mf = mlp_fused_switch(e, err, errlen);
-    if (mf < 0 || (mf > 0 && mlp_fused_alloc(e, mf, err, errlen))) {
-        ls_engine_free(e);
         return NULL;
     }
     /* the backend's working memory at its largest, last (it keeps some memory free besides): a
@@ -521,9 +531,9 @@ int ls_engine_max_ctx(const struct ls_engine *e)
     return e->max_ctx;
 }
 
-double ls_engine_mlp_fused_bytes(const struct ls_engine *e)
+int ls_engine_mlp_fused(const struct ls_engine *e)
 {
-    return e->down_t ? down_t_bytes(e) : 0.0;
+    return e->mlp_fused;
 }
 
 struct ls_graph_stats ls_engine_graph_stats(const struct ls_engine *e)
@@ -573,7 +583,7 @@ static int norm_in_matmul(const struct ls_engine *e)
 /* whether a forward of T positions runs the fused MLP (and so leaves x a pending sum) */
 static int mlp_fused_at(const struct ls_engine *e, int T)
 {
-    return fused_tp1(e) && T == 1 && e->down_t;
+    return fused_tp1(e) && T == 1 && e->mlp_fused;
 }
 
 /* out = (rmsnorm(x) * nw) . W^T (+ bias) of T positions, x with its pending sum when it has one
@@ -663,8 +673,8 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
          * output is x's pending sum, which the next layer's o takes in (the first layer's
          * only zeroes what the last forward left) */
         if (mlp1) {
-            if (!be->attn_out_mlp(e->x, e->proj, e->pend, l > 0, e->att, L->wo, L->w_gu,
-                                  e->down_t[l], L->ffn_norm, eps, qd, D, F))
+            if (!be->attn_out_mlp(e->x, e->proj, e->pend, l > 0, e->att, L->wo, L->w_gu, L->w_down,
+                                  L->ffn_norm, eps, qd, D, F))
                 ls_die(__FILE__, __LINE__, "attn_out_mlp", "refused shapes it took at start-up");
             return;
         }
@@ -674,7 +684,10 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
             return;
         }
         be->matmul_rmsnorm(e->gu, e->x, L->ffn_norm, eps, L->w_gu, NULL, T, D, 2 * F);
-        be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 1);
+        if (e->m->down_transposed) /* the fused MLP's layout, [ffn][dim] */
+            be->matmul_residual_t(e->x, e->gu, L->w_down, T, F, D, 1);
+        else
+            be->matmul_residual(e->x, e->gu, L->w_down, T, F, D, 1);
         return;
     }
     be->matmul(e->proj, e->att, L->wo, NULL, T, qd, D);

@@ -39,8 +39,9 @@ struct ls_graph_stats {
 };
 struct ls_graph_stats ls_engine_graph_stats(const struct ls_engine *e);
 int ls_engine_max_ctx(const struct ls_engine *e);
-/* the bytes of the transposed down matrices LOCKSTEP_MLP_FUSED=1 keeps, 0 where it is off */
-double ls_engine_mlp_fused_bytes(const struct ls_engine *e);
+/* whether decode steps run the fused MLP (LOCKSTEP_MLP_FUSED; the model's down matrices then
+ * stored transposed) */
+int ls_engine_mlp_fused(const struct ls_engine *e);
 /* Runs ids[0..n) at the current position (in chunks of max_batch), leaves the logits of the
  * last one in logits[vocab] (host) on every rank. Returns 0, or -1 when the context is full. */
 int ls_engine_forward(struct ls_engine *e, const int *ids, int n, float *logits);

@@ -23,7 +23,7 @@ struct ls_layer {
     void *wo;               /* [dim, q_heads * head_dim] */
     float *ffn_norm;        /* [dim] */
     void *w_gu;             /* [2 * ffn_cols, dim]: gate rows, then up rows */
-    void *w_down;           /* [dim, ffn_cols] */
+    void *w_down;           /* [dim, ffn_cols]; [ffn_cols, dim] where down_transposed */
 };
 
 struct ls_model {
@@ -41,6 +41,7 @@ struct ls_model {
     struct ls_layer *layers;     /* [n_layers] */
     struct tokenizer *tok;       /* NULL for models without one (tiny fixtures) */
     size_t bytes_read;           /* bytes of weights this rank read */
+    int down_transposed; /* every w_down stored transposed (set by the engine's fused MLP) */
 };
 
 /* Loads the shard of `rank` of `tp`. path: a .gguf file, or a folder / .safetensors file with

@@ -946,6 +946,12 @@ stage_mlp() {
             gen_json 1 "$OUT/mlp-gpu.json" -x LOCKSTEP_MLP_FUSED --gpu $m --prompt-ids "$(seq -s, 11 47)" -n 8 --top-logits "$v" --top-logit-steps 8 &&
             echo -n "$m fused GPU vs CPU: " && mlp_steps "$OUT/mlp-gpu.json" "$OUT/mlp-cpu.json" "$TOL_BF16" || ok=1
     done
+    # a prompt of 5: a chunk of GEMV_MAX_T or fewer, whose down matmul reads the transposed
+    # matrix through the GEMM too (matmul_residual_t)
+    m=(-m tests/fixtures/tiny-llama --prompt-ids "11,12,13,14,15" -n 8 --top-logits 512 --top-logit-steps 8)
+    gen_json 1 "$OUT/mlp-cpu.json" --cpu "${m[@]}" &&
+        gen_json 1 "$OUT/mlp-gpu.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}" &&
+        echo -n "tiny-llama, a 5-token prompt, fused GPU vs CPU: " && mlp_steps "$OUT/mlp-gpu.json" "$OUT/mlp-cpu.json" "$TOL_BF16" || ok=1
     m=(--dummy llama-3.1-8b --prompt-ids "$(seq -s, 11 138)" -n 8 --top-logits 128256 --top-logit-steps 8 --max-context 512)
     gen_json 1 "$OUT/mlp-8b-fused.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}" &&
         (export LOCKSTEP_MLP_FUSED=0; gen_json 1 "$OUT/mlp-8b-plain.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}") &&

@@ -746,11 +746,13 @@ static void test_gemm(struct ls_gemm *g, int T, int k, int n, bool bias)
     check(name, compare(C.data(), ref.data(), C.size()), TOL_GEMM, TOL_GEMM);
 }
 
-// C += A W^T in the GEMM's epilogue (the prefill's residual update), C random beforehand
-static void test_gemm_add(struct ls_gemm *g, int T, int k, int n)
+// C += A W^T in the GEMM's epilogue (the prefill's residual update), C random beforehand; wt: W
+// stored transposed ([k][n], ls_gemm_bf16_add_wt: the fused MLP's down matrices), the same
+// reference
+static void test_gemm_add(struct ls_gemm *g, int T, int k, int n, bool wt = false)
 {
     char name[96];
-    snprintf(name, sizeof name, "gemm_add T=%d k=%d n=%d", T, k, n);
+    snprintf(name, sizeof name, "gemm_add%s T=%d k=%d n=%d", wt ? "_wt" : "", T, k, n);
     std::vector<uint16_t> Ab, Wb;
     std::vector<float> Af, Wf;
     rand_bf16((size_t)T * k, Ab, Af);
@@ -760,10 +762,19 @@ static void test_gemm_add(struct ls_gemm *g, int T, int k, int n)
     ref_add(ref.data(), c0.data(), ref.size());
     dev<uint16_t> dA(Ab.size()), dW(Wb.size());
     dev<float> dC((size_t)T * n);
+    if (wt) { // [n][k] -> [k][n]
+        std::vector<uint16_t> t(Wb.size());
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < k; i++) t[(size_t)i * n + j] = Wb[(size_t)j * k + i];
+        Wb.swap(t);
+    }
     dA.up(Ab);
     dW.up(Wb);
     dC.up(c0);
-    ls_gemm_bf16_add(g, dC.p, dA.p, dW.p, T, k, n, nullptr);
+    if (wt)
+        ls_gemm_bf16_add_wt(g, dC.p, dA.p, dW.p, T, k, n, nullptr);
+    else
+        ls_gemm_bf16_add(g, dC.p, dA.p, dW.p, T, k, n, nullptr);
     std::vector<float> C = dC.down();
     check(name, compare(C.data(), ref.data(), C.size()), TOL_GEMM, TOL_GEMM);
 }
@@ -778,7 +789,13 @@ static void tests_gemm(void)
     test_gemm_add(g, 9, 576, 960);
     test_gemm_add(g, 37, 1536, 576);
     test_gemm(g, 37, 1536, 576, false); // the same shape's plan, now without the add
+    test_gemm_add(g, 37, 1536, 576, true); // ... and with W transposed
+    test_gemm_add(g, 2, 1536, 576, true);
+    test_gemm_add(g, 8, 333, 4104, true);
+    test_gemm_add(g, 9, 576, 960, true);
     if (!g_quick) test_gemm_add(g, 512, 14336, 4096);
+    if (!g_quick) test_gemm_add(g, 512, 14336, 4096, true);
+    if (!g_quick) test_gemm_add(g, 1, 14336, 4096, true);
     test_gemm(g, 1, 576, 960, false);
     test_gemm(g, 7, 576, 960, true);
     test_gemm(g, 37, 1536, 576, false);
