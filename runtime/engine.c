@@ -152,8 +152,8 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
     struct ls_model *m = e->m;
     const int n = m->cfg.n_layers, D = m->cfg.dim, F = m->shard.ffn_cols,
               qd = m->shard.q_heads * m->cfg.head_dim;
-    const double scratch = (double)D * F * e->be->weight_bytes;
     const char *why = NULL;
+    double need = 2.0 * D * sizeof(float); /* of what did not fit */
     e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
     if (!e->pend) why = "its pending sum";
     for (int l = 0; !why && l < n; l++) {
@@ -163,9 +163,10 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
             mlp_fused_free(e);
             if (m->down_transposed)
                 return ls_errf(err, errlen,
-                               "the %s backend does not take layer %d's shapes for the fused MLP "
-                               "(dim %d, ffn %d), and the model's down matrices are stored for it",
-                               e->be->name, l, D, F);
+                               "rank %d: the %s backend does not take layer %d's shapes for the "
+                               "fused MLP (dim %d, ffn %d), and the model's down matrices are "
+                               "stored for it",
+                               e->comm->rank, e->be->name, l, D, F);
             if (e->comm->rank == 0)
                 ls_warn("the fused MLP: the %s backend does not take layer %d's shapes (dim %d, "
                         "ffn %d); the separate kernels run",
@@ -180,7 +181,8 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
         if (e->be->transpose_in_place(W, n, (size_t)D, (size_t)F))
             m->down_transposed = 1;
         else
-            why = "the down matrices' transposition";
+            why = "the down matrices' transposition (one matrix of scratch)",
+            need = (double)D * F * e->be->weight_bytes;
         free(W);
     }
     if (why) {
@@ -192,11 +194,11 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
             return ls_errf(err, errlen,
                            "rank %d: out of %s memory for %s (LOCKSTEP_MLP_FUSED): %.1f MB "
                            "needed%s",
-                           e->comm->rank, e->be->name, why, scratch / 1e6, have);
+                           e->comm->rank, e->be->name, why, need / 1e6, have);
         if (e->comm->rank == 0)
             ls_warn("the fused MLP is off: %s (%.1f MB) does not fit%s; the separate kernels "
                     "run (LOCKSTEP_MLP_FUSED=0 turns it off)",
-                    why, scratch / 1e6, have);
+                    why, need / 1e6, have);
         return 0;
     }
     e->mlp_fused = 1;
