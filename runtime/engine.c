@@ -178,11 +178,12 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
         void **W = malloc((size_t)n * sizeof *W);
         CHECK_ALLOC(W);
         for (int l = 0; l < n; l++) W[l] = m->layers[l].w_down;
-        if (e->be->transpose_in_place(W, n, (size_t)D, (size_t)F))
+        if (e->be->transpose_in_place(W, n, (size_t)D, (size_t)F)) {
             m->down_transposed = 1;
-        else
-            why = "the down matrices' transposition (one matrix of scratch)",
+        } else {
+            why = "the down matrices' transposition (one matrix of scratch)";
             need = (double)D * F * e->be->weight_bytes;
+        }
         free(W);
     }
     if (why) {
