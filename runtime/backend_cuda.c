@@ -320,11 +320,15 @@ static uint16_t *act16(int T, int k)
     return cu.act16;
 }
 
-/* out = a W^T (+ bias), or out += a W^T (add), a the bf16 input act16 holds */
+/* add: GEMM_SET out = a W^T (+ bias), GEMM_ADD out += a W^T, GEMM_ADD_WT out += a W^T with W
+ * stored transposed ([k][n], the fused MLP's down matrices); a the bf16 input act16 holds */
+enum { GEMM_SET, GEMM_ADD, GEMM_ADD_WT };
 static void gemm16(float *out, const uint16_t *a, const void *W, const float *bias, int T, int k,
                    int n, int add)
 {
-    if (add)
+    if (add == GEMM_ADD_WT)
+        ls_gemm_bf16_add_wt(cu.gemm, out, a, W, T, k, n, stream_get());
+    else if (add == GEMM_ADD)
         ls_gemm_bf16_add(cu.gemm, out, a, W, T, k, n, stream_get());
     else
         ls_gemm_bf16(cu.gemm, out, a, W, bias, T, k, n, stream_get());
@@ -345,7 +349,7 @@ static void cu_matmul(float *out, const float *in, const void *W, const float *b
     if (T <= GEMV_MAX_T)
         ls_gemv(out, W, in, bias, T, n, k, stream_get());
     else
-        gemm(out, in, W, bias, T, k, n, 0);
+        gemm(out, in, W, bias, T, k, n, GEMM_SET);
 }
 
 /* a prefill chunk: the SwiGLU of gate | up written as the down matmul's bf16 input */
@@ -361,7 +365,7 @@ static void cu_matmul_swiglu(float *out, const float *gu, const void *W, int T, 
     if (T <= GEMV_MAX_T)
         ls_gemv_swiglu(out, W, gu, NULL, T, n, f, stream_get());
     else
-        swiglu_gemm(out, gu, W, T, f, n, 0);
+        swiglu_gemm(out, gu, W, T, f, n, GEMM_SET);
 }
 
 /* decode (T <= 8): one GEMV with the norm or the residual add fused; a prefill chunk: the norm
@@ -375,7 +379,7 @@ static void cu_matmul_rmsnorm(float *out, const float *x, const float *nw, float
     }
     uint16_t *a = act16(T, k);
     ls_rmsnorm_bf16(a, x, nw, T, k, eps, stream_get());
-    gemm16(out, a, W, bias, T, k, n, 0);
+    gemm16(out, a, W, bias, T, k, n, GEMM_SET);
 }
 
 static void cu_matmul_residual(float *x, const float *in, const void *W, int T, int k, int n,
@@ -386,9 +390,9 @@ static void cu_matmul_residual(float *x, const float *in, const void *W, int T, 
         return;
     }
     if (swiglu)
-        swiglu_gemm(x, in, W, T, k, n, 1);
+        swiglu_gemm(x, in, W, T, k, n, GEMM_ADD);
     else
-        gemm(x, in, W, NULL, T, k, n, 1);
+        gemm(x, in, W, NULL, T, k, n, GEMM_ADD);
 }
 
 static void cu_rope_kv(float *qkv, int stride, void *kc, void *vc, const int *pos,
@@ -472,12 +476,10 @@ static int cu_transpose_in_place(void *const *W, int n, size_t rows, size_t cols
 static void cu_matmul_residual_t(float *x, const float *in, const void *WT, int T, int k, int n,
                                  int swiglu)
 {
-    uint16_t *a = act16(T, k);
     if (swiglu)
-        ls_swiglu_cat_bf16(a, in, T, k, stream_get());
+        swiglu_gemm(x, in, WT, T, k, n, GEMM_ADD_WT);
     else
-        ls_fp32_to_bf16(a, in, (size_t)T * k, stream_get());
-    ls_gemm_bf16_add_wt(cu.gemm, x, a, WT, T, k, n, stream_get());
+        gemm(x, in, WT, NULL, T, k, n, GEMM_ADD_WT);
 }
 
 /* Decode forms: 0 the attention as configured (its cluster launch by default), 1 without
