@@ -34,8 +34,8 @@ struct ls_engine {
     float *logits_all;   /* [tp][vpad] every rank's slice */
     float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
-    int mlp_fused;       /* the fused MLP runs (the model's down matrices stored transposed) */
-    float *pend;         /* [2][dim] x's pending sum, the fused MLP's output (mlp_fused) */
+    float *pend;         /* [2][dim] x's pending sum, the fused MLP's output; NULL: the fused
+                          * MLP does not run */
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace */
@@ -138,7 +138,6 @@ static void mlp_fused_free(struct ls_engine *e)
 {
     if (e->pend) e->be->free(e->pend);
     e->pend = NULL;
-    e->mlp_fused = 0;
 }
 
 /* The fused MLP's pending sum, then the model's down matrices transposed in place, the layout
@@ -202,7 +201,6 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
                     why, need / 1e6, have);
         return 0;
     }
-    e->mlp_fused = 1;
     return 0;
 }
 
@@ -536,7 +534,7 @@ int ls_engine_max_ctx(const struct ls_engine *e)
 
 int ls_engine_mlp_fused(const struct ls_engine *e)
 {
-    return e->mlp_fused;
+    return e->pend != NULL;
 }
 
 struct ls_graph_stats ls_engine_graph_stats(const struct ls_engine *e)
@@ -586,7 +584,7 @@ static int norm_in_matmul(const struct ls_engine *e)
 /* whether a forward of T positions runs the fused MLP (and so leaves x a pending sum) */
 static int mlp_fused_at(const struct ls_engine *e, int T)
 {
-    return fused_tp1(e) && T == 1 && e->mlp_fused;
+    return fused_tp1(e) && T == 1 && e->pend;
 }
 
 /* out = (rmsnorm(x) * nw) . W^T (+ bias) of T positions, x with its pending sum when it has one
