@@ -2482,23 +2482,22 @@ int main(int argc, char **argv)
     CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB, %.0f GB memory%s\n", prop.name, prop.multiProcessorCount,
            prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9, g_quick ? " (quick)" : "");
-    if (tests && gemv_only) {
+    if (tests) {
         tests_gemv();
-        printf("==== %d passed, %d failed\n", g_passed, g_failed);
-    } else if (tests) {
-        tests_gemv();
-        tests_gemm();
-        for (int dim : {576, 4096, 7, 1000}) {
-            test_norm(1, dim, false);
-            test_norm(5, dim, true);
+        if (!gemv_only) {
+            tests_gemm();
+            for (int dim : {576, 4096, 7, 1000}) {
+                test_norm(1, dim, false);
+                test_norm(5, dim, true);
+            }
+            tests_elementwise();
+            tests_rope();
+            tests_gemv_rope();
+            tests_attention();
+            tests_sample();
+            tests_penalize();
+            tests_row_logprobs();
         }
-        tests_elementwise();
-        tests_rope();
-        tests_gemv_rope();
-        tests_attention();
-        tests_sample();
-        tests_penalize();
-        tests_row_logprobs();
         printf("==== %d passed, %d failed\n", g_passed, g_failed);
     }
     if (bench) benchmarks();
