@@ -84,19 +84,9 @@ static int alignment(const void *p0, const void *p1, const void *p2)
     return (int)(a & (~a + 1));
 }
 
-static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bias, int align,
-                                  int wt)
+// the descriptors of one shape (the key's fields set, no algorithm yet)
+static void plan_desc(struct gemm_plan *p, int T, int k, int n, int bias, int align, int wt)
 {
-    for (int i = 0; i < GEMM_CACHE; i++) {
-        struct gemm_plan *p = &g->plan[i];
-        if (p->T == T && p->k == k && p->n == n && p->bias == bias && p->align == align &&
-            p->wt == wt)
-            return p;
-    }
-    struct gemm_plan *p = &g->plan[g->next];
-    g->next = (g->next + 1) % GEMM_CACHE;
-    plan_free(p);
-
     CHECK_CUBLAS(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = wt ? CUBLAS_OP_N : CUBLAS_OP_T, tb = CUBLAS_OP_N;
     CHECK_CUBLAS(
@@ -117,11 +107,17 @@ static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bi
         CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)k, (uint64_t)n, k));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)k, (uint64_t)T, k));
     CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)n, (uint64_t)T, n));
+    p->T = T, p->k = k, p->n = n, p->bias = bias, p->align = align, p->wt = wt;
+}
 
+// the heuristic's first `max` algorithms for p's shape, best first; how many it gave
+static int plan_algos(struct ls_gemm *g, const struct gemm_plan *p,
+                      cublasLtMatmulHeuristicResult_t *res, int max)
+{
     cublasLtMatmulPreference_t pref;
     CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
     uint64_t ws = GEMM_WORKSPACE;
-    uint32_t al = (uint32_t)align;
+    uint32_t al = (uint32_t)p->align;
     CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     const cublasLtMatmulPreferenceAttributes_t al_attr[] = {
@@ -129,14 +125,30 @@ static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bi
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4; i++)
         CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al, sizeof al));
-    cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res,
-                                                &found));
+    CHECK_CUBLAS(cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref, max,
+                                                res, &found));
     CHECK_CUBLAS(cublasLtMatmulPreferenceDestroy(pref));
     if (found < 1) ls_die(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", "no algorithm");
+    return found;
+}
+
+static struct gemm_plan *plan_get(struct ls_gemm *g, int T, int k, int n, int bias, int align,
+                                  int wt)
+{
+    for (int i = 0; i < GEMM_CACHE; i++) {
+        struct gemm_plan *p = &g->plan[i];
+        if (p->T == T && p->k == k && p->n == n && p->bias == bias && p->align == align &&
+            p->wt == wt)
+            return p;
+    }
+    struct gemm_plan *p = &g->plan[g->next];
+    g->next = (g->next + 1) % GEMM_CACHE;
+    plan_free(p);
+    plan_desc(p, T, k, n, bias, align, wt);
+    cublasLtMatmulHeuristicResult_t res;
+    plan_algos(g, p, &res, 1);
     p->algo = res.algo;
-    p->T = T, p->k = k, p->n = n, p->bias = bias, p->align = align, p->wt = wt;
     return p;
 }
 
@@ -176,4 +188,49 @@ extern "C" void ls_gemm_bf16_add_wt(struct ls_gemm *g, float *C, const uint16_t 
                                     const uint16_t *WT, int T, int k, int n, void *stream)
 {
     gemm_run(g, C, A, WT, NULL, T, k, n, 1.0f, 1, stream);
+}
+
+extern "C" int ls_gemm_time_algos(struct ls_gemm *g, float *C, const uint16_t *A,
+                                  const uint16_t *const *W, int nw, int T, int k, int n, int add,
+                                  int wt, int reps, float *ms, int max, void *stream)
+{
+    if (T < 1 || k < 1 || n < 1 || nw < 1 || reps < 1 || max < 1)
+        ls_die(__FILE__, __LINE__, "ls_gemm_time_algos", "T, k, n, nw, reps, max must be >= 1");
+    int align = alignment(A, W[0], C);
+    for (int i = 1; i < nw; i++) {
+        int a = alignment(W[i], W[i], W[i]);
+        align = a < align ? a : align;
+    }
+    struct gemm_plan p = {};
+    plan_desc(&p, T, k, n, 0, align, wt);
+    cublasLtMatmulHeuristicResult_t *res =
+        (cublasLtMatmulHeuristicResult_t *)calloc((size_t)max, sizeof *res);
+    CHECK_ALLOC(res);
+    int found = plan_algos(g, &p, res, max);
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaEvent_t e0, e1;
+    CHECK_CUDA(cudaEventCreate(&e0));
+    CHECK_CUDA(cudaEventCreate(&e1));
+    const float one = 1.0f, beta = add ? 1.0f : 0.0f;
+    for (int a = 0; a < found; a++) {
+        ms[a] = -1.0f;
+        // an algorithm the heuristic lists may still refuse this call: not timed (-1)
+        if (cublasLtMatmul(g->lt, p.op, &one, W[0], p.a, A, p.b, &beta, C, p.c, C, p.c,
+                           &res[a].algo, g->ws, GEMM_WORKSPACE, s) != CUBLAS_STATUS_SUCCESS)
+            continue;
+        CHECK_CUDA(cudaEventRecord(e0, s));
+        for (int r = 0; r < reps; r++)
+            CHECK_CUBLAS(cublasLtMatmul(g->lt, p.op, &one, W[r % nw], p.a, A, p.b, &beta, C, p.c, C,
+                                        p.c, &res[a].algo, g->ws, GEMM_WORKSPACE, s));
+        CHECK_CUDA(cudaEventRecord(e1, s));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        CHECK_CUDA(cudaEventElapsedTime(&ms[a], e0, e1));
+        ms[a] /= (float)reps;
+    }
+    CHECK_CUDA(cudaEventDestroy(e0));
+    CHECK_CUDA(cudaEventDestroy(e1));
+    free(res);
+    p.T = 1; // plan_free skips an empty slot
+    plan_free(&p);
+    return found;
 }

@@ -36,6 +36,15 @@ void ls_gemm_bf16_add(struct ls_gemm *g, float *C, const uint16_t *A, const uint
 void ls_gemm_bf16_add_wt(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *WT, int T,
                          int k, int n, void *stream);
 
+/* the lab's view of the choice above: times the heuristic's first `max` algorithms for one call
+ * of this shape (no bias; add: C += ..., else C = ...; wt: W given as WT), each over `reps` calls
+ * after one untimed, cycling through the nw copies W[0..nw-1] (so that they come from DRAM, not
+ * L2), and writes ms per call to ms[] in the heuristic's order (-1: the algorithm refused the
+ * call). C is overwritten (add: accumulated into). Returns how many were listed. */
+int ls_gemm_time_algos(struct ls_gemm *g, float *C, const uint16_t *A, const uint16_t *const *W,
+                       int nw, int T, int k, int n, int add, int wt, int reps, float *ms, int max,
+                       void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,7 +5,8 @@
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring,
 # scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, graphs, pflong, longctx, ahead, attbench,
-# attforms, shapes, layers, ab, mlp, memory, bench70, scaling (#6), allreduce, hang, lab, ncu. Each stage's log is $OUT/<stage>.log; a short
+# attforms, shapes, layers, ab, mlp, memory, bench70, scaling (#6), allreduce, hang, lab, ncu,
+# pfprofile. Each stage's log is $OUT/<stage>.log; a short
 # table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
@@ -482,6 +483,34 @@ stage_ncu() {
         build-gpu/lockstep generate --gpu --dummy llama-3.1-8b --prompt-ids 1,2,3 -n 3 --quiet \
         --max-context "${NCU_CTX:-401}" >"$OUT/ncu.csv" || return 1
     wc -l "$OUT/ncu.csv"
+}
+
+# where a 128-token prefill's time goes on the 8B: every kernel of one prefill (no warm-up
+# before it) under ncu, durations summed per kernel name. ncu runs kernels one at a time, so
+# what PDL overlaps is counted in full; the sum is an upper bound of the prefill's time.
+stage_pfprofile() {
+    local ncu
+    ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)}
+    [ -n "$ncu" ] || { echo "ncu not found"; return 1; }
+    LOCKSTEP_WARMUP=0 LOCKSTEP_STEP_TIMEOUT=0 mpi -x LOCKSTEP_WARMUP -x LOCKSTEP_STEP_TIMEOUT -np 1 \
+        "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+        --launch-count "${NCU_COUNT:-800}" build-gpu/lockstep generate --gpu --dummy llama-3.1-8b \
+        --prompt-ids "$(seq -s, 100 227)" -n 1 --quiet --max-context 256 >"$OUT/pf-ncu.csv" || return 1
+    python3 - "$OUT/pf-ncu.csv" <<'PY'
+import collections, csv, sys
+rows = list(csv.reader(l for l in open(sys.argv[1]) if l.startswith('"')))
+head = rows[0]
+ki, ti = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
+tot = collections.OrderedDict()
+for r in rows[2:]:
+    name = r[ki].split("(")[0][:64]
+    c, t = tot.get(name, (0, 0.0))
+    tot[name] = (c + 1, t + float(r[ti].replace(",", "")))
+unit = rows[1][ti]
+for name, (c, t) in sorted(tot.items(), key=lambda x: -x[1][1]):
+    print("%-64s %5d %12.1f %s" % (name, c, t, unit))
+print("all %d kernels: %.1f %s" % (sum(c for c, _ in tot.values()), sum(t for _, t in tot.values()), unit))
+PY
 }
 
 # the GEMV launch-shape lab (kernels/lab): every shape of the 8B model and its TP=2 halves

@@ -1,11 +1,12 @@
 // Every CUDA kernel family against the CPU reference (kernels/ref.h), then the decode benchmarks.
 //
 //   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--gemv-only]
-//                          [--bench-attention] [--bench-attention-heads]
+//                          [--bench-attention] [--bench-attention-heads] [--bench-gemm]
 //     --quick       small shapes only, no benchmarks (for compute-sanitizer memcheck)
 //     --no-bench    tests only;  --bench-only  benchmarks only;  --gemv-only  the GEMV tests only
 //     --bench-attention  only the decode attention (with and without clusters), and exit
 //     --bench-attention-heads  only the decode attention at each q heads a block, and exit
+//     --bench-gemm  only the prefill GEMMs at the 8B shapes, each algorithm cuBLASLt lists
 // Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
 // benchmark table; exits 1 if anything failed.
 //
@@ -2450,6 +2451,66 @@ static void benchmarks(void)
     }
 }
 
+// the prefill's cuBLASLt GEMMs at the 8B's shapes: the heuristic's first algorithm (what the
+// engine runs) against each of the next ones it lists, timed with weights rotating over
+// >= 256 MiB of copies; the bytes' time at the streaming read and the products' at 800 TFLOP/s
+// beside them, and per T the four matrices of a layer x 32 layers
+static void bench_gemm_algos(void)
+{
+    if (!g_roof) g_roof = ls_bandwidth_read((size_t)4 << 30, 20, nullptr);
+    struct ls_gemm *g = ls_gemm_create();
+    if (!g) {
+        fprintf(stderr, "ls_gemm_create: no memory for its workspace\n");
+        exit(1);
+    }
+    struct shape {
+        const char *name;
+        int n, k, add, wt;
+    } shapes[] = {{"qkv", 6144, 4096, 0, 0},
+                  {"o (add)", 4096, 4096, 1, 0},
+                  {"gate+up", 28672, 4096, 0, 0},
+                  {"down (add)", 4096, 14336, 1, 0},
+                  {"down (add, WT)", 4096, 14336, 1, 1}};
+    const int MAXA = 16;
+    printf("\nprefill GEMMs (cuBLASLt), 8B shapes, read roofline %.0f GB/s; us per call\n", g_roof);
+    printf("%-15s %5s | %9s %9s %4s | %8s %8s | %s\n", "shape", "T", "heur.", "best", "#", "bytes",
+           "800TF", "all listed (us)");
+    for (int T : {16, 64, 128, 256, 512, 1024}) {
+        double layer_h = 0, layer_b = 0;
+        for (const auto &sh : shapes) {
+            size_t wn = (size_t)sh.n * sh.k;
+            int nw = (int)std::max<size_t>(2, ((size_t)256 << 20) / (wn * 2) + 1);
+            dev<uint16_t> W(wn * nw), A((size_t)T * sh.k);
+            dev<float> C((size_t)T * sh.n);
+            fill_bf16<<<2048, 256>>>(W.p, W.n, 21);
+            fill_bf16<<<256, 256>>>(A.p, A.n, 22);
+            fill_f32<<<256, 256>>>(C.p, C.n, 23);
+            std::vector<const uint16_t *> ws(nw);
+            for (int i = 0; i < nw; i++) ws[i] = W.p + wn * i;
+            float ms[MAXA];
+            int found = ls_gemm_time_algos(g, C.p, A.p, ws.data(), nw, T, sh.k, sh.n, sh.add, sh.wt,
+                                           20, ms, MAXA, nullptr);
+            int best = 0;
+            for (int a = 1; a < found; a++)
+                if (ms[a] > 0 && (ms[best] <= 0 || ms[a] < ms[best])) best = a;
+            double bytes =
+                (double)wn * 2 + (double)T * sh.k * 2 + (double)T * sh.n * 4 * (1 + sh.add);
+            double flop = 2.0 * T * sh.n * sh.k;
+            printf("%-15s %5d | %9.1f %9.1f %4d | %8.1f %8.1f |", sh.name, T, ms[0] * 1e3,
+                   ms[best] * 1e3, best, bytes / g_roof * 1e-3, flop / 800e12 * 1e6);
+            for (int a = 0; a < found; a++) printf(" %.1f", ms[a] * 1e3);
+            printf("\n");
+            if (!sh.wt) {
+                layer_h += ms[0] * 1e3;
+                layer_b += ms[best] * 1e3;
+            }
+        }
+        printf("%-15s %5d | x32 layers: heuristic %.3f ms, best %.3f ms\n", "layer", T,
+               layer_h * 32e-3, layer_b * 32e-3);
+    }
+    ls_gemm_free(g);
+}
+
 int main(int argc, char **argv)
 {
     bool tests = true, bench = true, gemv_only = false;
@@ -2460,6 +2521,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(argv[i], "--bench-attention-heads")) {
             bench_decode_heads();
+            return 0;
+        }
+        if (!strcmp(argv[i], "--bench-gemm")) {
+            bench_gemm_algos();
             return 0;
         }
         if (!strcmp(argv[i], "--quick"))
@@ -2473,7 +2538,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s [--quick] [--no-bench] [--bench-only] [--gemv-only] "
-                    "[--bench-attention] [--bench-attention-heads]\n",
+                    "[--bench-attention] [--bench-attention-heads] [--bench-gemm]\n",
                     argv[0]);
             return 2;
         }
