@@ -887,7 +887,8 @@ static void tests_elementwise(void)
     }
     { // swiglu_cat_bf16, swiglu, add; expf may differ by an ulp from the CPU's, which can move
       // a bf16 rounding by one step (2^-8 relative); T past 65535 takes the grid-stride rows
-        const int shapes[2][2] = {{3, 1537}, {70001, 3}};
+        // f % 4 == 0 takes four elements a thread (with the scalar form's bits: below)
+        const int shapes[4][2] = {{3, 1537}, {70001, 3}, {5, 1536}, {3, 14336}};
         for (const auto &tf : shapes) {
             const int T = tf[0], f = tf[1];
             std::vector<float> gu = randv((size_t)T * 2 * f, 6.0f), ref((size_t)T * f);
@@ -905,6 +906,18 @@ static void tests_elementwise(void)
             char name[64];
             snprintf(name, sizeof name, "swiglu_cat_bf16 T=%d f=%d", T, f);
             check(name, compare(out.data(), ref.data(), ref.size()), 4e-3, 4e-3);
+            if (f % 4) continue;
+            // the input one float past a 16-byte boundary: the scalar form, bit for bit the same
+            dev<float> dgu1(gu.size() + 1);
+            CHECK_CUDA(cudaMemcpy(dgu1.p + 1, dgu.p, gu.size() * 4, cudaMemcpyDeviceToDevice));
+            dev<uint16_t> dout1(ref.size());
+            dout1.poison();
+            ls_swiglu_cat_bf16(dout1.p, dgu1.p + 1, T, f, nullptr);
+            std::vector<uint16_t> b1 = dout1.down();
+            size_t bad = 0;
+            for (size_t i = 0; i < b.size(); i++) bad += b[i] != b1[i];
+            report(bad == 0, "swiglu_cat_bf16 T=%d f=%d four a thread vs scalar: %zu of %zu differ",
+                   T, f, bad, b.size());
         }
         std::vector<float> g = randv(4099, 6.0f), u = randv(4099), r1(4099);
         std::vector<float> out;
@@ -938,6 +951,17 @@ static void tests_elementwise(void)
         for (size_t i = 0; i < x.size(); i++) bad += b[i] != f2bf(x[i]);
         report(bad == 0, "fp32_to_bf16: %zu of %zu differ from round-to-nearest-even", bad,
                x.size());
+        // from one float past a 16-byte boundary (the scalar form), and 3 elements (the tail alone)
+        for (size_t off : {(size_t)1, (size_t)100000}) {
+            const size_t m = x.size() - off;
+            dev<uint16_t> d1(m);
+            d1.poison();
+            ls_fp32_to_bf16(d1.p, dx.p + off, m, nullptr);
+            std::vector<uint16_t> b1 = d1.down();
+            bad = 0;
+            for (size_t i = 0; i < m; i++) bad += b1[i] != f2bf(x[off + i]);
+            report(bad == 0, "fp32_to_bf16 from element %zu: %zu of %zu differ", off, bad, m);
+        }
         dback.poison();
         ls_bf16_to_fp32(dback.p, db.p, x.size(), nullptr);
         std::vector<float> back = dback.down();
@@ -2551,7 +2575,8 @@ int main(int argc, char **argv)
         tests_gemv();
         if (!gemv_only) {
             tests_gemm();
-            for (int dim : {576, 4096, 7, 1000}) {
+            // 10000: past the 8192 elements a block keeps in registers (norm.cu)
+            for (int dim : {576, 4096, 7, 1000, 8192, 10000}) {
                 test_norm(1, dim, false);
                 test_norm(5, dim, true);
             }
