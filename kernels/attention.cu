@@ -632,7 +632,10 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // head, 128 queries; 4, 4 warps of two row tiles each (32 rows a warp, over up to 4 q heads of a
 // KV head as in form 2, two blocks a SM), so that each K and V fragment a warp reads from shared
 // memory feeds two products (255 registers, a few bytes spilled; the softmax over 32 keys at a
-// time instead fitted without spills and ran ~6% slower, and was removed). The default
+// time instead fitted without spills and ran ~6% slower, and was removed); 5, as 4 with one row
+// tile a warp (16 queries of 4 q heads a block: twice form 4's blocks, for short chunks, where
+// form 4's grid leaves SMs idle: 32 blocks at the 8B's 128 positions); 6, 2 warps of one row tile
+// over up to 2 q heads (32 rows a block: four times form 4's blocks). The default
 // (LS_PREFILL_TC_AUTO) is form 4
 // at hd 128 (~20% ahead of forms 1-3 at 8192 positions and at 1024 after 15360, at the 8B's and
 // the 70B's TP=2 shapes; twenty-first session, BENCHMARKS.md) and form 2 at hd 64 (SmolLM2's
@@ -1152,7 +1155,7 @@ static void prefill_tc_form(float *out, const float *q, int q_stride, const uint
                        s);
 }
 
-// the tensor-core kernel's form (see it), 1 to 4
+// the tensor-core kernel's form (see it), 1 to 6
 template <int HD>
 static void prefill_tc_launch(int form, float *out, const float *q, int q_stride,
                               const uint16_t *kcache, const uint16_t *vcache, int pos0, int T,
@@ -1160,7 +1163,7 @@ static void prefill_tc_launch(int form, float *out, const float *q, int q_stride
 {
     // the q heads of one KV head a block holds (forms 2 and 4): the most of 8 (4) dividing
     // the group
-    const int most = form == 2 ? 8 : form == 4 ? 4 : 1;
+    const int most = form == 2 ? 8 : form == 4 || form == 5 ? 4 : form == 6 ? 2 : 1;
     int g = 1;
     while (g < most && group % (2 * g) == 0) g *= 2;
 #define LS_TC_FORM(W, G, M)                                                                        \
@@ -1169,6 +1172,10 @@ static void prefill_tc_launch(int form, float *out, const float *q, int q_stride
         LS_TC_FORM(4, 1, 1);
     else if (form == 4)
         g == 4 ? LS_TC_FORM(4, 4, 2) : g == 2 ? LS_TC_FORM(4, 2, 2) : LS_TC_FORM(4, 1, 2);
+    else if (form == 5)
+        g == 4 ? LS_TC_FORM(4, 4, 1) : g == 2 ? LS_TC_FORM(4, 2, 1) : LS_TC_FORM(4, 1, 1);
+    else if (form == 6)
+        g == 2 ? LS_TC_FORM(2, 2, 1) : LS_TC_FORM(2, 1, 1);
     else if (g == 8)
         LS_TC_FORM(8, 8, 1);
     else if (g == 4)
@@ -1186,11 +1193,11 @@ extern "C" int ls_attention_set_prefill_tc(int on)
 {
     if (g_prefill_tc < 0) {
         const char *e = getenv("LOCKSTEP_ATT_PREFILL_TC");
-        // as the decode's switches: a value other than 0 to 4 leaves the default
-        g_prefill_tc = e && e[0] >= '0' && e[0] <= '4' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
+        // as the decode's switches: a value other than 0 to 6 leaves the default
+        g_prefill_tc = e && e[0] >= '0' && e[0] <= '6' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
     }
     const int old = g_prefill_tc;
-    if (on >= 0) g_prefill_tc = on > 4 ? LS_PREFILL_TC_AUTO : on;
+    if (on >= 0) g_prefill_tc = on > 6 ? LS_PREFILL_TC_AUTO : on;
     return old;
 }
 

@@ -66,10 +66,10 @@ void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, con
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, float *workspace, void *stream);
 
-/* experiments and tests: the prefill's attention kernel for hd 64 and 128. 1 to 4: a form of
+/* experiments and tests: the prefill's attention kernel for hd 64 and 128. 1 to 6: a form of
  * the tensor-core kernel (see attention.cu); LS_PREFILL_TC_AUTO, the default: the form measured
  * fastest at the head size; 0: the fp32 kernel, which hd 256 always takes. LOCKSTEP_ATT_PREFILL_TC
- * (0 to 4) sets the start value. Returns the previous setting; -1 leaves it. */
+ * (0 to 6) sets the start value. Returns the previous setting; -1 leaves it. */
 #define LS_PREFILL_TC_AUTO 16
 int ls_attention_set_prefill_tc(int on);
 

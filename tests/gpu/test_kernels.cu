@@ -1,12 +1,13 @@
 // Every CUDA kernel family against the CPU reference (kernels/ref.h), then the decode benchmarks.
 //
 //   tests/gpu/test_kernels [--quick] [--no-bench] [--bench-only] [--gemv-only]
-//                          [--bench-attention] [--bench-attention-heads] [--bench-gemm]
+//                          [--bench-attention] [--bench-attention-heads] [--bench-prefill]
 //     --quick       small shapes only, no benchmarks (for compute-sanitizer memcheck)
 //     --no-bench    tests only;  --bench-only  benchmarks only;  --gemv-only  the GEMV tests only
 //     --bench-attention  only the decode attention (with and without clusters), and exit
 //     --bench-attention-heads  only the decode attention at each q heads a block, and exit
-//     --bench-gemm  only the prefill GEMMs at the 8B shapes, each algorithm cuBLASLt lists
+//     --bench-prefill  only the prefill's GEMMs at the 8B shapes (each algorithm cuBLASLt
+//                   lists) and its attention's forms at short chunks, and exit
 // Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
 // benchmark table; exits 1 if anything failed.
 //
@@ -1437,9 +1438,9 @@ static void tests_attention(void)
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
-    // the tensor-core kernel's four forms (hd 64 and 128), then the fp32 one for the same
+    // the tensor-core kernel's six forms (hd 64 and 128), then the fp32 one for the same
     // shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in form 2) and 2
-    for (int tc = 4; tc >= 0; tc--) {
+    for (int tc = 6; tc >= 0; tc--) {
         const int old = ls_attention_set_prefill_tc(tc);
         test_prefill(9, 3, 64, 0, 37, false);
         test_prefill(6, 2, 64, 50, 5, true);
@@ -2253,7 +2254,7 @@ static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
     for (int cold = 0; cold < 2; cold++) {
         printf("attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s:", hq, hkv, hd, pos0, T,
                cold ? " L2 scrubbed" : "");
-        for (int tc = 4; tc >= 0; tc--) {
+        for (int tc = 6; tc >= 0; tc--) {
             const int old = ls_attention_set_prefill_tc(tc);
             float ms = time_each(
                 T > 4096 || pos0 > 4096 ? 3 : 10,
@@ -2547,8 +2548,10 @@ int main(int argc, char **argv)
             bench_decode_heads();
             return 0;
         }
-        if (!strcmp(argv[i], "--bench-gemm")) {
+        if (!strcmp(argv[i], "--bench-prefill")) {
             bench_gemm_algos();
+            for (int T : {128, 256, 512, 1024}) bench_prefill_attention(32, 8, 128, 0, T);
+            bench_prefill_attention(32, 8, 128, 128, 128);
             return 0;
         }
         if (!strcmp(argv[i], "--quick"))
@@ -2562,7 +2565,7 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s [--quick] [--no-bench] [--bench-only] [--gemv-only] "
-                    "[--bench-attention] [--bench-attention-heads] [--bench-gemm]\n",
+                    "[--bench-attention] [--bench-attention-heads] [--bench-prefill]\n",
                     argv[0]);
             return 2;
         }
