@@ -636,9 +636,10 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // tile a warp (16 queries of 4 q heads a block: twice form 4's blocks, for short chunks, where
 // form 4's grid leaves SMs idle: 32 blocks at the 8B's 128 positions); 6, 2 warps of one row tile
 // over up to 2 q heads (32 rows a block: four times form 4's blocks). The default
-// (LS_PREFILL_TC_AUTO) is form 4
-// at hd 128 (~20% ahead of forms 1-3 at 8192 positions and at 1024 after 15360, at the 8B's and
-// the 70B's TP=2 shapes; twenty-first session, BENCHMARKS.md) and form 2 at hd 64 (SmolLM2's
+// (LS_PREFILL_TC_AUTO) at hd 128 is
+// form 4 where its grid has a block for every SM (~20% ahead of forms 1-3 at 8192 positions and at
+// 1024 after 15360, at the 8B's and the 70B's TP=2 shapes; twenty-first session, BENCHMARKS.md),
+// else form 5 or 6 (prefill_tc_auto), and form 2 at hd 64 (SmolLM2's
 // 2048 positions: 0.049 ms against 0.051-0.056 for form 1 and 0.066 for form 4).
 #define TC_BK 64
 
@@ -1187,6 +1188,23 @@ static void prefill_tc_launch(int form, float *out, const float *q, int q_stride
 #undef LS_TC_FORM
 }
 
+// hd 128's default form for a chunk of T queries: the first of forms 4, 5 and 6 (128, 64 and 32
+// rows a block) whose grid has a block for every SM; form 6 when none has. Form 4's two row
+// tiles a warp are the fastest where its grid fills the device (1024-query chunks of the 8B); a
+// short chunk has too few of its blocks (32 at the 8B's 128 queries) and wants smaller ones
+static int prefill_tc_auto(int T, int hq, int group)
+{
+    const int sms = ls_device_get().sms;
+    const int forms[3][3] = {{4, 128, 4}, {5, 64, 4}, {6, 32, 2}}; // form, rows, most q heads
+    for (const auto &f : forms) {
+        int g = 1;
+        while (g < f[2] && group % (2 * g) == 0) g *= 2;
+        const int bq = f[1] / g;
+        if ((long long)(T + bq - 1) / bq * (hq / g) >= sms) return f[0];
+    }
+    return 6;
+}
+
 static int g_prefill_tc = -1; // -1: LOCKSTEP_ATT_PREFILL_TC not read yet
 
 extern "C" int ls_attention_set_prefill_tc(int on)
@@ -1214,7 +1232,7 @@ extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
     const int group = hq / hkv;
     // the tensor-core kernel reads q with 16-byte loads
     int tc = ls_attention_set_prefill_tc(-1);
-    if (tc == LS_PREFILL_TC_AUTO) tc = hd == 128 ? 4 : 2;
+    if (tc == LS_PREFILL_TC_AUTO) tc = hd == 128 ? prefill_tc_auto(T, hq, group) : 2;
     if (tc && (hd == 64 || hd == 128) && q_stride % 4 == 0 && (uintptr_t)q % 16 == 0) {
         if (hd == 64)
             prefill_tc_launch<64>(tc, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx,

@@ -1401,7 +1401,10 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
     const int form = ls_attention_set_prefill_tc(-1);
     const bool tc = form && (hd == 64 || hd == 128);
     char kind[32] = " fp32";
-    if (tc) snprintf(kind, sizeof kind, " tensor-core form %d", form);
+    if (form == LS_PREFILL_TC_AUTO)
+        snprintf(kind, sizeof kind, " tensor-core default form");
+    else if (tc)
+        snprintf(kind, sizeof kind, " tensor-core form %d", form);
     snprintf(name, sizeof name, "attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s%s", hq, hkv,
              hd, pos0, T, fused ? " fused-qkv" : "", kind);
     const int max_ctx = 512, n = pos0 + T, stride = fused ? (hq + 2 * hkv) * hd : hq * hd;
@@ -1438,9 +1441,10 @@ static void tests_attention(void)
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
-    // the tensor-core kernel's six forms (hd 64 and 128), then the fp32 one for the same
-    // shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in form 2) and 2
-    for (int tc = 6; tc >= 0; tc--) {
+    // the default (its form by the chunk's grid at hd 128), the tensor-core kernel's six forms
+    // (hd 64 and 128), then the fp32 one for the same shapes; groups 3, 1, 4, 8, 16 (two blocks
+    // of 8 q heads a KV head in form 2) and 2
+    for (int tc : {LS_PREFILL_TC_AUTO, 6, 5, 4, 3, 2, 1, 0}) {
         const int old = ls_attention_set_prefill_tc(tc);
         test_prefill(9, 3, 64, 0, 37, false);
         test_prefill(6, 2, 64, 50, 5, true);
@@ -1456,6 +1460,7 @@ static void tests_attention(void)
             test_prefill(32, 8, 128, 0, 128, true);
             test_prefill(32, 8, 128, 100, 300, false);
             test_prefill(32, 8, 128, 0, 512, true);
+            test_prefill(32, 8, 128, 0, 1024, false);
         }
         ls_attention_set_prefill_tc(old);
     }
