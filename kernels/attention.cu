@@ -1211,11 +1211,11 @@ extern "C" int ls_attention_set_prefill_tc(int on)
 {
     if (g_prefill_tc < 0) {
         const char *e = getenv("LOCKSTEP_ATT_PREFILL_TC");
-        // as the decode's switches: a value other than 0 to 6 leaves the default
-        g_prefill_tc = e && e[0] >= '0' && e[0] <= '6' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
+        // as the decode's switches: a value other than 0 to 7 leaves the default
+        g_prefill_tc = e && e[0] >= '0' && e[0] <= '7' && !e[1] ? e[0] - '0' : LS_PREFILL_TC_AUTO;
     }
     const int old = g_prefill_tc;
-    if (on >= 0) g_prefill_tc = on > 6 ? LS_PREFILL_TC_AUTO : on;
+    if (on >= 0) g_prefill_tc = on > 7 ? LS_PREFILL_TC_AUTO : on;
     return old;
 }
 
@@ -1232,6 +1232,12 @@ extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
     const int group = hq / hkv;
     // the tensor-core kernel reads q with 16-byte loads
     int tc = ls_attention_set_prefill_tc(-1);
+    if (tc == 7) {
+        if (ls_attention_prefill_wgmma(out, q, q_stride, kcache, vcache, pos0, T, hq, hkv, hd,
+                                       max_ctx, stream))
+            return;
+        tc = LS_PREFILL_TC_AUTO;
+    }
     if (tc == LS_PREFILL_TC_AUTO) tc = hd == 128 ? prefill_tc_auto(T, hq, group) : 2;
     if (tc && (hd == 64 || hd == 128) && q_stride % 4 == 0 && (uintptr_t)q % 16 == 0) {
         if (hd == 64)

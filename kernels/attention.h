@@ -67,11 +67,31 @@ void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, con
                          int fresh, int clusters, float *workspace, void *stream);
 
 /* experiments and tests: the prefill's attention kernel for hd 64 and 128. 1 to 6: a form of
- * the tensor-core kernel (see attention.cu); LS_PREFILL_TC_AUTO, the default: the form measured
- * fastest at the head size; 0: the fp32 kernel, which hd 256 always takes. LOCKSTEP_ATT_PREFILL_TC
- * (0 to 6) sets the start value. Returns the previous setting; -1 leaves it. */
+ * the tensor-core kernel (see attention.cu); 7: the wgmma kernel (attention_sm90.cu; where the
+ * build or the device has none, the default form); LS_PREFILL_TC_AUTO, the default: the form
+ * measured fastest at the head size; 0: the fp32 kernel, which hd 256 always takes.
+ * LOCKSTEP_ATT_PREFILL_TC (0 to 7) sets the start value. Returns the previous setting; -1 leaves
+ * it. */
 #define LS_PREFILL_TC_AUTO 16
 int ls_attention_set_prefill_tc(int on);
+
+/* the prefill's attention (as ls_attention_prefill) on Hopper's wgmma instructions, for hd 64
+ * and 128 (q 16-byte aligned, q_stride a multiple of 4). Returns 0, launching nothing, where the
+ * build (sm_90a device code) or the device (compute capability 9.0) has no such kernel or the
+ * shape does not fit; 1 once launched. Keys a tile: ls_attention_set_wgmma_bk. */
+int ls_attention_prefill_wgmma(float *out, const float *q, int q_stride, const uint16_t *kcache,
+                               const uint16_t *vcache, int pos0, int T, int hq, int hkv, int hd,
+                               int max_ctx, void *stream);
+
+/* experiments and tests: the wgmma kernel's keys a tile, 128 (the start value) or 64
+ * (LOCKSTEP_ATT_WG_BK=64 at the start); other values leave it. Returns the previous one. */
+int ls_attention_set_wgmma_bk(int bk);
+
+/* test: one warpgroup's wgmma products through the prefill kernel's layouts: c_ss (64 x 64) =
+ * a (64 x 128) b^T (b 64 x 128), c_rs (64 x 128) = p (64 x 64) v (64 x 128), all row-major,
+ * bf16 inputs, fp32 outputs. Returns 0 (nothing run) where ls_attention_prefill_wgmma would. */
+int ls_wgmma_selftest(float *c_ss, float *c_rs, const uint16_t *a, const uint16_t *b,
+                      const uint16_t *p, const uint16_t *v, void *stream);
 
 /* out[t][h][:] for t < T, h < hq: causal attention of position pos0 + t over cache positions
  * 0 .. pos0 + t. q: row t at q + t*q_stride (the fused QKV buffer works as is), head h at

@@ -15,6 +15,7 @@ struct ls_device {
     int smem_per_sm; // shared memory per multiprocessor, bytes
     int clusters;    // thread-block cluster launches (sm_90 and later)
     int l2;          // L2 cache, bytes
+    int major;       // compute capability, major
 };
 
 #define LS_DEVICE_CACHE 64 // devices cached; past it, asked at each call
@@ -33,6 +34,7 @@ static inline ls_device ls_device_get(void)
         cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d.id));
     CHECK_CUDA(cudaDeviceGetAttribute(&d.clusters, cudaDevAttrClusterLaunch, d.id));
     CHECK_CUDA(cudaDeviceGetAttribute(&d.l2, cudaDevAttrL2CacheSize, d.id));
+    CHECK_CUDA(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, d.id));
     if (cached) cache[d.id] = d;
     return d;
 }

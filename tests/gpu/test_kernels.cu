@@ -1403,6 +1403,8 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
     char kind[32] = " fp32";
     if (form == LS_PREFILL_TC_AUTO)
         snprintf(kind, sizeof kind, " tensor-core default form");
+    else if (form == 7)
+        snprintf(kind, sizeof kind, " wgmma, %d keys a tile", ls_attention_set_wgmma_bk(-1));
     else if (tc)
         snprintf(kind, sizeof kind, " tensor-core form %d", form);
     snprintf(name, sizeof name, "attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s%s", hq, hkv,
@@ -1433,6 +1435,49 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
     check(name, compare(out.data(), ref.data(), ref.size()), tol, tol);
 }
 
+// the wgmma kernel's layouts alone: one warpgroup's two products against the host's (fp32 sums of
+// bf16 products: only the order of the sums differs)
+static void test_wgmma_layouts(void)
+{
+    std::vector<uint16_t> a, b, p, v;
+    std::vector<float> af, bf, pf, vf;
+    rand_bf16(64 * 128, a, af);
+    rand_bf16(64 * 128, b, bf);
+    rand_bf16(64 * 64, p, pf);
+    rand_bf16(64 * 128, v, vf);
+    std::vector<float> ref_ss(64 * 64), ref_rs(64 * 128);
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 64; j++) {
+            double t = 0;
+            for (int k = 0; k < 128; k++) t += (double)af[i * 128 + k] * bf[j * 128 + k];
+            ref_ss[i * 64 + j] = (float)t;
+        }
+    for (int i = 0; i < 64; i++)
+        for (int j = 0; j < 128; j++) {
+            double t = 0;
+            for (int k = 0; k < 64; k++) t += (double)pf[i * 64 + k] * vf[k * 128 + j];
+            ref_rs[i * 128 + j] = (float)t;
+        }
+    dev<uint16_t> da(a.size()), db(b.size()), dp(p.size()), dv(v.size());
+    dev<float> css(ref_ss.size()), crs(ref_rs.size());
+    da.up(a);
+    db.up(b);
+    dp.up(p);
+    dv.up(v);
+    css.poison();
+    crs.poison();
+    if (!ls_wgmma_selftest(css.p, crs.p, da.p, db.p, dp.p, dv.p, nullptr)) {
+        printf("wgmma layouts: not run (no sm_90a device code, or not a compute capability 9.0 "
+               "device)\n");
+        return;
+    }
+    std::vector<float> oss = css.down(), ors = crs.down();
+    check("wgmma layouts: q k^T (K-major swizzled tiles)",
+          compare(oss.data(), ref_ss.data(), oss.size()), 1e-5, 1e-5);
+    check("wgmma layouts: p v (p in registers, v N-major)",
+          compare(ors.data(), ref_rs.data(), ors.size()), 1e-5, 1e-5);
+}
+
 // the decode tests with the cluster merge (contexts of up to 8 chunks) and without it (every
 // split through the workspace); prefill once
 static void tests_decode(void);
@@ -1442,10 +1487,14 @@ static void tests_attention(void)
     g_att_clusters = 0;
     tests_decode();
     g_att_clusters = 1;
-    // the default (its form by the chunk's grid at hd 128), the tensor-core kernel's six forms
-    // (hd 64 and 128), then the fp32 one for the same shapes; groups 3, 1, 4, 8, 16 (two blocks
-    // of 8 q heads a KV head in form 2) and 2
-    for (int tc : {LS_PREFILL_TC_AUTO, 6, 5, 4, 3, 2, 1, 0}) {
+    test_wgmma_layouts();
+    // the default (its form by the chunk's grid at hd 128), the wgmma kernel with tiles of 128 and
+    // of 64 keys (form 7; -7 here), the tensor-core kernel's six forms (hd 64 and 128), then the
+    // fp32 one for the same shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in
+    // form 2) and 2
+    for (int tc : {LS_PREFILL_TC_AUTO, 7, -7, 6, 5, 4, 3, 2, 1, 0}) {
+        const int old_bk = ls_attention_set_wgmma_bk(tc == -7 ? 64 : 128);
+        if (tc == -7) tc = 7;
         const int old = ls_attention_set_prefill_tc(tc);
         test_prefill(9, 3, 64, 0, 37, false);
         test_prefill(6, 2, 64, 50, 5, true);
@@ -1464,6 +1513,7 @@ static void tests_attention(void)
             test_prefill(32, 8, 128, 0, 600, false); // the default's form 4 (a 152-block grid)
         }
         ls_attention_set_prefill_tc(old);
+        ls_attention_set_wgmma_bk(old_bk);
     }
 }
 
@@ -2260,8 +2310,10 @@ static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
     for (int cold = 0; cold < 2; cold++) {
         printf("attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s:", hq, hkv, hd, pos0, T,
                cold ? " L2 scrubbed" : "");
-        for (int tc = 6; tc >= 0; tc--) {
-            const int old = ls_attention_set_prefill_tc(tc);
+        for (int tc = 8; tc >= 0; tc--) {
+            // 8 and 7: the wgmma kernel with tiles of 128 and 64 keys
+            const int old_bk = ls_attention_set_wgmma_bk(tc == 7 ? 64 : 128);
+            const int old = ls_attention_set_prefill_tc(tc == 8 ? 7 : tc);
             float ms = time_each(
                 T > 4096 || pos0 > 4096 ? 3 : 10,
                 [&](int) {
@@ -2272,7 +2324,11 @@ static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
                     if (cold) CHECK_CUDA(cudaMemsetAsync(scrub.p, cold, scrub.n, 0));
                 });
             ls_attention_set_prefill_tc(old);
-            if (tc)
+            ls_attention_set_wgmma_bk(old_bk);
+            if (tc >= 7)
+                printf(" wgmma %d keys %.3f ms (%.1f TFLOP/s);", tc == 8 ? 128 : 64, ms,
+                       flops / (ms * 1e-3) / 1e12);
+            else if (tc)
                 printf(" tensor cores form %d %.3f ms (%.1f TFLOP/s);", tc, ms,
                        flops / (ms * 1e-3) / 1e12);
             else
@@ -2560,6 +2616,15 @@ int main(int argc, char **argv)
             bench_prefill_attention(32, 8, 128, 128, 128);
             return 0;
         }
+        if (!strcmp(argv[i], "--bench-prefill-attention")) {
+            bench_prefill_attention(32, 8, 128, 0, 2048);
+            bench_prefill_attention(32, 8, 128, 0, 8192);
+            bench_prefill_attention(32, 8, 128, 15360, 1024);
+            bench_prefill_attention(16, 4, 128, 15360, 1024);
+            bench_prefill_attention(32, 4, 128, 15360, 1024);
+            bench_prefill_attention(9, 3, 64, 0, 2048);
+            return 0;
+        }
         if (!strcmp(argv[i], "--quick"))
             g_quick = 1, bench = false;
         else if (!strcmp(argv[i], "--no-bench"))
@@ -2571,7 +2636,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s [--quick] [--no-bench] [--bench-only] [--gemv-only] "
-                    "[--bench-attention] [--bench-attention-heads] [--bench-prefill]\n",
+                    "[--bench-attention] [--bench-attention-heads] [--bench-prefill] "
+                    "[--bench-prefill-attention]\n",
                     argv[0]);
             return 2;
         }
