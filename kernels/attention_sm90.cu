@@ -211,13 +211,84 @@ template <> struct wg_n<128> {
 };
 #endif
 
-// shared memory of a block: 1024 bytes of alignment slack, Q, and two stages of K and V
-template <int HD, int BK> static constexpr size_t wg_smem()
+// shared memory of a block: 1024 bytes of alignment slack, Q, and ST stages of K and V
+template <int HD, int BK, int ST> static constexpr size_t wg_smem()
 {
-    return 1024 + (size_t)WG_ROWS * HD * 2 + (size_t)2 * 2 * BK * HD * 2;
+    return 1024 + (size_t)WG_ROWS * HD * 2 + (size_t)ST * 2 * BK * HD * 2;
 }
 
-template <int HD, int BK, int G>
+#ifdef WG_DEVICE
+static __device__ __forceinline__ void wg_wait1()
+{
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
+
+// One tile's online softmax for this thread's rows R0 and R1 (query positions qp0, qp1): s[4 i +
+// e] is row R0's score of key k0 + 8 i + 2 (lane % 4) + e, s[4 i + 2 + e] row R1's. Masks the
+// keys past a row's query or past n_keys (where `mask`), moves the running max (m) and sum (l)
+// on, returns in a the factors by which the output so far must be scaled, and writes the
+// probabilities, rounded to bf16, as the A fragments of the tile's BK / 16 key steps.
+template <int BK>
+static __device__ __forceinline__ void
+wg_softmax(float (&s)[BK / 2], uint32_t (&pa)[BK / 16][4], float (&m)[2], float (&l)[2],
+           float (&a)[2], int k0, int qp0, int qp1, int n_keys, bool mask, int lane)
+{
+    if (mask)
+#pragma unroll
+        for (int i = 0; i < BK / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int kp = k0 + 8 * i + 2 * (lane & 3) + e;
+                if (kp > qp0 || kp >= n_keys) s[4 * i + e] = -INFINITY;
+                if (kp > qp1 || kp >= n_keys) s[4 * i + 2 + e] = -INFINITY;
+            }
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < BK / 8; i++) {
+        mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    // key 0 is visible to every row, so after the first tile both maxima are finite
+    const float n0 = fmaxf(m[0], mx0), n1 = fmaxf(m[1], mx1);
+    a[0] = exp2f(m[0] - n0), a[1] = exp2f(m[1] - n1);
+    m[0] = n0, m[1] = n1;
+    float l0 = l[0] * a[0], l1 = l[1] * a[1];
+#pragma unroll
+    for (int j = 0; j < BK / 16; j++) {
+        const float p0 = exp2f(s[8 * j] - n0), p1 = exp2f(s[8 * j + 1] - n0);
+        const float p2 = exp2f(s[8 * j + 2] - n1), p3 = exp2f(s[8 * j + 3] - n1);
+        const float p4 = exp2f(s[8 * j + 4] - n0), p5 = exp2f(s[8 * j + 5] - n0);
+        const float p6 = exp2f(s[8 * j + 6] - n1), p7 = exp2f(s[8 * j + 7] - n1);
+        l0 += (p0 + p1) + (p4 + p5);
+        l1 += (p2 + p3) + (p6 + p7);
+        pa[j][0] = wg_pack(p0, p1);
+        pa[j][1] = wg_pack(p2, p3);
+        pa[j][2] = wg_pack(p4, p5);
+        pa[j][3] = wg_pack(p6, p7);
+    }
+    l[0] = l0, l[1] = l1;
+}
+
+template <int HD>
+static __device__ __forceinline__ void wg_rescale(float (&o)[HD / 2], const float (&a)[2])
+{
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+        o[4 * i] *= a[0], o[4 * i + 1] *= a[0], o[4 * i + 2] *= a[1], o[4 * i + 3] *= a[1];
+}
+#endif
+
+// OVL = false: per tile the scores, the softmax, then P V, each product waited for; two stages.
+// OVL = true (FlashAttention-3's overlap within a warpgroup): tile n's scores and tile n - 1's P
+// V are issued together, and the softmax of tile n runs while P V does (its P into the other of
+// two register sets), the output scaled by tile n's factors once P V is done; three stages (tile
+// n - 1's V is still read while tile n + 1 lands).
+template <int HD, int BK, int G, bool OVL>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
     attn_prefill_wg_kernel(float *__restrict__ out, const float *__restrict__ q, int q_stride,
                            const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
@@ -254,15 +325,20 @@ static __global__ void __launch_bounds__(WG_THREADS, 1)
             make_uint4(wg_pack(a.x * qscale, a.y * qscale), wg_pack(a.z * qscale, a.w * qscale),
                        wg_pack(b.x * qscale, b.y * qscale), wg_pack(b.z * qscale, b.w * qscale));
     }
-    // the K and V rows of keys [k0, k0 + BK) into stage st (zeros past n_keys), one group
+    // the K and V tiles of stage st
+    auto ktile = [&](int st) { return base + QB + (uint32_t)st * 2 * TB; };
+    // the K and V rows of keys [k0, k0 + BK) into stage st (zeros past n_keys), one group (an
+    // empty one from k0 = n_keys on)
     auto fetch = [&](int k0, int st) {
-        const uint32_t kt = base + QB + st * 2 * TB, vt = kt + TB;
-        for (int i = tid; i < BK * NC; i += WG_THREADS) {
-            const int r = i / NC, c = i - r * NC, p = k0 + r;
-            const size_t g = (size_t)min(p, n_keys - 1) * HD + c * 8;
-            const uint32_t o = sw_off(r, c, BK);
-            wg_cp16(kt + o, K + g, p < n_keys);
-            wg_cp16(vt + o, V + g, p < n_keys);
+        if (k0 < n_keys) {
+            const uint32_t kt = ktile(st), vt = kt + TB;
+            for (int i = tid; i < BK * NC; i += WG_THREADS) {
+                const int r = i / NC, c = i - r * NC, p = k0 + r;
+                const size_t g = (size_t)min(p, n_keys - 1) * HD + c * 8;
+                const uint32_t o = sw_off(r, c, BK);
+                wg_cp16(kt + o, K + g, p < n_keys);
+                wg_cp16(vt + o, V + g, p < n_keys);
+            }
         }
         asm volatile("cp.async.commit_group;" ::: "memory");
     };
@@ -274,98 +350,117 @@ static __global__ void __launch_bounds__(WG_THREADS, 1)
     const int off_lo = BQ >= 64 ? (wg * 64) % BQ : 0, span = BQ >= 64 ? 64 : BQ;
     const int wq_lo = pos0 + t0 + off_lo, wq_hi = pos0 + min(t0 + off_lo + span, T) - 1;
     const uint32_t qa = base + wg * 64 * 128; // the warpgroup's first row of Q
-
+    // where a tile reaches past the warpgroup's first query or past the keys
+    auto needs_mask = [&](int k0) { return k0 + BK - 1 > wq_lo || k0 + BK > n_keys; };
+    // issue the scores of the tile in stage st into s
+    auto scores = [&](float(&s)[BK / 2], int st) {
+#pragma unroll
+        for (int i = 0; i < BK / 2; i++) s[i] = 0.0f;
+        reg_fence(s);
+        wg_fence();
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++)
+            wg_n<BK>::ss(s, kmajor_desc(qa, ks, WG_ROWS), kmajor_desc(ktile(st), ks, BK), ks > 0);
+        wg_commit();
+    };
     float o[HD / 2];
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) o[i] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    // issue o += p v for the V tile of stage st
+    auto pv = [&](const uint32_t(&p)[BK / 16][4], int st) {
+        reg_fence(o);
+        wg_fence();
+#pragma unroll
+        for (int j = 0; j < BK / 16; j++) wg_n<HD>::rs(o, p[j], nmajor_desc(ktile(st) + TB, j, BK));
+        wg_commit();
+    };
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, a[2];
 
-    fetch(0, 0);
-    for (int k0 = 0, st = 0; k0 < n_keys; k0 += BK, st ^= 1) {
-        // the next tile's copies go into the other stage, which both warpgroups finished
-        // reading at the end of the last iteration; then wait for this tile's
-        if (k0 + BK < n_keys)
+    if constexpr (!OVL) {
+        fetch(0, 0);
+        for (int k0 = 0, st = 0; k0 < n_keys; k0 += BK, st ^= 1) {
+            // the next tile's copies go into the other stage, which both warpgroups finished
+            // reading at the end of the last iteration; then wait for this tile's
             fetch(k0 + BK, st ^ 1);
-        else
-            asm volatile("cp.async.commit_group;" ::: "memory");
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
-        fence_async_smem(); // this thread's copies (and, first, its Q stores) for wgmma
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+            fence_async_smem(); // this thread's copies (and, first, its Q stores) for wgmma
+            __syncthreads();
+            if (k0 <= wq_hi) { // some key of the tile is visible to some row of the warpgroup
+                float s[BK / 2];
+                uint32_t p[BK / 16][4];
+                scores(s, st);
+                wg_wait0();
+                reg_fence(s);
+                wg_softmax<BK>(s, p, m, l, a, k0, qp0, qp1, n_keys, needs_mask(k0), lane);
+                wg_rescale<HD>(o, a);
+                pv(p, st);
+                wg_wait0();
+                reg_fence(o);
+            }
+            __syncthreads(); // this stage is free for the copies two tiles on
+        }
+    } else {
+        const int ntiles = (n_keys + BK - 1) / BK;
+        const int last = min(ntiles - 1, wq_hi / BK); // the warpgroup's last tile
+        uint32_t pa[BK / 16][4], pb[BK / 16][4];      // P of the even and of the odd tiles
+        fetch(0, 0);
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
+        fence_async_smem();
         __syncthreads();
-        if (k0 <= wq_hi) { // some key of the tile is visible to some row of the warpgroup
-            const uint32_t kt = base + QB + st * 2 * TB, vt = kt + TB;
+        fetch(BK, 1);
+        {
             float s[BK / 2];
-#pragma unroll
-            for (int i = 0; i < BK / 2; i++) s[i] = 0.0f;
-            reg_fence(s);
-            wg_fence();
-#pragma unroll
-            for (int ks = 0; ks < HD / 16; ks++)
-                wg_n<BK>::ss(s, kmajor_desc(qa, ks, WG_ROWS), kmajor_desc(kt, ks, BK), ks > 0);
-            wg_commit();
+            scores(s, 0);
             wg_wait0();
             reg_fence(s);
-
-            // s[4 i + e]: row R0, key k0 + 8 i + 2 (lane % 4) + e; s[4 i + 2 + e]: row R1
-            if (k0 + BK - 1 > wq_lo || k0 + BK > n_keys)
-#pragma unroll
-                for (int i = 0; i < BK / 8; i++)
-#pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int kp = k0 + 8 * i + 2 * (lane & 3) + e;
-                        if (kp > qp0 || kp >= n_keys) s[4 * i + e] = -INFINITY;
-                        if (kp > qp1 || kp >= n_keys) s[4 * i + 2 + e] = -INFINITY;
-                    }
-            float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < BK / 8; i++) {
-                mx0 = fmaxf(mx0, fmaxf(s[4 * i], s[4 * i + 1]));
-                mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+            wg_softmax<BK>(s, pa, m, l, a, 0, qp0, qp1, n_keys, needs_mask(0), lane);
+        }
+        // tile n (stage n % 3): wait for its copies (issued one tile earlier); every warpgroup
+        // is past tile n - 1's products, so stage (n + 1) % 3 (tile n - 2's) takes tile n + 1
+        auto step = [&](int n, const uint32_t(&pp)[BK / 16][4], uint32_t(&pn)[BK / 16][4]) {
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+            fence_async_smem();
+            __syncthreads();
+            fetch((n + 1) * BK, (n + 1) % 3);
+            if (n <= last) {
+                float s[BK / 2];
+                scores(s, n % 3);
+                pv(pp, (n - 1) % 3);
+                wg_wait1(); // the scores (committed first)
+                reg_fence(s);
+                wg_softmax<BK>(s, pn, m, l, a, n * BK, qp0, qp1, n_keys, needs_mask(n * BK), lane);
+                wg_wait0();
+                reg_fence(o);
+                wg_rescale<HD>(o, a);
+            } else if (n == last + 1) {
+                pv(pp, (n - 1) % 3);
+                wg_wait0();
+                reg_fence(o);
             }
-#pragma unroll
-            for (int off = 1; off < 4; off <<= 1) {
-                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-            }
-            // key 0 is visible to every row, so after the first tile both maxima are finite
-            const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-            const float a0 = exp2f(m0 - n0), a1 = exp2f(m1 - n1);
-            m0 = n0, m1 = n1;
-            l0 *= a0, l1 *= a1;
-#pragma unroll
-            for (int i = 0; i < HD / 8; i++)
-                o[4 * i] *= a0, o[4 * i + 1] *= a0, o[4 * i + 2] *= a1, o[4 * i + 3] *= a1;
-            uint32_t pa[BK / 16][4];
-#pragma unroll
-            for (int j = 0; j < BK / 16; j++) {
-                const float p0 = exp2f(s[8 * j] - n0), p1 = exp2f(s[8 * j + 1] - n0);
-                const float p2 = exp2f(s[8 * j + 2] - n1), p3 = exp2f(s[8 * j + 3] - n1);
-                const float p4 = exp2f(s[8 * j + 4] - n0), p5 = exp2f(s[8 * j + 5] - n0);
-                const float p6 = exp2f(s[8 * j + 6] - n1), p7 = exp2f(s[8 * j + 7] - n1);
-                l0 += (p0 + p1) + (p4 + p5);
-                l1 += (p2 + p3) + (p6 + p7);
-                pa[j][0] = wg_pack(p0, p1);
-                pa[j][1] = wg_pack(p2, p3);
-                pa[j][2] = wg_pack(p4, p5);
-                pa[j][3] = wg_pack(p6, p7);
-            }
-            reg_fence(o);
-            wg_fence();
-#pragma unroll
-            for (int j = 0; j < BK / 16; j++) wg_n<HD>::rs(o, pa[j], nmajor_desc(vt, j, BK));
-            wg_commit();
+        };
+        for (int n = 1; n < ntiles; n++) {
+            if (n & 1)
+                step(n, pa, pb);
+            else
+                step(n, pb, pa);
+        }
+        if (last == ntiles - 1) { // the last tile's P V (else done in the loop)
+            if (last & 1)
+                pv(pb, last % 3);
+            else
+                pv(pa, last % 3);
             wg_wait0();
             reg_fence(o);
         }
-        __syncthreads(); // this stage is free for the copies two tiles on
     }
 
 #pragma unroll
     for (int off = 1; off < 4; off <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+        l[0] += __shfl_xor_sync(0xffffffffu, l[0], off);
+        l[1] += __shfl_xor_sync(0xffffffffu, l[1], off);
     }
     const int ta = t0 + R0 % BQ, tb = t0 + R1 % BQ, h = h0 + R0 / BQ;
-    const float i0 = 1.0f / l0, i1 = 1.0f / l1;
+    const float i0 = 1.0f / l[0], i1 = 1.0f / l[1];
 #pragma unroll
     for (int i = 0; i < HD / 8; i++) {
         const int d = 8 * i + 2 * (lane & 3);
@@ -468,14 +563,14 @@ extern "C" int ls_wgmma_selftest(float *c_ss, float *c_rs, const uint16_t *a, co
     return 1;
 }
 
-template <int HD, int BK, int G>
+template <int HD, int BK, int G, bool OVL>
 static void wg_launch(float *out, const float *q, int q_stride, const uint16_t *kcache,
                       const uint16_t *vcache, int pos0, int T, int hq, int group, int max_ctx,
                       cudaStream_t s)
 {
     constexpr int BQ = WG_ROWS / G;
-    constexpr size_t smem = wg_smem<HD, BK>();
-    auto fn = attn_prefill_wg_kernel<HD, BK, G>;
+    constexpr size_t smem = wg_smem < HD, BK, OVL ? 3 : 2 > ();
+    auto fn = attn_prefill_wg_kernel<HD, BK, G, OVL>;
     ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                  (int)smem);
     dim3 grid((unsigned)((T + BQ - 1) / BQ), (unsigned)(hq / G));
@@ -485,7 +580,8 @@ static void wg_launch(float *out, const float *q, int q_stride, const uint16_t *
     CHECK_CUDA(cudaGetLastError());
 }
 
-static int g_wg_bk; // keys a tile; 0: LOCKSTEP_ATT_WG_BK not read yet
+static int g_wg_bk;       // keys a tile; 0: LOCKSTEP_ATT_WG_BK not read yet
+static int g_wg_ovl = -1; // the overlapped loop; -1: LOCKSTEP_ATT_WG_OVL not read yet
 
 extern "C" int ls_attention_set_wgmma_bk(int bk)
 {
@@ -496,6 +592,30 @@ extern "C" int ls_attention_set_wgmma_bk(int bk)
     const int old = g_wg_bk;
     if (bk == 64 || bk == 128) g_wg_bk = bk;
     return old;
+}
+
+extern "C" int ls_attention_set_wgmma_overlap(int on)
+{
+    if (g_wg_ovl < 0) {
+        const char *e = getenv("LOCKSTEP_ATT_WG_OVL");
+        g_wg_ovl = e && !strcmp(e, "1");
+    }
+    const int old = g_wg_ovl;
+    if (on >= 0) g_wg_ovl = on != 0;
+    return old;
+}
+
+template <int HD, int BK, bool OVL>
+static void wg_launch_g(int g, float *out, const float *q, int q_stride, const uint16_t *kcache,
+                        const uint16_t *vcache, int pos0, int T, int hq, int group, int max_ctx,
+                        cudaStream_t s)
+{
+    if (g == 4)
+        wg_launch<HD, BK, 4, OVL>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+    else if (g == 2)
+        wg_launch<HD, BK, 2, OVL>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+    else
+        wg_launch<HD, BK, 1, OVL>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
 }
 
 extern "C" int ls_attention_prefill_wgmma(float *out, const float *q, int q_stride,
@@ -510,22 +630,19 @@ extern "C" int ls_attention_prefill_wgmma(float *out, const float *q, int q_stri
     while (g < 4 && group % (2 * g) == 0) g *= 2;
     cudaStream_t s = (cudaStream_t)stream;
     const bool bk64 = ls_attention_set_wgmma_bk(-1) == 64;
-#define LS_WG(HD, BK)                                                                              \
-    (g == 4                                                                                        \
-         ? wg_launch<HD, BK, 4>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s)  \
-     : g == 2                                                                                      \
-         ? wg_launch<HD, BK, 2>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s)  \
-         : wg_launch<HD, BK, 1>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s))
+    const bool ovl = ls_attention_set_wgmma_overlap(-1) == 1;
+#define LS_WG(HD, BK, OVL)                                                                         \
+    wg_launch_g<HD, BK, OVL>(g, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s)
     if (hd == 128) {
         if (bk64)
-            LS_WG(128, 64);
+            ovl ? LS_WG(128, 64, true) : LS_WG(128, 64, false);
         else
-            LS_WG(128, 128);
+            ovl ? LS_WG(128, 128, true) : LS_WG(128, 128, false);
     } else {
         if (bk64)
-            LS_WG(64, 64);
+            ovl ? LS_WG(64, 64, true) : LS_WG(64, 64, false);
         else
-            LS_WG(64, 128);
+            ovl ? LS_WG(64, 128, true) : LS_WG(64, 128, false);
     }
 #undef LS_WG
     return 1;
