@@ -87,10 +87,6 @@ int ls_attention_prefill_wgmma(float *out, const float *q, int q_stride, const u
  * (LOCKSTEP_ATT_WG_BK=64 at the start); other values leave it. Returns the previous one. */
 int ls_attention_set_wgmma_bk(int bk);
 
-/* experiments and tests: the wgmma kernel's overlapped loop (attention_sm90.cu), 1 on, 0 off
- * (the start value; LOCKSTEP_ATT_WG_OVL=1 turns it on); -1 leaves it. Returns the previous one. */
-int ls_attention_set_wgmma_overlap(int on);
-
 /* test: one warpgroup's wgmma products through the prefill kernel's layouts: c_ss (64 x 64) =
  * a (64 x 128) b^T (b 64 x 128), c_rs (64 x 128) = p (64 x 64) v (64 x 128), all row-major,
  * bf16 inputs, fp32 outputs. Returns 0 (nothing run) where ls_attention_prefill_wgmma would. */

@@ -211,18 +211,13 @@ template <> struct wg_n<128> {
 };
 #endif
 
-// shared memory of a block: 1024 bytes of alignment slack, Q, and ST stages of K and V
-template <int HD, int BK, int ST> static constexpr size_t wg_smem()
+// shared memory of a block: 1024 bytes of alignment slack, Q, and two stages of K and V
+template <int HD, int BK> static constexpr size_t wg_smem()
 {
-    return 1024 + (size_t)WG_ROWS * HD * 2 + (size_t)ST * 2 * BK * HD * 2;
+    return 1024 + (size_t)WG_ROWS * HD * 2 + (size_t)2 * 2 * BK * HD * 2;
 }
 
 #ifdef WG_DEVICE
-static __device__ __forceinline__ void wg_wait1()
-{
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-}
-
 // One tile's online softmax for this thread's rows R0 and R1 (query positions qp0, qp1): s[4 i +
 // e] is row R0's score of key k0 + 8 i + 2 (lane % 4) + e, s[4 i + 2 + e] row R1's. Masks the
 // keys past a row's query or past n_keys (where `mask`), moves the running max (m) and sum (l)
@@ -283,12 +278,7 @@ static __device__ __forceinline__ void wg_rescale(float (&o)[HD / 2], const floa
 }
 #endif
 
-// OVL = false: per tile the scores, the softmax, then P V, each product waited for; two stages.
-// OVL = true (FlashAttention-3's overlap within a warpgroup): tile n's scores and tile n - 1's P
-// V are issued together, and the softmax of tile n runs while P V does (its P into the other of
-// two register sets), the output scaled by tile n's factors once P V is done; three stages (tile
-// n - 1's V is still read while tile n + 1 lands).
-template <int HD, int BK, int G, bool OVL>
+template <int HD, int BK, int G>
 static __global__ void __launch_bounds__(WG_THREADS, 1)
     attn_prefill_wg_kernel(float *__restrict__ out, const float *__restrict__ q, int q_stride,
                            const uint16_t *__restrict__ kcache, const uint16_t *__restrict__ vcache,
@@ -376,82 +366,27 @@ static __global__ void __launch_bounds__(WG_THREADS, 1)
     };
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, a[2];
 
-    if constexpr (!OVL) {
-        fetch(0, 0);
-        for (int k0 = 0, st = 0; k0 < n_keys; k0 += BK, st ^= 1) {
-            // the next tile's copies go into the other stage, which both warpgroups finished
-            // reading at the end of the last iteration; then wait for this tile's
-            fetch(k0 + BK, st ^ 1);
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
-            fence_async_smem(); // this thread's copies (and, first, its Q stores) for wgmma
-            __syncthreads();
-            if (k0 <= wq_hi) { // some key of the tile is visible to some row of the warpgroup
-                float s[BK / 2];
-                uint32_t p[BK / 16][4];
-                scores(s, st);
-                wg_wait0();
-                reg_fence(s);
-                wg_softmax<BK>(s, p, m, l, a, k0, qp0, qp1, n_keys, needs_mask(k0), lane);
-                wg_rescale<HD>(o, a);
-                pv(p, st);
-                wg_wait0();
-                reg_fence(o);
-            }
-            __syncthreads(); // this stage is free for the copies two tiles on
-        }
-    } else {
-        const int ntiles = (n_keys + BK - 1) / BK;
-        const int last = min(ntiles - 1, wq_hi / BK); // the warpgroup's last tile
-        uint32_t pa[BK / 16][4], pb[BK / 16][4];      // P of the even and of the odd tiles
-        fetch(0, 0);
-        asm volatile("cp.async.wait_group 0;" ::: "memory");
-        fence_async_smem();
+    fetch(0, 0);
+    for (int k0 = 0, st = 0; k0 < n_keys; k0 += BK, st ^= 1) {
+        // the next tile's copies go into the other stage, which both warpgroups finished
+        // reading at the end of the last iteration; then wait for this tile's
+        fetch(k0 + BK, st ^ 1);
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        fence_async_smem(); // this thread's copies (and, first, its Q stores) for wgmma
         __syncthreads();
-        fetch(BK, 1);
-        {
+        if (k0 <= wq_hi) { // some key of the tile is visible to some row of the warpgroup
             float s[BK / 2];
-            scores(s, 0);
+            uint32_t p[BK / 16][4];
+            scores(s, st);
             wg_wait0();
             reg_fence(s);
-            wg_softmax<BK>(s, pa, m, l, a, 0, qp0, qp1, n_keys, needs_mask(0), lane);
-        }
-        // tile n (stage n % 3): wait for its copies (issued one tile earlier); every warpgroup
-        // is past tile n - 1's products, so stage (n + 1) % 3 (tile n - 2's) takes tile n + 1
-        auto step = [&](int n, const uint32_t(&pp)[BK / 16][4], uint32_t(&pn)[BK / 16][4]) {
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
-            fence_async_smem();
-            __syncthreads();
-            fetch((n + 1) * BK, (n + 1) % 3);
-            if (n <= last) {
-                float s[BK / 2];
-                scores(s, n % 3);
-                pv(pp, (n - 1) % 3);
-                wg_wait1(); // the scores (committed first)
-                reg_fence(s);
-                wg_softmax<BK>(s, pn, m, l, a, n * BK, qp0, qp1, n_keys, needs_mask(n * BK), lane);
-                wg_wait0();
-                reg_fence(o);
-                wg_rescale<HD>(o, a);
-            } else if (n == last + 1) {
-                pv(pp, (n - 1) % 3);
-                wg_wait0();
-                reg_fence(o);
-            }
-        };
-        for (int n = 1; n < ntiles; n++) {
-            if (n & 1)
-                step(n, pa, pb);
-            else
-                step(n, pb, pa);
-        }
-        if (last == ntiles - 1) { // the last tile's P V (else done in the loop)
-            if (last & 1)
-                pv(pb, last % 3);
-            else
-                pv(pa, last % 3);
+            wg_softmax<BK>(s, p, m, l, a, k0, qp0, qp1, n_keys, needs_mask(k0), lane);
+            wg_rescale<HD>(o, a);
+            pv(p, st);
             wg_wait0();
             reg_fence(o);
         }
+        __syncthreads(); // this stage is free for the copies two tiles on
     }
 
 #pragma unroll
@@ -563,14 +498,14 @@ extern "C" int ls_wgmma_selftest(float *c_ss, float *c_rs, const uint16_t *a, co
     return 1;
 }
 
-template <int HD, int BK, int G, bool OVL>
+template <int HD, int BK, int G>
 static void wg_launch(float *out, const float *q, int q_stride, const uint16_t *kcache,
                       const uint16_t *vcache, int pos0, int T, int hq, int group, int max_ctx,
                       cudaStream_t s)
 {
     constexpr int BQ = WG_ROWS / G;
-    constexpr size_t smem = wg_smem < HD, BK, OVL ? 3 : 2 > ();
-    auto fn = attn_prefill_wg_kernel<HD, BK, G, OVL>;
+    constexpr size_t smem = wg_smem<HD, BK>();
+    auto fn = attn_prefill_wg_kernel<HD, BK, G>;
     ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                  (int)smem);
     dim3 grid((unsigned)((T + BQ - 1) / BQ), (unsigned)(hq / G));
@@ -580,8 +515,7 @@ static void wg_launch(float *out, const float *q, int q_stride, const uint16_t *
     CHECK_CUDA(cudaGetLastError());
 }
 
-static int g_wg_bk;       // keys a tile; 0: LOCKSTEP_ATT_WG_BK not read yet
-static int g_wg_ovl = -1; // the overlapped loop; -1: LOCKSTEP_ATT_WG_OVL not read yet
+static int g_wg_bk; // keys a tile; 0: LOCKSTEP_ATT_WG_BK not read yet
 
 extern "C" int ls_attention_set_wgmma_bk(int bk)
 {
@@ -594,28 +528,17 @@ extern "C" int ls_attention_set_wgmma_bk(int bk)
     return old;
 }
 
-extern "C" int ls_attention_set_wgmma_overlap(int on)
-{
-    if (g_wg_ovl < 0) {
-        const char *e = getenv("LOCKSTEP_ATT_WG_OVL");
-        g_wg_ovl = e && !strcmp(e, "1");
-    }
-    const int old = g_wg_ovl;
-    if (on >= 0) g_wg_ovl = on != 0;
-    return old;
-}
-
-template <int HD, int BK, bool OVL>
+template <int HD, int BK>
 static void wg_launch_g(int g, float *out, const float *q, int q_stride, const uint16_t *kcache,
                         const uint16_t *vcache, int pos0, int T, int hq, int group, int max_ctx,
                         cudaStream_t s)
 {
     if (g == 4)
-        wg_launch<HD, BK, 4, OVL>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        wg_launch<HD, BK, 4>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
     else if (g == 2)
-        wg_launch<HD, BK, 2, OVL>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        wg_launch<HD, BK, 2>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
     else
-        wg_launch<HD, BK, 1, OVL>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
+        wg_launch<HD, BK, 1>(out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s);
 }
 
 extern "C" int ls_attention_prefill_wgmma(float *out, const float *q, int q_stride,
@@ -630,19 +553,18 @@ extern "C" int ls_attention_prefill_wgmma(float *out, const float *q, int q_stri
     while (g < 4 && group % (2 * g) == 0) g *= 2;
     cudaStream_t s = (cudaStream_t)stream;
     const bool bk64 = ls_attention_set_wgmma_bk(-1) == 64;
-    const bool ovl = ls_attention_set_wgmma_overlap(-1) == 1;
-#define LS_WG(HD, BK, OVL)                                                                         \
-    wg_launch_g<HD, BK, OVL>(g, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s)
+#define LS_WG(HD, BK)                                                                              \
+    wg_launch_g<HD, BK>(g, out, q, q_stride, kcache, vcache, pos0, T, hq, group, max_ctx, s)
     if (hd == 128) {
         if (bk64)
-            ovl ? LS_WG(128, 64, true) : LS_WG(128, 64, false);
+            LS_WG(128, 64);
         else
-            ovl ? LS_WG(128, 128, true) : LS_WG(128, 128, false);
+            LS_WG(128, 128);
     } else {
         if (bk64)
-            ovl ? LS_WG(64, 64, true) : LS_WG(64, 64, false);
+            LS_WG(64, 64);
         else
-            ovl ? LS_WG(64, 128, true) : LS_WG(64, 128, false);
+            LS_WG(64, 128);
     }
 #undef LS_WG
     return 1;

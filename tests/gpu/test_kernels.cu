@@ -1404,8 +1404,7 @@ static void test_prefill(int hq, int hkv, int hd, int pos0, int T, bool fused)
     if (form == LS_PREFILL_TC_AUTO)
         snprintf(kind, sizeof kind, " tensor-core default form");
     else if (form == 7)
-        snprintf(kind, sizeof kind, " wgmma, %d keys a tile%s", ls_attention_set_wgmma_bk(-1),
-                 ls_attention_set_wgmma_overlap(-1) ? ", overlapped" : "");
+        snprintf(kind, sizeof kind, " wgmma, %d keys a tile", ls_attention_set_wgmma_bk(-1));
     else if (tc)
         snprintf(kind, sizeof kind, " tensor-core form %d", form);
     snprintf(name, sizeof name, "attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s%s", hq, hkv,
@@ -1490,27 +1489,24 @@ static void tests_attention(void)
     g_att_clusters = 1;
     test_wgmma_layouts();
     // the default (its form by the chunk's grid at hd 128), the wgmma kernel with tiles of 128 and
-    // of 64 keys (form 7; -7 here), the tensor-core kernel's six forms (hd 64 and 128), then the
+    // of 64 keys (form 7), the tensor-core kernel's six forms (hd 64 and 128), then the
     // fp32 one for the same shapes; groups 3, 1, 4, 8, 16 (two blocks of 8 q heads a KV head in
     // form 2) and 2
     struct {
-        int tc, bk, ovl;
-    } forms[] = {{LS_PREFILL_TC_AUTO, 128, 0},
-                 {7, 128, 0},
-                 {7, 64, 0},
-                 {7, 128, 1},
-                 {7, 64, 1},
-                 {6, 128, 0},
-                 {5, 128, 0},
-                 {4, 128, 0},
-                 {3, 128, 0},
-                 {2, 128, 0},
-                 {1, 128, 0},
-                 {0, 128, 0}};
+        int tc, bk;
+    } forms[] = {{LS_PREFILL_TC_AUTO, 128},
+                 {7, 128},
+                 {7, 64},
+                 {6, 128},
+                 {5, 128},
+                 {4, 128},
+                 {3, 128},
+                 {2, 128},
+                 {1, 128},
+                 {0, 128}};
     for (const auto &f : forms) {
         const int tc = f.tc;
         const int old_bk = ls_attention_set_wgmma_bk(f.bk);
-        const int old_ovl = ls_attention_set_wgmma_overlap(f.ovl);
         const int old = ls_attention_set_prefill_tc(tc);
         test_prefill(9, 3, 64, 0, 37, false);
         test_prefill(6, 2, 64, 50, 5, true);
@@ -1530,7 +1526,6 @@ static void tests_attention(void)
         }
         ls_attention_set_prefill_tc(old);
         ls_attention_set_wgmma_bk(old_bk);
-        ls_attention_set_wgmma_overlap(old_ovl);
     }
 }
 
@@ -2327,11 +2322,10 @@ static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
     for (int cold = 0; cold < 2; cold++) {
         printf("attention_prefill hq=%d hkv=%d hd=%d pos0=%d T=%d%s:", hq, hkv, hd, pos0, T,
                cold ? " L2 scrubbed" : "");
-        for (int tc = 10; tc >= 0; tc--) {
-            // 10 to 7: the wgmma kernel, overlapped (10, 9) or not, with tiles of 128 and 64 keys
-            const int old_bk = ls_attention_set_wgmma_bk(tc == 9 || tc == 7 ? 64 : 128);
-            const int old_ovl = ls_attention_set_wgmma_overlap(tc >= 9);
-            const int old = ls_attention_set_prefill_tc(tc >= 7 ? 7 : tc);
+        for (int tc = 8; tc >= 0; tc--) {
+            // 8 and 7: the wgmma kernel with tiles of 128 and 64 keys
+            const int old_bk = ls_attention_set_wgmma_bk(tc == 7 ? 64 : 128);
+            const int old = ls_attention_set_prefill_tc(tc == 8 ? 7 : tc);
             float ms = time_each(
                 T > 4096 || pos0 > 4096 ? 3 : 10,
                 [&](int) {
@@ -2343,10 +2337,9 @@ static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
                 });
             ls_attention_set_prefill_tc(old);
             ls_attention_set_wgmma_bk(old_bk);
-            ls_attention_set_wgmma_overlap(old_ovl);
             if (tc >= 7)
-                printf(" wgmma%s %d keys %.3f ms (%.1f TFLOP/s);", tc >= 9 ? " overlapped" : "",
-                       tc == 9 || tc == 7 ? 64 : 128, ms, flops / (ms * 1e-3) / 1e12);
+                printf(" wgmma %d keys %.3f ms (%.1f TFLOP/s);", tc == 8 ? 128 : 64, ms,
+                       flops / (ms * 1e-3) / 1e12);
             else if (tc)
                 printf(" tensor cores form %d %.3f ms (%.1f TFLOP/s);", tc, ms,
                        flops / (ms * 1e-3) / 1e12);
