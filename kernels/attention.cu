@@ -636,11 +636,12 @@ static __global__ void __launch_bounds__(PF_THREADS)
 // tile a warp (16 queries of 4 q heads a block: twice form 4's blocks, for short chunks, where
 // form 4's grid leaves SMs idle: 32 blocks at the 8B's 128 positions); 6, 2 warps of one row tile
 // over up to 2 q heads (32 rows a block: four times form 4's blocks). The default
-// (LS_PREFILL_TC_AUTO) at hd 128 is
-// form 4 where its grid has a block for every SM (~20% ahead of forms 1-3 at 8192 positions and at
-// 1024 after 15360, at the 8B's and the 70B's TP=2 shapes; twenty-first session, BENCHMARKS.md),
-// else form 5 or 6 (prefill_tc_auto), and form 2 at hd 64 (SmolLM2's
-// 2048 positions: 0.049 ms against 0.051-0.056 for form 1 and 0.066 for form 4).
+// (LS_PREFILL_TC_AUTO) is the wgmma kernel (form 7, attention_sm90.cu) on Hopper where its grid
+// has a block for every other SM (ls_attention_prefill); else, at hd 128, form 4 where its grid
+// has a block for every SM (~20% ahead of forms 1-3 at 8192 positions and at 1024 after 15360,
+// at the 8B's and the 70B's TP=2 shapes; twenty-first session, BENCHMARKS.md), else form 5 or 6
+// (prefill_tc_auto), and form 2 at hd 64 (SmolLM2's 2048 positions: 0.049 ms against
+// 0.051-0.056 for form 1 and 0.066 for form 4).
 #define TC_BK 64
 
 // q (rows x (HD + 8)), then K and V twice (the next tile's copies run while this one's products
@@ -1231,10 +1232,15 @@ extern "C" void ls_attention_prefill(float *out, const float *q, int q_stride,
     cudaStream_t s = (cudaStream_t)stream;
     const int group = hq / hkv;
     // the tensor-core kernel reads q with 16-byte loads
+    // the wgmma kernel (form 7) by default where its grid has a block for every other SM: ahead
+    // of every mma.sync form from 512 queries of the 8B (0.021 against 0.028 ms; at 8192, 1.37
+    // against 1.70), even at 256 and behind at 128 (0.013 against 0.011), where the mma.sync
+    // forms' smaller blocks fill more SMs (thirty-ninth session, BENCHMARKS.md)
     int tc = ls_attention_set_prefill_tc(-1);
-    if (tc == 7) {
+    if (tc == 7 || tc == LS_PREFILL_TC_AUTO) {
+        const int min_blocks = tc == 7 ? 0 : (ls_device_get().sms + 1) / 2;
         if (ls_attention_prefill_wgmma(out, q, q_stride, kcache, vcache, pos0, T, hq, hkv, hd,
-                                       max_ctx, stream))
+                                       max_ctx, min_blocks, stream))
             return;
         tc = LS_PREFILL_TC_AUTO;
     }

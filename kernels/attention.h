@@ -68,8 +68,9 @@ void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, con
 
 /* experiments and tests: the prefill's attention kernel for hd 64 and 128. 1 to 6: a form of
  * the tensor-core kernel (see attention.cu); 7: the wgmma kernel (attention_sm90.cu; where the
- * build or the device has none, the default form); LS_PREFILL_TC_AUTO, the default: the form
- * measured fastest at the head size; 0: the fp32 kernel, which hd 256 always takes.
+ * build or the device has none, the default form); LS_PREFILL_TC_AUTO, the default: the wgmma
+ * kernel where it runs and its grid has a block for every other SM, else the mma.sync form
+ * measured fastest at the head size and chunk; 0: the fp32 kernel, which hd 256 always takes.
  * LOCKSTEP_ATT_PREFILL_TC (0 to 7) sets the start value. Returns the previous setting; -1 leaves
  * it. */
 #define LS_PREFILL_TC_AUTO 16
@@ -77,11 +78,12 @@ int ls_attention_set_prefill_tc(int on);
 
 /* the prefill's attention (as ls_attention_prefill) on Hopper's wgmma instructions, for hd 64
  * and 128 (q 16-byte aligned, q_stride a multiple of 4). Returns 0, launching nothing, where the
- * build (sm_90a device code) or the device (compute capability 9.0) has no such kernel or the
- * shape does not fit; 1 once launched. Keys a tile: ls_attention_set_wgmma_bk. */
+ * build (sm_90a device code) or the device (compute capability 9.0) has no such kernel, the
+ * shape does not fit or the grid would have fewer than min_blocks blocks; 1 once launched. Keys
+ * a tile: ls_attention_set_wgmma_bk. */
 int ls_attention_prefill_wgmma(float *out, const float *q, int q_stride, const uint16_t *kcache,
                                const uint16_t *vcache, int pos0, int T, int hq, int hkv, int hd,
-                               int max_ctx, void *stream);
+                               int max_ctx, int min_blocks, void *stream);
 
 /* experiments and tests: the wgmma kernel's keys a tile, 128 (the start value) or 64
  * (LOCKSTEP_ATT_WG_BK=64 at the start); other values leave it. Returns the previous one. */

@@ -1,12 +1,15 @@
 // The prefill's causal attention on Hopper's warpgroup tensor-core instructions (wgmma, in
-// sm_90a builds): form 7 of ls_attention_prefill (attention.cu). The loop is FlashAttention-2's,
-// as in the mma.sync forms: a block holds 128 rows (q head, query: the G q heads of one KV head
-// over 128 / G queries), two warpgroups of 64 rows each; per tile of BK keys the K and V rows
-// are copied (cp.async, the next tile's during this one's products) into shared memory in the
-// layout wgmma reads with the 128-byte swizzle, each warpgroup forms its 64 x BK scores with
-// wgmma from Q and K in shared memory (fp32 accumulators in registers), masks, updates its
-// rows' running max and sum, rounds the probabilities to bf16 in the registers the scores came in
-// (the accumulator layout of two 8-column blocks is the A fragment of one 16-key step) and adds
+// sm_90a builds): form 7 of ls_attention_prefill (attention.cu), its default where the grid has
+// a block for every other SM. Measured (thirty-ninth session, one H200, BENCHMARKS.md): 400
+// TFLOP/s at the 8B's 8192 positions and at 1024 after 15360 against 313-324 for the best
+// mma.sync form (form 4); the 8B's 16384-token prefill 632-638 -> 571-579 ms. The loop is
+// FlashAttention-2's, as in the mma.sync forms: a block holds 128 rows (q head, query: the G q
+// heads of one KV head over 128 / G queries), two warpgroups of 64 rows each; per tile of BK keys
+// the K and V rows are copied (cp.async, the next tile's during this one's products) into shared
+// memory in the layout wgmma reads with the 128-byte swizzle, each warpgroup forms its 64 x BK
+// scores with wgmma from Q and K in shared memory (fp32 accumulators in registers), masks, updates
+// its rows' running max and sum, rounds the probabilities to bf16 in the registers the scores came
+// in (the accumulator layout of two 8-column blocks is the A fragment of one 16-key step) and adds
 // P V into its 64 x hd fp32 output with wgmma, P from registers and V read N-major from shared
 // memory. Rounding q and p to bf16 is, as in the other tensor-core forms, the only difference
 // from the fp32 kernel.
@@ -543,7 +546,8 @@ static void wg_launch_g(int g, float *out, const float *q, int q_stride, const u
 
 extern "C" int ls_attention_prefill_wgmma(float *out, const float *q, int q_stride,
                                           const uint16_t *kcache, const uint16_t *vcache, int pos0,
-                                          int T, int hq, int hkv, int hd, int max_ctx, void *stream)
+                                          int T, int hq, int hkv, int hd, int max_ctx,
+                                          int min_blocks, void *stream)
 {
     if (!wg_available() || (hd != 64 && hd != 128) || hkv < 1 || hq % hkv || q_stride % 4 ||
         (uintptr_t)q % 16 || T < 1)
@@ -551,6 +555,8 @@ extern "C" int ls_attention_prefill_wgmma(float *out, const float *q, int q_stri
     const int group = hq / hkv;
     int g = 1; // the q heads of one KV head a block: the most of 4 dividing the group
     while (g < 4 && group % (2 * g) == 0) g *= 2;
+    const int bq = WG_ROWS / g;
+    if ((long long)(T + bq - 1) / bq * (hq / g) < min_blocks) return 0;
     cudaStream_t s = (cudaStream_t)stream;
     const bool bk64 = ls_attention_set_wgmma_bk(-1) == 64;
 #define LS_WG(HD, BK)                                                                              \

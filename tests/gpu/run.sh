@@ -397,11 +397,14 @@ stage_prefill() {
     for tp in 1 2; do
         fits $tp || continue
         gen_json $tp "$OUT/pf-cpu.json" --cpu --dummy tests/gpu/llama-hd128.json --prompt-ids "$ids" -n 4 --top-logits 4096 --top-logit-steps 1 || ok=1
-        for mode in default gemv-chunks decode-attention; do
+        # wgmma: the prefill attention's wgmma kernel forced (the default takes it only where its
+        # grid fills half the SMs, not at this 128-token prompt; without it, the default form)
+        for mode in default gemv-chunks decode-attention wgmma; do
             case $mode in
             default) env=LOCKSTEP_PDL=1 ;;
             gemv-chunks) env="LOCKSTEP_PREFILL_CHUNK=8" ;;
             decode-attention) env="LOCKSTEP_ATTN_PREFILL=0" ;;
+            wgmma) env="LOCKSTEP_ATT_PREFILL_TC=7" ;;
             esac
             # shellcheck disable=SC2086
             (export ${env?}; gen_json $tp "$OUT/pf-gpu.json" --gpu --dummy tests/gpu/llama-hd128.json --prompt-ids "$ids" -n 4 --top-logits 4096 --top-logit-steps 1) &&
