@@ -26,6 +26,7 @@
 #include "../gemv.cu"
 #include "../rope.cu" // ls_gemv_rope_kv falls back to ls_rope_kv
 #include "../attention.cu"
+#include "../attention_sm90.cu" // ls_attention_prefill calls its wgmma form
 #include "lab.cuh"
 
 #include <algorithm>
