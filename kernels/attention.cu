@@ -455,6 +455,294 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
 }
 
+// The long-context decode streamed through shared memory (LOCKSTEP_ATT_BULK; the launch without
+// clusters, hd 128). Block (chunk, KV head): every q head of the KV head's group (up to 8), so
+// each K and V row is read once; a grid of about one block a SM (chunks = SMs / KV heads, each a
+// run of whole 64-position stages), so a block streams ~1/132 of the cache. The stages go into
+// a ring of ATS_NS x 32 KB of shared memory by the bulk-copy unit, issued by one thread, each
+// completing on its own mbarrier: the first ATS_NS (up to 192 KB a SM) before the PDL wait
+// where their positions precede this forward's (hist), so the cache streams while the QKV
+// kernel ends, and the rest as each stage is consumed. The products are the register kernel's
+// (16 lanes a row of hd 128, a lane's running max, sum and 8 output dimensions per q head,
+// four positions a warp step), from shared memory instead of global; the warps' states merge in
+// warp order, the chunks' through the workspace as in the register kernel (fixed orders: the
+// same bits run to run).
+#define ATS_P       64 // positions a stage
+#define ATS_NS      6  // stages in the ring
+#define ATS_THREADS 256
+#define ATS_WARPS   (ATS_THREADS / 32)
+
+static __device__ __forceinline__ __attribute__((unused)) unsigned smem_u32(const void *p)
+{
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+template <int GM>
+static __global__ void __launch_bounds__(ATS_THREADS, 1)
+    attn_decode_bulk_kernel(float *__restrict__ out, float *__restrict__ ws,
+                            const float *__restrict__ q, const uint16_t *__restrict__ kcache,
+                            const uint16_t *__restrict__ vcache, const int *__restrict__ pos,
+                            int hq, int group, int max_ctx, int nsplit, int fresh, float qscale)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int HD = 128, LG = 16, ROWB = HD * 2, SB = ATS_P * ROWB; // SB: K (or V) a stage
+    extern __shared__ __align__(128) uint8_t ats_smem[];
+    __shared__ __align__(8) uint64_t full[ATS_NS];
+    __shared__ int sm_last;
+    pdl_launch_dependents();
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, sub = lane / LG, c = lane % LG;
+    const int kvh = blockIdx.y, h0 = kvh * group, gb = min(GM, group);
+    int n = pos[0] + 1;
+    n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
+    const int nchunk = gridDim.x;
+    int C = (n + nchunk - 1) / nchunk;
+    C = (C + ATS_P - 1) / ATS_P * ATS_P;
+    const int p_begin = blockIdx.x * C, p_end = min(n, p_begin + C);
+    const int live = (n + C - 1) / C;
+    // past the context: nothing read or written (the kernel completes after its predecessor
+    // anyway: chunk 0 is always live and waits)
+    if (p_begin >= n) return;
+    const int len = p_end - p_begin, ns = (len + ATS_P - 1) / ATS_P;
+    const int hist = n - 1 - fresh; // rows before it: written by earlier forwards
+    const uint16_t *K = kcache + ((size_t)kvh * max_ctx + p_begin) * HD;
+    const uint16_t *V = vcache + ((size_t)kvh * max_ctx + p_begin) * HD;
+    const unsigned sbase = smem_u32(ats_smem);
+    auto issue = [&](int st) { // stage st's K and V rows into ring slot st % ATS_NS
+        const int slot = st % ATS_NS, a = st * ATS_P, rows = min(ATS_P, len - a);
+        const unsigned bytes = (unsigned)rows * ROWB, bar = smem_u32(&full[slot]);
+        const unsigned dst = sbase + (unsigned)slot * 2 * SB;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                     "r"(2 * bytes)
+                     : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+            "%2, [%3];" ::"r"(dst),
+            "l"(K + (size_t)a * HD), "r"(bytes), "r"(bar)
+            : "memory");
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+            "%2, [%3];" ::"r"(dst + SB),
+            "l"(V + (size_t)a * HD), "r"(bytes), "r"(bar)
+            : "memory");
+    };
+    const int first = min(ns, ATS_NS);
+    int pre = 0; // stages issued before the wait: those wholly before hist
+    if (tid == 0) {
+        for (int i = 0; i < ATS_NS; i++)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[i]))
+                         : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        while (pre < first && p_begin + min((pre + 1) * ATS_P, len) - 1 < hist) issue(pre++);
+    }
+    pdl_wait();
+    if (tid == 0 && pre < first) {
+        // rows this forward's kernels wrote (generic stores) read by the async proxy
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        for (int st = pre; st < first; st++) issue(st);
+    }
+    __syncthreads(); // the barriers initialised before any thread waits on them
+
+    float qv[GM][8], m[GM], l[GM], o[GM][8];
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+        if (g < gb) {
+            const float4 *q4 = reinterpret_cast<const float4 *>(q + (size_t)(h0 + g) * HD + c * 8);
+            a = q4[0];
+            b = q4[1];
+        }
+        qv[g][0] = a.x * qscale, qv[g][1] = a.y * qscale, qv[g][2] = a.z * qscale;
+        qv[g][3] = a.w * qscale, qv[g][4] = b.x * qscale, qv[g][5] = b.y * qscale;
+        qv[g][6] = b.z * qscale, qv[g][7] = b.w * qscale;
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[g][j] = 0.0f;
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+
+    constexpr int U = ATS_P / ATS_WARPS / 2; // warp steps a stage (two rows a step)
+    for (int st = 0; st < ns; st++) {
+        const int slot = st % ATS_NS;
+        {
+            const unsigned bar = smem_u32(&full[slot]), par = (unsigned)(st / ATS_NS) & 1u;
+            asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], "
+                         "%1;\n @!p bra W;\n}" ::"r"(bar),
+                         "r"(par)
+                         : "memory");
+        }
+        const uint8_t *ks = ats_smem + (size_t)slot * 2 * SB, *vs = ks + SB;
+        const int a = st * ATS_P; // the stage's first row in the chunk
+        float s[U][GM];
+        uint4 vr[U];
+        bool ok[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int r = warp * (2 * U) + 2 * u + sub;
+            ok[u] = a + r < len;
+            uint4 kr = make_uint4(0, 0, 0, 0);
+            vr[u] = kr;
+            if (ok[u]) {
+                kr = *reinterpret_cast<const uint4 *>(ks + r * ROWB + c * 16);
+                vr[u] = *reinterpret_cast<const uint4 *>(vs + r * ROWB + c * 16);
+            }
+            float kf[8];
+            unpack8(kr, kf);
+#pragma unroll
+            for (int g = 0; g < GM; g++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; j++) d = fmaf(qv[g][j], kf[j], d);
+#pragma unroll
+                for (int off = LG / 2; off > 0; off >>= 1)
+                    d += __shfl_xor_sync(0xffffffffu, d, off);
+                s[u][g] = ok[u] ? d : -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float mx = s[0][g];
+#pragma unroll
+            for (int u = 1; u < U; u++) mx = fmaxf(mx, s[u][g]);
+            const float mn = fmaxf(m[g], mx);
+            if (mn == -INFINITY) continue; // no row of this lane yet
+            const float alpha = exp2f(m[g] - mn);
+            l[g] *= alpha;
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] *= alpha;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                float pw = exp2f(s[u][g] - mn), vf[8];
+                unpack8(vr[u], vf);
+                l[g] += pw;
+#pragma unroll
+                for (int j = 0; j < 8; j++) o[g][j] = fmaf(pw, vf[j], o[g][j]);
+            }
+            m[g] = mn;
+        }
+        __syncthreads(); // every warp is done with the slot
+        if (tid == 0 && st + ATS_NS < ns) issue(st + ATS_NS);
+    }
+
+    // the two rows of a warp step (lanes c and c + 16), then the warps, in order, through
+    // shared memory (the ring is free: every copy issued has been waited for)
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m[g], 16);
+        const float l2 = __shfl_xor_sync(0xffffffffu, l[g], 16);
+        float o2[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) o2[j] = __shfl_xor_sync(0xffffffffu, o[g][j], 16);
+        const float mn = fmaxf(m[g], m2);
+        if (mn == -INFINITY) continue;
+        const float x = exp2f(m[g] - mn), y = exp2f(m2 - mn);
+        l[g] = l[g] * x + l2 * y;
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * x + o2[j] * y;
+        m[g] = mn;
+    }
+    float *sm_m = reinterpret_cast<float *>(ats_smem); // [warp][GM]
+    float *sm_l = sm_m + ATS_WARPS * GM;               // [warp][GM]
+    float *sm_o = sm_l + ATS_WARPS * GM;               // [warp][GM][HD]
+    if (sub == 0) {
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            if (lane == 0) {
+                sm_m[warp * GM + g] = m[g];
+                sm_l[warp * GM + g] = l[g];
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) sm_o[(warp * GM + g) * HD + c * 8 + j] = o[g][j];
+        }
+    }
+    __syncthreads();
+    float *wml = ws, *wo = ws + ws_out_offset(hq, nsplit);
+    for (int i = tid; i < gb * HD; i += ATS_THREADS) {
+        const int g = i / HD, d = i - g * HD, h = h0 + g;
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        for (int w = 0; w < ATS_WARPS; w++) M = fmaxf(M, sm_m[w * GM + g]);
+        for (int w = 0; w < ATS_WARPS; w++) {
+            if (sm_m[w * GM + g] == -INFINITY) continue;
+            const float sc = exp2f(sm_m[w * GM + g] - M);
+            L = fmaf(sm_l[w * GM + g], sc, L);
+            O = fmaf(sm_o[(w * GM + g) * HD + d], sc, O);
+        }
+        if (live == 1) {
+            out[(size_t)h * HD + d] = O / L;
+        } else {
+            const size_t sl = (size_t)h * nsplit + blockIdx.x;
+            wo[sl * HD + d] = O;
+            if (d == 0) {
+                wml[sl * 2] = M;
+                wml[sl * 2 + 1] = L;
+            }
+        }
+    }
+    if (live == 1) return;
+
+    // the chunk that completes the count of live chunks merges them all, in chunk order
+    int *count = reinterpret_cast<int *>(ws + ws_counter_offset(hq, HD, nsplit)) + kvh;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        const bool last = atomicAdd(count, 1) == live - 1;
+        if (last) {
+            *count = 0;
+            __threadfence();
+        }
+        sm_last = last;
+    }
+    __syncthreads();
+    if (!sm_last) return;
+    float *sml = sm_o; // [g][live][2], then L per q head; sm_o is read no more
+    float *sL = sml + 2 * GM * live;
+    for (int i = tid; i < gb * live; i += ATS_THREADS) {
+        const int g = i / live, sc = i - g * live;
+        const float2 v =
+            __ldcg(reinterpret_cast<const float2 *>(wml) + (size_t)(h0 + g) * nsplit + sc);
+        sml[2 * i] = v.x;
+        sml[2 * i + 1] = v.y;
+    }
+    __syncthreads();
+    for (int g = warp; g < gb; g += ATS_WARPS) {
+        float *pr = sml + 2 * g * live;
+        float M = -INFINITY, L = 0.0f;
+        for (int sc = lane; sc < live; sc += 32) M = fmaxf(M, pr[2 * sc]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        __syncwarp();
+        for (int sc = lane; sc < live; sc += 32) {
+            const float e = exp2f(pr[2 * sc] - M);
+            pr[2 * sc] = e;
+            L = fmaf(pr[2 * sc + 1], e, L);
+        }
+        // the lanes' sums (a fixed order)
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (lane == 0) sL[g] = L;
+    }
+    __syncthreads();
+    for (int i = tid; i < gb * HD / 4; i += ATS_THREADS) {
+        const int g = 4 * i / HD, d = 4 * i - g * HD, h = h0 + g;
+        const float *pr = sml + 2 * g * live;
+        const float *w0 = wo + (size_t)h * nsplit * HD + d;
+        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 16
+        for (int sc = 0; sc < live; sc++) {
+            const float4 v = __ldcg(reinterpret_cast<const float4 *>(w0 + (size_t)sc * HD));
+            const float e = pr[2 * sc];
+            O.x = fmaf(v.x, e, O.x), O.y = fmaf(v.y, e, O.y);
+            O.z = fmaf(v.z, e, O.z), O.w = fmaf(v.w, e, O.w);
+        }
+        const float il = sL[g];
+        *reinterpret_cast<float4 *>(out + (size_t)h * HD + d) =
+            make_float4(O.x / il, O.y / il, O.z / il, O.w / il);
+    }
+#else
+    (void)out, (void)ws, (void)q, (void)kcache, (void)vcache, (void)pos, (void)hq, (void)group;
+    (void)max_ctx, (void)nsplit, (void)fresh, (void)qscale;
+#endif
+}
+
 #define PF_BQ      32
 #define PF_BK      64
 #define PF_THREADS 128
@@ -1084,6 +1372,56 @@ static bool wide_form(int max_ctx)
     return g_shape.wide >= 0 ? g_shape.wide != 0 : max_ctx <= ATT_WIDE_CTX;
 }
 
+// the streamed long-context form (attn_decode_bulk_kernel): LOCKSTEP_ATT_BULK=0|1 (default 0),
+// ls_attention_set_bulk
+static int g_bulk = -1;
+
+static bool bulk_on(void)
+{
+    if (g_bulk < 0) {
+        const char *e = getenv("LOCKSTEP_ATT_BULK");
+        g_bulk = e && !strcmp(e, "1");
+    }
+    return g_bulk != 0;
+}
+
+extern "C" int ls_attention_set_bulk(int on)
+{
+    const int old = bulk_on();
+    g_bulk = on != 0;
+    return old;
+}
+
+// where the streamed form runs: hd 128, a KV head's group in one block (up to 8 q heads), a
+// split (the workspace), and the bulk copies (sm_90 on)
+static bool bulk_applies(int hd, int group, int nsplit)
+{
+    return hd == 128 && group <= 8 && nsplit > 1 && bulk_on() && ls_device_get().major >= 9 &&
+           (size_t)ATS_NS * 2 * ATS_P * 128 * 2 <= (size_t)ls_device_get().smem_optin;
+}
+
+static void decode_bulk(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
+                        const int *pos, int hq, int hkv, int max_ctx, int nsplit, int fresh,
+                        float *workspace, cudaStream_t s)
+{
+    const int group = hq / hkv, gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+    void (*fn)(float *, float *, const float *, const uint16_t *, const uint16_t *, const int *,
+               int, int, int, int, int, float) = gm == 1   ? attn_decode_bulk_kernel<1>
+                                                 : gm == 2 ? attn_decode_bulk_kernel<2>
+                                                 : gm == 4 ? attn_decode_bulk_kernel<4>
+                                                           : attn_decode_bulk_kernel<8>;
+    const size_t smem = (size_t)ATS_NS * 2 * ATS_P * 128 * 2;
+    ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                 (int)smem);
+    // about one block a SM: chunks of whole stages, at most the workspace's nsplit
+    int nchunk = ls_device_get().sms / hkv;
+    nchunk = nchunk < 1 ? 1 : nchunk > nsplit ? nsplit : nchunk;
+    const float qscale = 1.0f / sqrtf(128.0f) * LOG2E;
+    pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, smem, s, out, workspace, q,
+               kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale);
+    CHECK_CUDA(cudaGetLastError());
+}
+
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
                                     int max_ctx, int nsplit, int fresh, int clusters,
@@ -1097,6 +1435,11 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                "workspace when nsplit > 1, q, out and the workspace on 16-byte boundaries and "
                "fresh >= 0");
     const int group = hq / hkv;
+    if (!clusters && bulk_applies(hd, group, nsplit)) {
+        decode_bulk(out, q, kcache, vcache, pos, hq, hkv, max_ctx, nsplit, fresh, workspace,
+                    (cudaStream_t)stream);
+        return;
+    }
     const long kv_bytes = (long)hkv * max_ctx * hd * 2 * sizeof(uint16_t);
     const int gm = heads_per_block(group, hkv, nsplit, kv_bytes, !clusters); // q heads a block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;

@@ -43,6 +43,11 @@ int ls_attention_set_cluster(int on);
  * up to 4 in a launch without clusters; else one while the cache's K and V fit in half the L2,
  * past it by the launch's size; also LOCKSTEP_ATT_HEADS). Returns the previous setting. */
 int ls_attention_set_heads(int heads);
+/* experiments and tests: the launch without clusters (clusters = 0) at hd 128 with groups of up
+ * to 8 q heads streams the cache through shared memory with bulk copies, a KV head's whole group
+ * a block and about one block a SM (1; sm_90 on), instead of the register kernel (0, the
+ * default; also LOCKSTEP_ATT_BULK=1). Returns the previous setting. */
+int ls_attention_set_bulk(int on);
 /* the longest context (positions) at which that cluster merge applies, for the split
  * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
 int ls_attention_cluster_reach(int hq, int hkv, int max_ctx);

@@ -6,6 +6,7 @@
 //     --no-bench    tests only;  --bench-only  benchmarks only;  --gemv-only  the GEMV tests only
 //     --bench-attention  only the decode attention (with and without clusters), and exit
 //     --bench-attention-heads  only the decode attention at each q heads a block, and exit
+//     --bench-attention-bulk  only the long-context decode attention, register kernel and streamed
 //     --bench-prefill  only the prefill's GEMMs at the 8B shapes (each algorithm cuBLASLt
 //                   lists) and its attention's forms at short chunks, and exit
 // Prints one PASS/FAIL line per case with the measured error and its tolerance, then the
@@ -1225,13 +1226,16 @@ static int g_att_clusters = 1;
 // the most q heads a block the decode tests set (ls_attention_set_heads; 0: the default, or
 // LOCKSTEP_ATT_HEADS's), appended to their names
 static int g_att_heads = 0;
+// whether the decode tests set the streamed form (ls_attention_set_bulk), appended to their names
+static int g_att_bulk = 0;
 static const char *att_tag(void)
 {
-    static char t[96];
+    static char t[128];
     char heads[32] = "";
     if (g_att_heads) snprintf(heads, sizeof heads, ", at most %d heads a block", g_att_heads);
-    snprintf(t, sizeof t, "%s%s",
-             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads);
+    snprintf(t, sizeof t, "%s%s%s",
+             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads,
+             g_att_bulk ? ", streamed (bulk) where it applies" : "");
     return t;
 }
 
@@ -1494,6 +1498,13 @@ static void tests_attention(void)
     tests_decode();
     g_att_clusters = 0;
     tests_decode();
+    // the launch without clusters streamed through shared memory (hd 128, groups up to 8; the
+    // other shapes take the register kernel as before)
+    const int bulk = ls_attention_set_bulk(1);
+    g_att_bulk = 1;
+    tests_decode();
+    g_att_bulk = 0;
+    ls_attention_set_bulk(bulk);
     g_att_clusters = 1;
     test_wgmma_layouts();
     // the default (its form by the chunk's grid at hd 128), the wgmma kernel with tiles of 128 and
@@ -2311,6 +2322,35 @@ static void bench_decode_heads(void)
         }
 }
 
+// the launch without clusters (the engine's long-context form) in the register kernel and
+// streamed through shared memory (ls_attention_set_bulk), at the 8B's TP=1 and 2 shapes and the
+// 70B's TP=2, caches rotating; with the bytes of K and V read and the rate they imply
+static void bench_decode_bulk(void)
+{
+    struct {
+        int hq, hkv;
+    } shapes[] = {{32, 8}, {16, 4}, {32, 4}};
+    struct {
+        int ctx, max_ctx;
+    } at[] = {{1000, 4096}, {2500, 4096},   {4096, 4224},
+              {8192, 8320}, {16384, 16512}, {32768, 32896}};
+    for (auto &sh : shapes)
+        for (auto &a : at) {
+            decode_bench b(sh.hq, sh.hkv, 128, a.ctx, a.max_ctx, decode_rot(sh.hkv, a.max_ctx));
+            const double bytes = (double)sh.hkv * a.ctx * 128 * 4;
+            const int old = ls_attention_set_bulk(0);
+            const float reg = b.time(0);
+            ls_attention_set_bulk(1);
+            const float blk = b.time(0);
+            ls_attention_set_bulk(old);
+            printf("attention_decode bulk hq=%d hkv=%d ctx=%d of %d nsplit=%d: %.1f MB, register "
+                   "kernel %.2f us (%.0f GB/s), streamed %.2f us (%.0f GB/s)\n",
+                   sh.hq, sh.hkv, a.ctx, a.max_ctx, b.nsplit, bytes / 1e6, reg * 1e3,
+                   bytes / reg / 1e6, blk * 1e3, bytes / blk / 1e6);
+            fflush(stdout);
+        }
+}
+
 // the prefill's attention over T new positions from position pos0 (causal: T (2 pos0 + T + 1) / 2
 // query-key pairs, 4 hd flops each), the tensor-core kernel's forms and the fp32 one
 static void bench_prefill_attention(int hq, int hkv, int hd, int pos0, int T)
@@ -2626,6 +2666,10 @@ int main(int argc, char **argv)
             bench_decode_forms();
             return 0;
         }
+        if (!strcmp(argv[i], "--bench-attention-bulk")) {
+            bench_decode_bulk();
+            return 0;
+        }
         if (!strcmp(argv[i], "--bench-attention-heads")) {
             bench_decode_heads();
             return 0;
@@ -2658,7 +2702,8 @@ int main(int argc, char **argv)
         else {
             fprintf(stderr,
                     "usage: %s [--quick] [--no-bench] [--bench-only] [--gemv-only] "
-                    "[--bench-attention] [--bench-attention-heads] [--bench-prefill] "
+                    "[--bench-attention] [--bench-attention-heads] [--bench-attention-bulk] "
+                    "[--bench-prefill] "
                     "[--bench-prefill-attention]\n",
                     argv[0]);
             return 2;
