@@ -482,7 +482,8 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
     attn_decode_bulk_kernel(float *__restrict__ out, float *__restrict__ ws,
                             const float *__restrict__ q, const uint16_t *__restrict__ kcache,
                             const uint16_t *__restrict__ vcache, const int *__restrict__ pos,
-                            int hq, int group, int max_ctx, int nsplit, int fresh, float qscale)
+                            int hq, int group, int max_ctx, int nsplit, int fresh, float qscale,
+                            int pre_most)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int HD = 128, LG = 16, ROWB = HD * 2, SB = ATS_P * ROWB; // SB: K (or V) a stage
@@ -532,7 +533,8 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[i]))
                          : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        while (pre < first && p_begin + min((pre + 1) * ATS_P, len) - 1 < hist) issue(pre++);
+        while (pre < first && pre < pre_most && p_begin + min((pre + 1) * ATS_P, len) - 1 < hist)
+            issue(pre++);
     }
     pdl_wait();
     if (tid == 0 && pre < first) {
@@ -739,7 +741,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
     }
 #else
     (void)out, (void)ws, (void)q, (void)kcache, (void)vcache, (void)pos, (void)hq, (void)group;
-    (void)max_ctx, (void)nsplit, (void)fresh, (void)qscale;
+    (void)max_ctx, (void)nsplit, (void)fresh, (void)qscale, (void)pre_most;
 #endif
 }
 
@@ -1373,8 +1375,9 @@ static bool wide_form(int max_ctx)
 }
 
 // the streamed long-context form (attn_decode_bulk_kernel): LOCKSTEP_ATT_BULK=0|1 (default 0),
-// ls_attention_set_bulk
-static int g_bulk = -1;
+// ls_attention_set_bulk; LOCKSTEP_ATT_BULK_PRE=0..6: the stages a block issues before its PDL
+// wait at most (default all of the ring's that precede this forward's rows)
+static int g_bulk = -1, g_bulk_pre = -1;
 
 static bool bulk_on(void)
 {
@@ -1405,11 +1408,15 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
                         float *workspace, cudaStream_t s)
 {
     const int group = hq / hkv, gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
+    if (g_bulk_pre < 0) {
+        const char *e = getenv("LOCKSTEP_ATT_BULK_PRE");
+        g_bulk_pre = e && e[0] >= '0' && e[0] <= '0' + ATS_NS && !e[1] ? e[0] - '0' : ATS_NS;
+    }
     void (*fn)(float *, float *, const float *, const uint16_t *, const uint16_t *, const int *,
-               int, int, int, int, int, float) = gm == 1   ? attn_decode_bulk_kernel<1>
-                                                 : gm == 2 ? attn_decode_bulk_kernel<2>
-                                                 : gm == 4 ? attn_decode_bulk_kernel<4>
-                                                           : attn_decode_bulk_kernel<8>;
+               int, int, int, int, int, float, int) = gm == 1   ? attn_decode_bulk_kernel<1>
+                                                      : gm == 2 ? attn_decode_bulk_kernel<2>
+                                                      : gm == 4 ? attn_decode_bulk_kernel<4>
+                                                                : attn_decode_bulk_kernel<8>;
     const size_t smem = (size_t)ATS_NS * 2 * ATS_P * 128 * 2;
     ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                  (int)smem);
@@ -1418,7 +1425,7 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     nchunk = nchunk < 1 ? 1 : nchunk > nsplit ? nsplit : nchunk;
     const float qscale = 1.0f / sqrtf(128.0f) * LOG2E;
     pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, smem, s, out, workspace, q,
-               kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale);
+               kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale, g_bulk_pre);
     CHECK_CUDA(cudaGetLastError());
 }
 
