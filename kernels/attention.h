@@ -43,11 +43,13 @@ int ls_attention_set_cluster(int on);
  * up to 4 in a launch without clusters; else one while the cache's K and V fit in half the L2,
  * past it by the launch's size; also LOCKSTEP_ATT_HEADS). Returns the previous setting. */
 int ls_attention_set_heads(int heads);
-/* experiments and tests: the launch without clusters (clusters = 0) at hd 128 with groups of up
- * to 8 q heads streams the cache through shared memory with bulk copies, a KV head's whole group
- * a block and about one block a SM (1; sm_90 on), instead of the register kernel (0, the
- * default; also LOCKSTEP_ATT_BULK=1). Returns the previous setting. */
+/* experiments and tests: launches with clusters = 0 take the streamed form where it applies
+ * (clusters = 2 below) too (1; also LOCKSTEP_ATT_BULK=1), or the register kernel (0, the
+ * default). Returns the previous setting. */
 int ls_attention_set_bulk(int on);
+/* whether the streamed form (clusters = 2) applies to hq q heads on hkv KV heads of hd: hd 128,
+ * groups of up to 8 q heads, compute capability 9 or later. */
+int ls_attention_bulk_applies(int hq, int hkv, int hd);
 /* the longest context (positions) at which that cluster merge applies, for the split
  * ls_attention_decode_splits picks (max_ctx when it never leaves it) */
 int ls_attention_cluster_reach(int hq, int hkv, int max_ctx);
@@ -64,9 +66,13 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
  * PDL the kernel reads the K/V rows of the positions before those ahead of its wait, and pos
  * too: pos must be written before the forward's kernels (by a copy or an earlier graph).
  * clusters: 0 launches the split without clusters (its chunks merge through the workspace),
- * with up to 4 q heads a block (the engine's long-context form); nonzero, with clusters where
+ * with up to 4 q heads a block (the engine's long-context form); 1, with clusters where
  * they apply and ls_attention_set_cluster allows, one q head a block while the cache's K and V
- * fit in half the L2. The q heads a block holds: ls_attention_set_heads. */
+ * fit in half the L2. The q heads a block holds: ls_attention_set_heads. 2: without clusters,
+ * streamed through shared memory where ls_attention_bulk_applies (else as 0): a KV head's whole
+ * group a block, about one block a SM (chunks of whole 64-position stages, at most nsplit), the
+ * K and V rows by bulk copies into a ring of six 32 KB stages (the engine's form past ~8192
+ * positions). */
 void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, float *workspace, void *stream);

@@ -16,6 +16,9 @@
 
 struct ls_comm;
 
+/* decode forms a backend may ask for (decode_form): the engine keeps a graph for each */
+#define LS_DECODE_FORMS 3
+
 struct ls_backend {
     const char *name;
     int weight_bytes;      /* bytes per weight and KV cache element: 4 (fp32) or 2 (bf16) */
@@ -157,9 +160,9 @@ struct ls_backend {
 
     /* Optional (NULL: one form): the form of the decode step the backend wants at a context of
      * ctx positions, for attention over hq and hkv heads (this rank's) of hd and a cache of
-     * max_ctx (0 or 1; the CUDA attention launched in clusters or not), and the form the next
-     * steps' work is issued in. A graph holds one form's launches, so the engine keeps one graph
-     * per form. */
+     * max_ctx (0 to LS_DECODE_FORMS - 1; the CUDA attention launched in clusters, without, or
+     * streamed), and the form the next steps' work is issued in. A graph holds one form's
+     * launches, so the engine keeps one graph per form. */
     int (*decode_form)(int ctx, int hq, int hkv, int hd, int max_ctx);
     void (*set_decode_form)(int form);
 

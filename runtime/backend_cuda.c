@@ -36,7 +36,8 @@ static struct {
     size_t act16_cap;   /* elements */
     float *attn_ws;     /* flash-decoding partials */
     size_t attn_ws_cap; /* bytes */
-    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters */
+    int att_form;       /* the decode form (cu_decode_form): 1 the attention without clusters,
+                         * 2 streamed */
     /* two slots of mapped, pinned host memory where a step's last kernel posts its token
      * (cu_advance), and their device address */
     volatile unsigned long long *post;
@@ -506,8 +507,17 @@ static void cu_matmul_residual_t(float *x, const float *in, const void *WT, int 
  * --bench-attention-heads, interpolated between 2048, 3100 and 4096). So the start is the
  * earlier of the measured one above and where the re-reads reach 40 MB: 2441 at 32 q heads of
  * 128 (the 8B at TP=1, the 70B at TP=2), 4882 at 16 (the 8B at TP=2). In the step, 8B TP=1
- * after a 2700-token prompt: 4.197 / 4.192 ms a token from 3072, 4.140 / 4.132 from 2400. */
+ * after a 2700-token prompt: 4.197 / 4.192 ms a token from 3072, 4.140 / 4.132 from 2400.
+ *
+ * Form 2: the attention streamed through shared memory (ls_attention_decode's clusters = 2) past
+ * LOCKSTEP_ATT_BULK_CTX positions (default 8192; 0: never) where it applies. Alone it is faster
+ * than form 1's kernel at every context measured (fortieth session, test_kernels
+ * --bench-attention-bulk, 8B TP=1 shape: 4096 17.3 -> 14.2 us, 8192 24.0 -> 19.2, 16384 35.4 ->
+ * 29.1); in the step at 8B TP=1 after a 16384-token prompt 4.646 -> 4.568 ms a token, after 4096
+ * even (4.108 against 4.113), so the start lies between; 8192 is the estimate (the step's
+ * gain grows with the context). */
 #define ATT_REREAD_BYTES 40000000L
+#define ATT_BULK_CTX     8192
 static int cu_decode_form(int ctx, int hq, int hkv, int hd, int max_ctx)
 {
     static int from = -1;
@@ -519,7 +529,13 @@ static int cu_decode_form(int ctx, int hq, int hkv, int hd, int max_ctx)
     const int measured = hkv > 4 ? 3072 : 6144;
     const int at = from != INT_MAX ? from : reread < measured ? (int)reread : measured;
     if (!at || ctx <= at) return 0;
-    return ctx > ls_attention_cluster_reach(hq, hkv, max_ctx);
+    if (ctx <= ls_attention_cluster_reach(hq, hkv, max_ctx)) return 0;
+    static int bulk_from = -1;
+    if (bulk_from < 0) {
+        const char *v = getenv("LOCKSTEP_ATT_BULK_CTX");
+        bulk_from = !v || !*v ? ATT_BULK_CTX : atoi(v) > 0 ? atoi(v) : 0;
+    }
+    return bulk_from && ctx > bulk_from && ls_attention_bulk_applies(hq, hkv, hd) ? 2 : 1;
 }
 
 static void cu_set_decode_form(int form)
@@ -588,8 +604,11 @@ static void cu_attention(float *out, const float *qkv, int stride, const void *k
      * each reading its own position from pos[t] */
     for (int t = 0; t < T; t++)
         ls_attention_decode(out + (size_t)t * hq * hd, qkv + (size_t)t * stride, kc, vc, pos + t,
-                            hq, hkv, hd, max_ctx, nsplit, t, !cu.att_form, cu.attn_ws,
-                            stream_get());
+                            hq, hkv, hd, max_ctx, nsplit, t,
+                            cu.att_form == 0   ? 1
+                            : cu.att_form == 2 ? 2
+                                               : 0,
+                            cu.attn_ws, stream_get());
 }
 
 static void cu_add(float *x, const float *y, size_t n)

@@ -39,9 +39,10 @@ struct ls_engine {
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace */
-    void *graph[2];              /* captured decode step per backend form, or NULL */
-    struct ls_sampling graph_sp[2]; /* the token choice captured in each (temperature 0: argmax) */
-    int graph_top[2];               /* the chosen token's scores each takes: -1 none, else top_n */
+    void *graph[LS_DECODE_FORMS]; /* captured decode step per backend form, or NULL */
+    struct ls_sampling
+        graph_sp[LS_DECODE_FORMS];  /* the token choice captured in each (temperature 0: argmax) */
+    int graph_top[LS_DECODE_FORMS]; /* the chosen token's scores each takes: -1 none, else top_n */
     struct ls_graph_stats gstats;   /* captures so far: new graphs, updates in place, seconds */
     double *dstats;                 /* [S][SCORE_W] a scored step's (backend memory) */
     /* the penalties' window in the backend (choice_alloc, at start-up): the
@@ -323,7 +324,7 @@ static void drop_graph(struct ls_engine *e, int form)
 
 static void drop_graphs(struct ls_engine *e)
 {
-    for (int f = 0; f < 2; f++) drop_graph(e, f);
+    for (int f = 0; f < LS_DECODE_FORMS; f++) drop_graph(e, f);
 }
 
 /* ls_engine_score's buffers (score_alloc's), back to none */
@@ -756,9 +757,10 @@ static void chunk_forward(struct ls_engine *e, int T, int pos0)
 static int decode_form_at(struct ls_engine *e, int pos)
 {
     const struct ls_shard *sh = &e->m->shard;
-    return e->be->decode_form ? e->be->decode_form(pos + 1, sh->q_heads, sh->kv_heads,
-                                                   e->m->cfg.head_dim, e->max_ctx) != 0
-                              : 0;
+    const int f = e->be->decode_form ? e->be->decode_form(pos + 1, sh->q_heads, sh->kv_heads,
+                                                          e->m->cfg.head_dim, e->max_ctx)
+                                     : 0;
+    return f > 0 && f < LS_DECODE_FORMS ? f : 0;
 }
 
 /* what ls_engine_score asks of forward_chunks */

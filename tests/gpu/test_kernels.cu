@@ -1220,22 +1220,22 @@ static void make_decode(int hq, int hkv, int hd, int n, int max_ctx, std::vector
                   kv_of.data());
 }
 
-// the decode tests' clusters argument (0: the workspace merge only), and which merge of the
-// chunks that runs, appended to their names
+// the decode tests' clusters argument (0: the workspace merge only; 2: the streamed form where it
+// applies), and which merge of the chunks that runs, appended to their names
 static int g_att_clusters = 1;
 // the most q heads a block the decode tests set (ls_attention_set_heads; 0: the default, or
 // LOCKSTEP_ATT_HEADS's), appended to their names
 static int g_att_heads = 0;
-// whether the decode tests set the streamed form (ls_attention_set_bulk), appended to their names
-static int g_att_bulk = 0;
 static const char *att_tag(void)
 {
     static char t[128];
     char heads[32] = "";
     if (g_att_heads) snprintf(heads, sizeof heads, ", at most %d heads a block", g_att_heads);
-    snprintf(t, sizeof t, "%s%s%s",
-             g_att_clusters ? " (cluster merge where <= 8 chunks)" : " (workspace merge)", heads,
-             g_att_bulk ? ", streamed (bulk) where it applies" : "");
+    snprintf(t, sizeof t, "%s%s",
+             g_att_clusters == 2   ? " (streamed where it applies, workspace merge)"
+             : g_att_clusters == 1 ? " (cluster merge where <= 8 chunks)"
+                                   : " (workspace merge)",
+             heads);
     return t;
 }
 
@@ -1498,13 +1498,10 @@ static void tests_attention(void)
     tests_decode();
     g_att_clusters = 0;
     tests_decode();
-    // the launch without clusters streamed through shared memory (hd 128, groups up to 8; the
-    // other shapes take the register kernel as before)
-    const int bulk = ls_attention_set_bulk(1);
-    g_att_bulk = 1;
+    // the launch streamed through shared memory (clusters = 2: hd 128, groups up to 8; the
+    // other shapes take the register kernel without clusters)
+    g_att_clusters = 2;
     tests_decode();
-    g_att_bulk = 0;
-    ls_attention_set_bulk(bulk);
     g_att_clusters = 1;
     test_wgmma_layouts();
     // the default (its form by the chunk's grid at hd 128), the wgmma kernel with tiles of 128 and
