@@ -510,14 +510,14 @@ static void cu_matmul_residual_t(float *x, const float *in, const void *WT, int 
  * after a 2700-token prompt: 4.197 / 4.192 ms a token from 3072, 4.140 / 4.132 from 2400.
  *
  * Form 2: the attention streamed through shared memory (ls_attention_decode's clusters = 2) past
- * LOCKSTEP_ATT_BULK_CTX positions (default 8192; 0: never) where it applies. Alone it is faster
+ * LOCKSTEP_ATT_BULK_CTX positions (default 16384; 0: never) where it applies. Alone it is faster
  * than form 1's kernel at every context measured (fortieth session, test_kernels
  * --bench-attention-bulk, 8B TP=1 shape: 4096 17.3 -> 14.2 us, 8192 24.0 -> 19.2, 16384 35.4 ->
- * 29.1); in the step at 8B TP=1 after a 16384-token prompt 4.646 -> 4.568 ms a token, after 4096
- * even (4.108 against 4.113), so the start lies between; 8192 is the estimate (the step's
- * gain grows with the context). */
+ * 29.1); in the step at 8B TP=1 (ms a token, form 1 against 2): after a 16384-token prompt
+ * 4.646 / 4.568, after 8192 4.284 / 4.337, after 4096 4.108 / 4.113. So from the one length
+ * where it gained; between 8192 and 16384 not measured. */
 #define ATT_REREAD_BYTES 40000000L
-#define ATT_BULK_CTX     8192
+#define ATT_BULK_CTX     16384
 static int cu_decode_form(int ctx, int hq, int hkv, int hd, int max_ctx)
 {
     static int from = -1;

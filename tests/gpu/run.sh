@@ -805,8 +805,9 @@ sys.exit(0 if same else 1)' "$OUT/af-tp$tp-0$heads.json" "$OUT/af-tp$tp-1$heads.
     done
 }
 
-# decode form 2 (the attention streamed through shared memory past LOCKSTEP_ATT_BULK_CTX, 8192
-# by default) against form 1 (LOCKSTEP_ATT_BULK_CTX=0: never) on a small random model of hd 128
+# decode form 2 (the attention streamed through shared memory past LOCKSTEP_ATT_BULK_CTX, 16384
+# by default; here 8192) against form 1 (LOCKSTEP_ATT_BULK_CTX=0: never) on a small random model
+# of hd 128
 # and groups of 4 (2 layers, 8 q and 2 KV heads a rank at TP=1): an 8170-token prompt and 48
 # steps that cross 8192, each step's top logits taken to the host (eager steps); then the
 # default's graph-replayed steps (no top logits) against its eager ones. Another kernel rounds
@@ -826,10 +827,12 @@ PY
     args=(--gpu --dummy "$OUT/attbulk.json" --max-context 8448 --prompt-ids "$(seq -s, 11 8180)" -n 48)
     for tp in 1 2; do
         [ $tp -gt "$n" ] && continue
-        gen_json $tp "$OUT/ab2-tp$tp.json" "${args[@]}" --top-logits 64 --top-logit-steps 48 &&
+        LOCKSTEP_ATT_BULK_CTX=8192 gen_json $tp "$OUT/ab2-tp$tp.json" -x LOCKSTEP_ATT_BULK_CTX "${args[@]}" \
+            --top-logits 64 --top-logit-steps 48 &&
             LOCKSTEP_ATT_BULK_CTX=0 gen_json $tp "$OUT/ab1-tp$tp.json" -x LOCKSTEP_ATT_BULK_CTX "${args[@]}" \
                 --top-logits 64 --top-logit-steps 48 &&
-            gen_json $tp "$OUT/ab2g-tp$tp.json" "${args[@]}" || return 1
+            LOCKSTEP_ATT_BULK_CTX=8192 gen_json $tp "$OUT/ab2g-tp$tp.json" -x LOCKSTEP_ATT_BULK_CTX \
+                "${args[@]}" || return 1
         python3 -c 'import json, sys
 a, b, g = (json.load(open(f)) for f in sys.argv[1:4])
 worst = 0.0
