@@ -418,10 +418,8 @@ static __device__ __forceinline__ void pending_split(float v, int E, float &hi, 
                    pow2f(-E - PEND_LO_BITS));
 }
 
-// (512 threads with two batches in flight: the 1024-thread form's 64 registers, so that a block
-// of another kernel fits beside it; LOCKSTEP_GEMV_O_THREADS)
 template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false, int FD = 0>
-static __global__ void __launch_bounds__(NT, NT == 512 && TR ? 2 : 1)
+static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
                      const float *__restrict__ nw, float eps, const gemv_rope rp, const gemv_fd fd)
@@ -808,10 +806,6 @@ static int g_shapes_set;
 static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 static int g_mlp_inflight = 4; // the fused MLP's down loads in flight a thread: 2, 4 or 8
-// the o GEMV after the decode attention (ls_gemv_residual_copy) in 512 threads of 64 registers,
-// half an SM's registers, so that its blocks fit beside the attention's and issue their first
-// weights while it runs (LOCKSTEP_GEMV_O_THREADS=512; 0: the other GEMVs' shape)
-static int g_o_threads;
 
 static void shapes_from_env(void)
 {
@@ -822,8 +816,6 @@ static void shapes_from_env(void)
     const char *mi = getenv("LOCKSTEP_MLP_INFLIGHT");
     if (mi && (!strcmp(mi, "2") || !strcmp(mi, "4") || !strcmp(mi, "8")))
         g_mlp_inflight = mi[0] - '0';
-    const char *ot = getenv("LOCKSTEP_GEMV_O_THREADS");
-    if (ot && !strcmp(ot, "512")) g_o_threads = 512;
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -939,12 +931,9 @@ static xreg_fn xreg_fd_fn(int in)
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const ls_device &di,
                         size_t smem_max, cudaStream_t s, const gemv_rope &rp = {},
-                        const gemv_fd &fd = {}, bool check = false, int half = 0)
+                        const gemv_fd &fd = {}, bool check = false)
 {
-    // half: the 512-thread two-batch form, where the default is the 1024-thread one and a warp
-    // has one column (k <= 4096) of a y += launch (ls_gemv_residual_copy)
-    half = half && g_o_threads == 512 && g_xreg == 3 && acc == 1 && k / 8 <= 16 * 32;
-    const int nt = half || g_xreg < 2 ? 512 : 1024;
+    const int nt = g_xreg >= 2 ? 1024 : 512;
     const int NW = nt / 32, S = (k / 8 + 31) / 32, slots = S < NW ? S : NW;
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
@@ -966,7 +955,6 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     if (check) return true;
     // the two-batch form for one column per warp only (with two it spills)
     xreg_fn fn = acc == 4     ? xreg_fd_fn(in)
-                 : half       ? xreg_table<512, 4, 1, true>().f[in][acc]
                  : nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
                                                         : xreg_table<1024, 4, 1>().f[in][acc])
                                          : xreg_table<1024, 4, 2>().f[in][acc])
@@ -1180,7 +1168,7 @@ extern "C" int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_
     fd.pend = pend;
     fd.pend_live = pend_live;
     return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, at.di, at.smem_max,
-                       (cudaStream_t)stream, {}, fd, false, 1);
+                       (cudaStream_t)stream, {}, fd);
 }
 
 extern "C" int ls_gemv_set_mlp_inflight(int n)
@@ -1213,14 +1201,6 @@ extern "C" int ls_gemv_set_xreg(int on)
     shapes_from_env();
     const int old = g_xreg;
     g_xreg = on < 0 ? 0 : on > 3 ? 3 : on;
-    return old;
-}
-
-extern "C" int ls_gemv_set_o_threads(int nt)
-{
-    shapes_from_env();
-    const int old = g_o_threads;
-    g_o_threads = nt == 512 ? 512 : 0;
     return old;
 }
 

@@ -109,13 +109,6 @@ const char *ls_gemv_set_shapes(int small, int medium, int large);
  * setting. */
 int ls_gemv_set_xreg(int on);
 
-/* ls_gemv_residual_copy (the o GEMV after the decode attention) in 512 threads of 64 registers
- * (512) where it would take the default 1024-thread form with one column a warp (k <= 4096):
- * half an SM's registers, so that its blocks fit beside the attention's blocks and issue their
- * first weight loads while the attention runs; 0 (default) the other GEMVs' shape. The same bits
- * either way. LOCKSTEP_GEMV_O_THREADS=512 sets it. Returns the previous setting. */
-int ls_gemv_set_o_threads(int nt);
-
 /* The column-resident kernel's SwiGLU input: 1 (default) with fast intrinsics (__expf,
  * __fdividef; ~1e-6 relative from the exact expression), 0 (or LOCKSTEP_GEMV_SILU=exact) the
  * exact one, as every other path computes it. Returns the previous setting. */

@@ -586,14 +586,6 @@ static void tests_gemv(void)
     test_gemv_residual_copy("llama8b o", 4096, 4096, 1);
     test_gemv_residual_copy("llama8b o", 4096, 4096, 2);
     test_gemv_residual_copy("smollm2 o", 576, 576, 1);
-    { // the 512-thread form (LOCKSTEP_GEMV_O_THREADS=512): the same bits
-        const int old = ls_gemv_set_o_threads(512);
-        test_gemv_residual_copy("llama8b o 512 threads", 4096, 4096);
-        test_gemv_residual_copy("llama8b o 512 threads", 4096, 4096, 1);
-        test_gemv_residual_copy("smollm2 o 512 threads", 576, 576, 1);
-        test_gemv_residual_copy("odd 512 threads", 1001, 4104);
-        ls_gemv_set_o_threads(old);
-    }
     test_gemv_pend("llama8b head slice", 20000, 4096, true);
     test_gemv_pend("smollm2 head", 49152, 576, true);
     test_gemv_pend("odd", 1001, 4104, false);
