@@ -471,6 +471,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 #define ATS_NS      6  // stages in the ring
 #define ATS_THREADS 256
 #define ATS_WARPS   (ATS_THREADS / 32)
+#define ATS_SMEM    ((size_t)ATS_NS * 2 * ATS_P * 128 * 2) // the ring: K and V, hd 128, bf16
 
 static __device__ __forceinline__ __attribute__((unused)) unsigned smem_u32(const void *p)
 {
@@ -1198,10 +1199,15 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // workspace merge's loads one element at a time or four (default: four where a block's q heads
 // give every thread four elements). LOCKSTEP_ATT_SPLIT_SM=N (1 .. 16): the split aims at ~N
 // blocks a SM with the most heads a block (default 4; ls_attention_decode_splits), for
-// experiments with more heads a block and shorter chunks at long contexts.
+// experiments with more heads a block and shorter chunks at long contexts. LOCKSTEP_ATT_BULK=1:
+// launches with clusters = 0 take the streamed form too (ls_attention_set_bulk);
+// LOCKSTEP_ATT_BULK_PRE=0..6: the stages a block of the streamed form issues before its PDL wait
+// at most (default 1: in the step after a 16384-token prompt 4.568 ms a token against 4.586 with
+// none and 4.589 with all six, after 4096 4.113 / 4.129 / 4.132; the register kernel 4.646 and
+// 4.108).
 static struct {
-    int read, min_chunk, wide, cluster, heads, merge4, per_sm;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4};
+    int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1};
 
 static void shape_from_env(void)
 {
@@ -1222,6 +1228,10 @@ static void shape_from_env(void)
     const char *ps = getenv("LOCKSTEP_ATT_SPLIT_SM");
     const int pv = ps ? atoi(ps) : 0;
     if (pv >= 1 && pv <= 16) g_shape.per_sm = pv;
+    const char *bk = getenv("LOCKSTEP_ATT_BULK");
+    if (bk && !strcmp(bk, "1")) g_shape.bulk = 1;
+    const char *bp = getenv("LOCKSTEP_ATT_BULK_PRE");
+    if (bp && bp[0] >= '0' && bp[0] <= '0' + ATS_NS && !bp[1]) g_shape.bulk_pre = bp[0] - '0';
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1375,25 +1385,12 @@ static bool wide_form(int max_ctx)
 }
 
 // the streamed long-context form (attn_decode_bulk_kernel): launches with clusters = 2, and
-// with clusters = 0 too while LOCKSTEP_ATT_BULK=1 or ls_attention_set_bulk(1);
-// LOCKSTEP_ATT_BULK_PRE=0..6: the stages a block issues before its PDL wait at most (default 1:
-// in the step after a 16384-token prompt 4.568 ms a token against 4.586 with none and 4.589 with
-// all six, after 4096 4.113 / 4.129 / 4.132; the register kernel 4.646 and 4.108)
-static int g_bulk = -1, g_bulk_pre = -1;
-
-static bool bulk_on(void)
-{
-    if (g_bulk < 0) {
-        const char *e = getenv("LOCKSTEP_ATT_BULK");
-        g_bulk = e && !strcmp(e, "1");
-    }
-    return g_bulk != 0;
-}
-
+// with clusters = 0 too while g_shape.bulk
 extern "C" int ls_attention_set_bulk(int on)
 {
-    const int old = bulk_on();
-    g_bulk = on != 0;
+    shape_from_env();
+    const int old = g_shape.bulk;
+    g_shape.bulk = on != 0;
     return old;
 }
 
@@ -1403,32 +1400,28 @@ extern "C" int ls_attention_bulk_applies(int hq, int hkv, int hd)
 {
     const ls_device d = ls_device_get();
     return hd == 128 && hkv >= 1 && hq % hkv == 0 && hq / hkv <= 8 && d.major >= 9 &&
-           (size_t)ATS_NS * 2 * ATS_P * 128 * 2 <= (size_t)d.smem_optin;
+           ATS_SMEM <= (size_t)d.smem_optin;
 }
 
 static void decode_bulk(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                         const int *pos, int hq, int hkv, int max_ctx, int nsplit, int fresh,
                         float *workspace, cudaStream_t s)
 {
-    const int group = hq / hkv, gm = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : 8;
-    if (g_bulk_pre < 0) {
-        const char *e = getenv("LOCKSTEP_ATT_BULK_PRE");
-        g_bulk_pre = e && e[0] >= '0' && e[0] <= '0' + ATS_NS && !e[1] ? e[0] - '0' : 1;
-    }
+    const int group = hq / hkv, gm = most_heads(group);
+    shape_from_env();
     void (*fn)(float *, float *, const float *, const uint16_t *, const uint16_t *, const int *,
                int, int, int, int, int, float, int) = gm == 1   ? attn_decode_bulk_kernel<1>
                                                       : gm == 2 ? attn_decode_bulk_kernel<2>
                                                       : gm == 4 ? attn_decode_bulk_kernel<4>
                                                                 : attn_decode_bulk_kernel<8>;
-    const size_t smem = (size_t)ATS_NS * 2 * ATS_P * 128 * 2;
     ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                 (int)smem);
+                 (int)ATS_SMEM);
     // about one block a SM: chunks of whole stages, at most the workspace's nsplit
     int nchunk = ls_device_get().sms / hkv;
     nchunk = nchunk < 1 ? 1 : nchunk > nsplit ? nsplit : nchunk;
     const float qscale = 1.0f / sqrtf(128.0f) * LOG2E;
-    pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, smem, s, out, workspace, q,
-               kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale, g_bulk_pre);
+    pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, ATS_SMEM, s, out, workspace,
+               q, kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale, g_shape.bulk_pre);
     CHECK_CUDA(cudaGetLastError());
 }
 
@@ -1445,7 +1438,8 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                "workspace when nsplit > 1, q, out and the workspace on 16-byte boundaries and "
                "fresh >= 0");
     const int group = hq / hkv;
-    if ((clusters == 2 || (!clusters && bulk_on())) && nsplit > 1 &&
+    shape_from_env();
+    if ((clusters == 2 || (!clusters && g_shape.bulk)) && nsplit > 1 &&
         ls_attention_bulk_applies(hq, hkv, hd)) {
         decode_bulk(out, q, kcache, vcache, pos, hq, hkv, max_ctx, nsplit, fresh, workspace,
                     (cudaStream_t)stream);
