@@ -484,7 +484,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
                             const float *__restrict__ q, const uint16_t *__restrict__ kcache,
                             const uint16_t *__restrict__ vcache, const int *__restrict__ pos,
                             int hq, int group, int max_ctx, int nsplit, int fresh, float qscale,
-                            int pre_most)
+                            int pre_most, int nr)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int HD = 128, LG = 16, ROWB = HD * 2, SB = ATS_P * ROWB; // SB: K (or V) a stage
@@ -509,8 +509,8 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
     const uint16_t *K = kcache + ((size_t)kvh * max_ctx + p_begin) * HD;
     const uint16_t *V = vcache + ((size_t)kvh * max_ctx + p_begin) * HD;
     const unsigned sbase = smem_u32(ats_smem);
-    auto issue = [&](int st) { // stage st's K and V rows into ring slot st % ATS_NS
-        const int slot = st % ATS_NS, a = st * ATS_P, rows = min(ATS_P, len - a);
+    auto issue = [&](int st) { // stage st's K and V rows into ring slot st % nr
+        const int slot = st % nr, a = st * ATS_P, rows = min(ATS_P, len - a);
         const unsigned bytes = (unsigned)rows * ROWB, bar = smem_u32(&full[slot]);
         const unsigned dst = sbase + (unsigned)slot * 2 * SB;
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
@@ -527,10 +527,10 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
             "l"(V + (size_t)a * HD), "r"(bytes), "r"(bar)
             : "memory");
     };
-    const int first = min(ns, ATS_NS);
+    const int first = min(ns, nr);
     int pre = 0; // stages issued before the wait: those wholly before hist
     if (tid == 0) {
-        for (int i = 0; i < ATS_NS; i++)
+        for (int i = 0; i < nr; i++)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[i]))
                          : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -565,9 +565,9 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
 
     constexpr int U = ATS_P / ATS_WARPS / 2; // warp steps a stage (two rows a step)
     for (int st = 0; st < ns; st++) {
-        const int slot = st % ATS_NS;
+        const int slot = st % nr;
         {
-            const unsigned bar = smem_u32(&full[slot]), par = (unsigned)(st / ATS_NS) & 1u;
+            const unsigned bar = smem_u32(&full[slot]), par = (unsigned)(st / nr) & 1u;
             asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], "
                          "%1;\n @!p bra W;\n}" ::"r"(bar),
                          "r"(par)
@@ -623,7 +623,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
             m[g] = mn;
         }
         __syncthreads(); // every warp is done with the slot
-        if (tid == 0 && st + ATS_NS < ns) issue(st + ATS_NS);
+        if (tid == 0 && st + nr < ns) issue(st + nr);
     }
 
     // the two rows of a warp step (lanes c and c + 16), then the warps, in order, through
@@ -742,7 +742,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
     }
 #else
     (void)out, (void)ws, (void)q, (void)kcache, (void)vcache, (void)pos, (void)hq, (void)group;
-    (void)max_ctx, (void)nsplit, (void)fresh, (void)qscale, (void)pre_most;
+    (void)max_ctx, (void)nsplit, (void)fresh, (void)qscale, (void)pre_most, (void)nr;
 #endif
 }
 
@@ -1204,10 +1204,11 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // LOCKSTEP_ATT_BULK_PRE=0..6: the stages a block of the streamed form issues before its PDL wait
 // at most (default 1: in the step after a 16384-token prompt 4.568 ms a token against 4.586 with
 // none and 4.589 with all six, after 4096 4.113 / 4.129 / 4.132; the register kernel 4.646 and
-// 4.108).
+// 4.108). LOCKSTEP_ATT_BULK_RING=2..6: the ring's stages (default 6; the dynamic shared memory
+// the launch takes shrinks with it).
 static struct {
-    int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1};
+    int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre, bulk_ring;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_NS};
 
 static void shape_from_env(void)
 {
@@ -1232,6 +1233,8 @@ static void shape_from_env(void)
     if (bk && !strcmp(bk, "1")) g_shape.bulk = 1;
     const char *bp = getenv("LOCKSTEP_ATT_BULK_PRE");
     if (bp && bp[0] >= '0' && bp[0] <= '0' + ATS_NS && !bp[1]) g_shape.bulk_pre = bp[0] - '0';
+    const char *br = getenv("LOCKSTEP_ATT_BULK_RING");
+    if (br && br[0] >= '2' && br[0] <= '0' + ATS_NS && !br[1]) g_shape.bulk_ring = br[0] - '0';
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1394,6 +1397,14 @@ extern "C" int ls_attention_set_bulk(int on)
     return old;
 }
 
+extern "C" int ls_attention_set_bulk_ring(int stages)
+{
+    shape_from_env();
+    const int old = g_shape.bulk_ring;
+    g_shape.bulk_ring = stages < 2 ? 2 : stages > ATS_NS ? ATS_NS : stages;
+    return old;
+}
+
 // where the streamed form can run: hd 128, a KV head's group in one block (up to 8 q heads), the
 // bulk copies (sm_90 on) and the ring's shared memory
 extern "C" int ls_attention_bulk_applies(int hq, int hkv, int hd)
@@ -1410,18 +1421,20 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     const int group = hq / hkv, gm = most_heads(group);
     shape_from_env();
     void (*fn)(float *, float *, const float *, const uint16_t *, const uint16_t *, const int *,
-               int, int, int, int, int, float, int) = gm == 1   ? attn_decode_bulk_kernel<1>
-                                                      : gm == 2 ? attn_decode_bulk_kernel<2>
-                                                      : gm == 4 ? attn_decode_bulk_kernel<4>
-                                                                : attn_decode_bulk_kernel<8>;
+               int, int, int, int, int, float, int, int) = gm == 1   ? attn_decode_bulk_kernel<1>
+                                                           : gm == 2 ? attn_decode_bulk_kernel<2>
+                                                           : gm == 4 ? attn_decode_bulk_kernel<4>
+                                                                     : attn_decode_bulk_kernel<8>;
     ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                  (int)ATS_SMEM);
     // about one block a SM: chunks of whole stages, at most the workspace's nsplit
     int nchunk = ls_device_get().sms / hkv;
     nchunk = nchunk < 1 ? 1 : nchunk > nsplit ? nsplit : nchunk;
     const float qscale = 1.0f / sqrtf(128.0f) * LOG2E;
-    pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, ATS_SMEM, s, out, workspace,
-               q, kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale, g_shape.bulk_pre);
+    const int nr = g_shape.bulk_ring;
+    pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, ATS_SMEM / ATS_NS * nr, s,
+               out, workspace, q, kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale,
+               g_shape.bulk_pre, nr);
     CHECK_CUDA(cudaGetLastError());
 }
 
