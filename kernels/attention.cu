@@ -478,7 +478,7 @@ static __device__ __forceinline__ __attribute__((unused)) unsigned smem_u32(cons
     return (unsigned)__cvta_generic_to_shared(p);
 }
 
-template <int GM>
+template <int GM, int P>
 static __global__ void __launch_bounds__(ATS_THREADS, 1)
     attn_decode_bulk_kernel(float *__restrict__ out, float *__restrict__ ws,
                             const float *__restrict__ q, const uint16_t *__restrict__ kcache,
@@ -487,7 +487,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
                             int pre_most, int nr)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr int HD = 128, LG = 16, ROWB = HD * 2, SB = ATS_P * ROWB; // SB: K (or V) a stage
+    constexpr int HD = 128, LG = 16, ROWB = HD * 2, SB = P * ROWB; // SB: K (or V) a stage
     extern __shared__ __align__(128) uint8_t ats_smem[];
     __shared__ __align__(8) uint64_t full[ATS_NS];
     __shared__ int sm_last;
@@ -498,19 +498,19 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
     n = n < 1 ? 1 : n > max_ctx ? max_ctx : n;
     const int nchunk = gridDim.x;
     int C = (n + nchunk - 1) / nchunk;
-    C = (C + ATS_P - 1) / ATS_P * ATS_P;
+    C = (C + P - 1) / P * P;
     const int p_begin = blockIdx.x * C, p_end = min(n, p_begin + C);
     const int live = (n + C - 1) / C;
     // past the context: nothing read or written (the kernel completes after its predecessor
     // anyway: chunk 0 is always live and waits)
     if (p_begin >= n) return;
-    const int len = p_end - p_begin, ns = (len + ATS_P - 1) / ATS_P;
+    const int len = p_end - p_begin, ns = (len + P - 1) / P;
     const int hist = n - 1 - fresh; // rows before it: written by earlier forwards
     const uint16_t *K = kcache + ((size_t)kvh * max_ctx + p_begin) * HD;
     const uint16_t *V = vcache + ((size_t)kvh * max_ctx + p_begin) * HD;
     const unsigned sbase = smem_u32(ats_smem);
     auto issue = [&](int st) { // stage st's K and V rows into ring slot st % nr
-        const int slot = st % nr, a = st * ATS_P, rows = min(ATS_P, len - a);
+        const int slot = st % nr, a = st * P, rows = min(P, len - a);
         const unsigned bytes = (unsigned)rows * ROWB, bar = smem_u32(&full[slot]);
         const unsigned dst = sbase + (unsigned)slot * 2 * SB;
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
@@ -534,7 +534,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&full[i]))
                          : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        while (pre < first && pre < pre_most && p_begin + min((pre + 1) * ATS_P, len) - 1 < hist)
+        while (pre < first && pre < pre_most && p_begin + min((pre + 1) * P, len) - 1 < hist)
             issue(pre++);
     }
     pdl_wait();
@@ -563,7 +563,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
         l[g] = 0.0f;
     }
 
-    constexpr int U = ATS_P / ATS_WARPS / 2; // warp steps a stage (two rows a step)
+    constexpr int U = P / ATS_WARPS / 2; // warp steps a stage (two rows a step)
     for (int st = 0; st < ns; st++) {
         const int slot = st % nr;
         {
@@ -574,7 +574,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
                          : "memory");
         }
         const uint8_t *ks = ats_smem + (size_t)slot * 2 * SB, *vs = ks + SB;
-        const int a = st * ATS_P; // the stage's first row in the chunk
+        const int a = st * P; // the stage's first row in the chunk
         float s[U][GM];
         uint4 vr[U];
         bool ok[U];
@@ -1204,11 +1204,12 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // LOCKSTEP_ATT_BULK_PRE=0..6: the stages a block of the streamed form issues before its PDL wait
 // at most (default 1: in the step after a 16384-token prompt 4.568 ms a token against 4.586 with
 // none and 4.589 with all six, after 4096 4.113 / 4.129 / 4.132; the register kernel 4.646 and
-// 4.108). LOCKSTEP_ATT_BULK_RING=2..6: the ring's stages (default 6; the dynamic shared memory
-// the launch takes shrinks with it).
+// 4.108). LOCKSTEP_ATT_BULK_RING=1..6: the ring's stages (default 6; the dynamic shared memory
+// the launch takes shrinks with it); LOCKSTEP_ATT_BULK_STAGE=32|64: positions a stage (64).
 static struct {
-    int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre, bulk_ring;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_NS};
+    int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre, bulk_ring,
+        bulk_stage;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_NS, ATS_P};
 
 static void shape_from_env(void)
 {
@@ -1234,7 +1235,9 @@ static void shape_from_env(void)
     const char *bp = getenv("LOCKSTEP_ATT_BULK_PRE");
     if (bp && bp[0] >= '0' && bp[0] <= '0' + ATS_NS && !bp[1]) g_shape.bulk_pre = bp[0] - '0';
     const char *br = getenv("LOCKSTEP_ATT_BULK_RING");
-    if (br && br[0] >= '2' && br[0] <= '0' + ATS_NS && !br[1]) g_shape.bulk_ring = br[0] - '0';
+    if (br && br[0] >= '1' && br[0] <= '0' + ATS_NS && !br[1]) g_shape.bulk_ring = br[0] - '0';
+    const char *bs = getenv("LOCKSTEP_ATT_BULK_STAGE");
+    if (bs && (!strcmp(bs, "32") || !strcmp(bs, "64"))) g_shape.bulk_stage = atoi(bs);
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1401,7 +1404,15 @@ extern "C" int ls_attention_set_bulk_ring(int stages)
 {
     shape_from_env();
     const int old = g_shape.bulk_ring;
-    g_shape.bulk_ring = stages < 2 ? 2 : stages > ATS_NS ? ATS_NS : stages;
+    g_shape.bulk_ring = stages < 1 ? 1 : stages > ATS_NS ? ATS_NS : stages;
+    return old;
+}
+
+extern "C" int ls_attention_set_bulk_stage(int positions)
+{
+    shape_from_env();
+    const int old = g_shape.bulk_stage;
+    g_shape.bulk_stage = positions == 32 ? 32 : ATS_P;
     return old;
 }
 
@@ -1420,21 +1431,29 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
 {
     const int group = hq / hkv, gm = most_heads(group);
     shape_from_env();
-    void (*fn)(float *, float *, const float *, const uint16_t *, const uint16_t *, const int *,
-               int, int, int, int, int, float, int, int) = gm == 1   ? attn_decode_bulk_kernel<1>
-                                                           : gm == 2 ? attn_decode_bulk_kernel<2>
-                                                           : gm == 4 ? attn_decode_bulk_kernel<4>
-                                                                     : attn_decode_bulk_kernel<8>;
+    typedef void (*bulk_fn)(float *, float *, const float *, const uint16_t *, const uint16_t *,
+                            const int *, int, int, int, int, int, float, int, int);
+    const int p32 = g_shape.bulk_stage == 32, gi = gm == 1 ? 0 : gm == 2 ? 1 : gm == 4 ? 2 : 3;
+    static const bulk_fn fns[2][4] = {
+        {attn_decode_bulk_kernel<1, 64>, attn_decode_bulk_kernel<2, 64>,
+         attn_decode_bulk_kernel<4, 64>, attn_decode_bulk_kernel<8, 64>},
+        {attn_decode_bulk_kernel<1, 32>, attn_decode_bulk_kernel<2, 32>,
+         attn_decode_bulk_kernel<4, 32>, attn_decode_bulk_kernel<8, 32>}};
+    const bulk_fn fn = fns[p32][gi];
     ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                  (int)ATS_SMEM);
     // about one block a SM: chunks of whole stages, at most the workspace's nsplit
     int nchunk = ls_device_get().sms / hkv;
     nchunk = nchunk < 1 ? 1 : nchunk > nsplit ? nsplit : nchunk;
     const float qscale = 1.0f / sqrtf(128.0f) * LOG2E;
+    // the ring, or the warps' states the merge keeps there (8 warps x gm x (2 + 128) floats)
     const int nr = g_shape.bulk_ring;
-    pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, ATS_SMEM / ATS_NS * nr, s,
-               out, workspace, q, kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale,
-               g_shape.bulk_pre, nr);
+    size_t smem = (size_t)nr * 2 * g_shape.bulk_stage * 128 * 2;
+    const size_t merge = (size_t)ATS_WARPS * gm * (2 + 128) * sizeof(float);
+    smem = smem < merge ? merge : smem;
+    pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, smem, s, out, workspace, q,
+               kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale, g_shape.bulk_pre,
+               nr);
     CHECK_CUDA(cudaGetLastError());
 }
 

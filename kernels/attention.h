@@ -47,9 +47,12 @@ int ls_attention_set_heads(int heads);
  * (clusters = 2 below) too (1; also LOCKSTEP_ATT_BULK=1), or the register kernel (0, the
  * default). Returns the previous setting. */
 int ls_attention_set_bulk(int on);
-/* experiments and tests: the streamed form's ring of stages (2 to 6; 6, the default; also
+/* experiments and tests: the streamed form's ring of stages (1 to 6; 6, the default; also
  * LOCKSTEP_ATT_BULK_RING). Returns the previous setting. */
 int ls_attention_set_bulk_ring(int stages);
+/* experiments and tests: the streamed form's positions a stage (32 or 64, the default; also
+ * LOCKSTEP_ATT_BULK_STAGE). Returns the previous setting. */
+int ls_attention_set_bulk_stage(int positions);
 /* whether the streamed form (clusters = 2) applies to hq q heads on hkv KV heads of hd: hd 128,
  * groups of up to 8 q heads, compute capability 9 or later. */
 int ls_attention_bulk_applies(int hq, int hkv, int hd);

@@ -1218,15 +1218,15 @@ static int g_att_clusters = 1;
 // the most q heads a block the decode tests set (ls_attention_set_heads; 0: the default, or
 // LOCKSTEP_ATT_HEADS's), appended to their names
 static int g_att_heads = 0;
-static int g_att_ring = 0; // the streamed form's ring, where a test sets it
+static int g_att_ring = 0, g_att_stage = 0; // the streamed form's ring, where a test sets it
 static const char *att_tag(void)
 {
     static char t[160];
     char heads[64] = "";
     if (g_att_heads) snprintf(heads, sizeof heads, ", at most %d heads a block", g_att_heads);
     if (g_att_ring)
-        snprintf(heads + strlen(heads), sizeof heads - strlen(heads), ", a ring of %d stages",
-                 g_att_ring);
+        snprintf(heads + strlen(heads), sizeof heads - strlen(heads),
+                 ", a ring of %d stages of %d positions", g_att_ring, g_att_stage);
     snprintf(t, sizeof t, "%s%s",
              g_att_clusters == 2   ? " (streamed where it applies, workspace merge)"
              : g_att_clusters == 1 ? " (cluster merge where <= 8 chunks)"
@@ -1498,11 +1498,17 @@ static void tests_attention(void)
     // other shapes take the register kernel without clusters)
     g_att_clusters = 2;
     tests_decode();
-    // the shortest ring: its slots wrap every other stage
+    // shorter rings: slots that wrap every other stage, and every stage (one slot of 32
+    // positions, so a chunk of many stages)
     const int ring = ls_attention_set_bulk_ring(g_att_ring = 2);
+    const int stage = ls_attention_set_bulk_stage(g_att_stage = 64);
+    tests_decode();
+    ls_attention_set_bulk_ring(g_att_ring = 1);
+    ls_attention_set_bulk_stage(g_att_stage = 32);
     tests_decode();
     ls_attention_set_bulk_ring(ring);
-    g_att_ring = 0;
+    ls_attention_set_bulk_stage(stage);
+    g_att_ring = g_att_stage = 0;
     g_att_clusters = 1;
     test_wgmma_layouts();
     // the default (its form by the chunk's grid at hd 128), the wgmma kernel with tiles of 128 and
