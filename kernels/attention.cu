@@ -458,17 +458,20 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
 // The long-context decode streamed through shared memory (LOCKSTEP_ATT_BULK; the launch without
 // clusters, hd 128). Block (chunk, KV head): every q head of the KV head's group (up to 8), so
 // each K and V row is read once; a grid of about one block a SM (chunks = SMs / KV heads, each a
-// run of whole 64-position stages), so a block streams ~1/132 of the cache. The stages go into
-// a ring of ATS_NS x 32 KB of shared memory by the bulk-copy unit, issued by one thread, each
-// completing on its own mbarrier: the first ATS_NS (up to 192 KB a SM) before the PDL wait
-// where their positions precede this forward's (hist), so the cache streams while the QKV
-// kernel ends, and the rest as each stage is consumed. The products are the register kernel's
-// (16 lanes a row of hd 128, a lane's running max, sum and 8 output dimensions per q head,
+// run of whole stages of P positions), so a block streams ~1/132 of the cache. The stages go
+// into a ring of nr stages of shared memory (32 KB each at 64 positions; 2 by default, up to
+// ATS_NS) by the bulk-copy unit, issued by one thread, each completing on its own mbarrier: up
+// to pre_most before the PDL wait where their positions precede this forward's (hist), so the
+// cache streams while the QKV kernel ends, the rest of the ring's first round after it, and
+// each further stage as its slot is consumed. A short ring is the faster one in the step
+// (below, at g_shape), though the long one reads faster alone. The products are the register
+// kernel's (16 lanes a row of hd 128, a lane's running max, sum and 8 output dimensions per q head,
 // four positions a warp step), from shared memory instead of global; the warps' states merge in
 // warp order, the chunks' through the workspace as in the register kernel (fixed orders: the
 // same bits run to run).
 #define ATS_P       64 // positions a stage
-#define ATS_NS      6  // stages in the ring
+#define ATS_NS      6  // stages in the ring at most
+#define ATS_RING    2  // stages in the ring by default (LOCKSTEP_ATT_BULK_RING)
 #define ATS_THREADS 256
 #define ATS_WARPS   (ATS_THREADS / 32)
 #define ATS_SMEM    ((size_t)ATS_NS * 2 * ATS_P * 128 * 2) // the ring: K and V, hd 128, bf16
@@ -1204,12 +1207,16 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // LOCKSTEP_ATT_BULK_PRE=0..6: the stages a block of the streamed form issues before its PDL wait
 // at most (default 1: in the step after a 16384-token prompt 4.568 ms a token against 4.586 with
 // none and 4.589 with all six, after 4096 4.113 / 4.129 / 4.132; the register kernel 4.646 and
-// 4.108). LOCKSTEP_ATT_BULK_RING=1..6: the ring's stages (default 6; the dynamic shared memory
-// the launch takes shrinks with it); LOCKSTEP_ATT_BULK_STAGE=32|64: positions a stage (64).
+// 4.108). LOCKSTEP_ATT_BULK_RING=1..6: the ring's stages (default 2; the dynamic shared memory
+// the launch takes shrinks with it); LOCKSTEP_ATT_BULK_STAGE=32|64: positions a stage (64). In
+// the step (8B TP=1, forty-first session, ms a token) the ring's shared memory is what cost:
+// after an 8192-token prompt rings of 6, 4, 3, 2 and 1 stages 4.384, 4.328, 4.307, 4.289 and
+// 4.543 (the register kernel 4.284), after 16384 6 4.705, 2 4.633, 1 4.983; stages of 32
+// positions lost at every ring (after 4096: 2 x 32 4.286 against 2 x 64 4.144).
 static struct {
     int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre, bulk_ring,
         bulk_stage;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_NS, ATS_P};
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P};
 
 static void shape_from_env(void)
 {

@@ -47,7 +47,7 @@ int ls_attention_set_heads(int heads);
  * (clusters = 2 below) too (1; also LOCKSTEP_ATT_BULK=1), or the register kernel (0, the
  * default). Returns the previous setting. */
 int ls_attention_set_bulk(int on);
-/* experiments and tests: the streamed form's ring of stages (1 to 6; 6, the default; also
+/* experiments and tests: the streamed form's ring of stages (1 to 6; 2, the default; also
  * LOCKSTEP_ATT_BULK_RING). Returns the previous setting. */
 int ls_attention_set_bulk_ring(int stages);
 /* experiments and tests: the streamed form's positions a stage (32 or 64, the default; also
@@ -77,8 +77,8 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
  * fit in half the L2. The q heads a block holds: ls_attention_set_heads. 2: without clusters,
  * streamed through shared memory where ls_attention_bulk_applies (else as 0): a KV head's whole
  * group a block, about one block a SM (chunks of whole 64-position stages, at most nsplit), the
- * K and V rows by bulk copies into a ring of six 32 KB stages (the engine's form past 16384
- * positions). */
+ * K and V rows by bulk copies into a ring of 32 KB stages, two by default (the engine's form past
+ * 4096 positions). */
 void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, float *workspace, void *stream);

@@ -510,14 +510,15 @@ static void cu_matmul_residual_t(float *x, const float *in, const void *WT, int 
  * after a 2700-token prompt: 4.197 / 4.192 ms a token from 3072, 4.140 / 4.132 from 2400.
  *
  * Form 2: the attention streamed through shared memory (ls_attention_decode's clusters = 2) past
- * LOCKSTEP_ATT_BULK_CTX positions (default 16384; 0: never) where it applies. Alone it is faster
+ * LOCKSTEP_ATT_BULK_CTX positions (default 4096; 0: never) where it applies. Alone it is faster
  * than form 1's kernel at every context measured (fortieth session, test_kernels
  * --bench-attention-bulk, 8B TP=1 shape: 4096 17.3 -> 14.2 us, 8192 24.0 -> 19.2, 16384 35.4 ->
- * 29.1); in the step at 8B TP=1 (ms a token, form 1 against 2): after a 16384-token prompt
- * 4.646 / 4.568, after 8192 4.284 / 4.337, after 4096 4.108 / 4.113. So from the one length
- * where it gained; between 8192 and 16384 not measured. */
+ * 29.1). In the step it gains only with a short ring (forty-first session, 8B TP=1, ms a token,
+ * form 1 against form 2 with its default ring of two stages): after a 4096-token prompt 4.108 /
+ * 4.081 and 4.177 / 4.144 (two machines), after 8192 4.284 / 4.289 and 4.366 / 4.356, after
+ * 16384 4.730 / 4.633; with the first ring of six it lost at 4096 and 8192. */
 #define ATT_REREAD_BYTES 40000000L
-#define ATT_BULK_CTX     16384
+#define ATT_BULK_CTX     4096
 static int cu_decode_form(int ctx, int hq, int hkv, int hd, int max_ctx)
 {
     static int from = -1;
