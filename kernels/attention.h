@@ -77,8 +77,9 @@ size_t ls_attention_decode_workspace(int hq, int hd, int nsplit);
  * fit in half the L2. The q heads a block holds: ls_attention_set_heads. 2: without clusters,
  * streamed through shared memory where ls_attention_bulk_applies (else as 0): a KV head's whole
  * group a block, about one block a SM (chunks of whole 64-position stages, at most nsplit), the
- * K and V rows by bulk copies into a ring of 32 KB stages, two by default (the engine's form past
- * 4096 positions). */
+ * K and V rows by bulk copies into a ring of 32 KB stages, two by default (the engine's form
+ * from where one q head a block would re-read 16 MiB of K and V a layer: 1024 positions at 32 q
+ * heads of 128). */
 void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, const uint16_t *vcache,
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, float *workspace, void *stream);

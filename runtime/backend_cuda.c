@@ -509,16 +509,23 @@ static void cu_matmul_residual_t(float *x, const float *in, const void *WT, int 
  * 128 (the 8B at TP=1, the 70B at TP=2), 4882 at 16 (the 8B at TP=2). In the step, 8B TP=1
  * after a 2700-token prompt: 4.197 / 4.192 ms a token from 3072, 4.140 / 4.132 from 2400.
  *
- * Form 2: the attention streamed through shared memory (ls_attention_decode's clusters = 2) past
- * LOCKSTEP_ATT_BULK_CTX positions (default 4096; 0: never) where it applies. Alone it is faster
- * than form 1's kernel at every context measured (fortieth session, test_kernels
- * --bench-attention-bulk, 8B TP=1 shape: 4096 17.3 -> 14.2 us, 8192 24.0 -> 19.2, 16384 35.4 ->
- * 29.1). In the step it gains only with a short ring (forty-first session, 8B TP=1, ms a token,
- * form 1 against form 2 with its default ring of two stages): after a 4096-token prompt 4.108 /
- * 4.081 and 4.177 / 4.144 (two machines), after 8192 4.284 / 4.289 and 4.366 / 4.356, after
- * 16384 4.730 / 4.633; with the first ring of six it lost at 4096 and 8192. */
+ * Form 2: the attention streamed through shared memory (ls_attention_decode's clusters = 2) where
+ * it applies, past the cluster merge's reach, from where a rank's q heads would re-read 16 MiB of
+ * K and V a layer in form 0 (hq x ctx x hd x 4 bytes: 1024 positions at 32 q heads of 128, 2048
+ * at 16, 4096 at 8), or past LOCKSTEP_ATT_BULK_CTX positions (0: never); it replaces form 1
+ * there. Alone it is faster than form 1's kernel at every context measured (fortieth session,
+ * test_kernels --bench-attention-bulk, 8B TP=1 shape: 4096 17.3 -> 14.2 us, 8192 24.0 -> 19.2,
+ * 16384 35.4 -> 29.1). In the step it gains only with a short ring (forty-first session, ms a
+ * token, the former default against form 2 with its ring of two stages). The 8B at TP=1 (32 /
+ * 8): after a 600-token prompt 3.846 / 3.881 (from 520: slower), 1000 3.938 / 3.904 (from 750),
+ * 2000 4.044 / 3.959 (from 1500), 3000 4.062 / 3.999, 4096 4.108 / 4.081 and 4.177 / 4.144 (two
+ * machines), 8192 4.284 / 4.289 and 4.366 / 4.356, 16384 4.730 / 4.633. The 70B's TP=2
+ * attention shape (32 / 4, tests/gpu/attn-32q4kv.json): 1200 3.934 / 3.893, 4096 4.107 / 4.032,
+ * 8192 4.443 / 4.151. The 8B's TP=2 shape (16 / 4, attn-16q4kv.json): 1200 1.508 / 1.510
+ * (from 1024: even), 3000 1.602 / 1.586, 5000 1.751 / 1.648, 8192 1.863 / 1.654. The ring of
+ * six it first had lost at 4096 and 8192. */
 #define ATT_REREAD_BYTES 40000000L
-#define ATT_BULK_CTX     4096
+#define ATT_BULK_REREAD  16777216L
 static int cu_decode_form(int ctx, int hq, int hkv, int hd, int max_ctx)
 {
     static int from = -1;
@@ -526,17 +533,20 @@ static int cu_decode_form(int ctx, int hq, int hkv, int hd, int max_ctx)
         const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
         from = !v || !*v ? INT_MAX : atoi(v) > 0 ? atoi(v) : 0;
     }
-    const long reread = ATT_REREAD_BYTES / ((long)hq * hd * 4);
-    const int measured = hkv > 4 ? 3072 : 6144;
-    const int at = from != INT_MAX ? from : reread < measured ? (int)reread : measured;
-    if (!at || ctx <= at) return 0;
-    if (ctx <= ls_attention_cluster_reach(hq, hkv, max_ctx)) return 0;
+    if (!from || ctx <= ls_attention_cluster_reach(hq, hkv, max_ctx)) return 0;
     static int bulk_from = -1;
     if (bulk_from < 0) {
         const char *v = getenv("LOCKSTEP_ATT_BULK_CTX");
-        bulk_from = !v || !*v ? ATT_BULK_CTX : atoi(v) > 0 ? atoi(v) : 0;
+        bulk_from = !v || !*v ? -2 : atoi(v) > 0 ? atoi(v) : 0;
     }
-    return bulk_from && ctx > bulk_from && ls_attention_bulk_applies(hq, hkv, hd) ? 2 : 1;
+    if (bulk_from && ls_attention_bulk_applies(hq, hkv, hd)) {
+        const long start = bulk_from > 0 ? bulk_from : ATT_BULK_REREAD / ((long)hq * hd * 4);
+        if (ctx > start) return 2;
+    }
+    const long reread = ATT_REREAD_BYTES / ((long)hq * hd * 4);
+    const int measured = hkv > 4 ? 3072 : 6144;
+    const int at = from != INT_MAX ? from : reread < measured ? (int)reread : measured;
+    return ctx > at ? 1 : 0;
 }
 
 static void cu_set_decode_form(int form)
