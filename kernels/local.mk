@@ -3,5 +3,5 @@
 liblockstep_a_SOURCES += kernels/ref.c kernels/ref.h
 if HAVE_CUDA
 liblockstep_a_SOURCES += kernels/selftest.cu kernels/selftest.h kernels/step.cu kernels/step.h \
-	runtime/backend_cuda.c
+	runtime/backend_cuda.c runtime/decode_form.h
 endif

@@ -9,6 +9,7 @@
 #include "backend.h"
 #include "check.h"
 #include "comm_custom.h"
+#include "decode_form.h"
 #include "kernels/attention.h"
 #include "kernels/bandwidth.h"
 #include "kernels/elementwise.h"
@@ -524,29 +525,21 @@ static void cu_matmul_residual_t(float *x, const float *in, const void *WT, int 
  * 8192 4.443 / 4.151. The 8B's TP=2 shape (16 / 4, attn-16q4kv.json): 1200 1.508 / 1.510
  * (from 1024: even), 3000 1.602 / 1.586, 5000 1.751 / 1.648, 8192 1.863 / 1.654. The ring of
  * six it first had lost at 4096 and 8192. */
-#define ATT_REREAD_BYTES 40000000L
-#define ATT_BULK_REREAD  16777216L
 static int cu_decode_form(int ctx, int hq, int hkv, int hd, int max_ctx)
 {
-    static int from = -1;
+    static int from = -1, bulk_from = -1;
     if (from < 0) {
         const char *v = getenv("LOCKSTEP_ATT_CLUSTER_CTX");
         from = !v || !*v ? INT_MAX : atoi(v) > 0 ? atoi(v) : 0;
+        v = getenv("LOCKSTEP_ATT_BULK_CTX");
+        bulk_from = !v || !*v ? -1 : atoi(v) > 0 ? atoi(v) : 0;
     }
-    if (!from || ctx <= ls_attention_cluster_reach(hq, hkv, max_ctx)) return 0;
-    static int bulk_from = -1;
-    if (bulk_from < 0) {
-        const char *v = getenv("LOCKSTEP_ATT_BULK_CTX");
-        bulk_from = !v || !*v ? -2 : atoi(v) > 0 ? atoi(v) : 0;
-    }
-    if (bulk_from && ls_attention_bulk_applies(hq, hkv, hd)) {
-        const long start = bulk_from > 0 ? bulk_from : ATT_BULK_REREAD / ((long)hq * hd * 4);
-        if (ctx > start) return 2;
-    }
-    const long reread = ATT_REREAD_BYTES / ((long)hq * hd * 4);
-    const int measured = hkv > 4 ? 3072 : 6144;
-    const int at = from != INT_MAX ? from : reread < measured ? (int)reread : measured;
-    return ctx > at ? 1 : 0;
+    /* the attention's facts only where they can matter (both ask the device) */
+    if (!from) return 0;
+    const int reach = ls_attention_cluster_reach(hq, hkv, max_ctx);
+    if (ctx <= reach) return 0;
+    return ls_decode_form_pick(ctx, hq, hkv, hd, reach, ls_attention_bulk_applies(hq, hkv, hd),
+                               from, bulk_from);
 }
 
 static void cu_set_decode_form(int form)

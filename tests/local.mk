@@ -17,6 +17,13 @@ tests_unit_test_watchdog_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 tests_unit_test_watchdog_LDADD = $(CUNIT_LIBS) -lpthread
 TESTS += tests/unit/test_watchdog
 
+check_PROGRAMS += tests/unit/test_decode_form
+tests_unit_test_decode_form_SOURCES = tests/unit/test_decode_form.c tests/unit/cunit_tap.c \
+	tests/unit/cunit_tap.h runtime/decode_form.h
+tests_unit_test_decode_form_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+tests_unit_test_decode_form_LDADD = $(CUNIT_LIBS)
+TESTS += tests/unit/test_decode_form
+
 check_PROGRAMS += tests/unit/test_sampler
 tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c tests/unit/cunit_tap.c runtime/sampler.c \
 	kernels/ref.c
