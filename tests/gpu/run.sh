@@ -806,9 +806,10 @@ sys.exit(0 if same else 1)' "$OUT/af-tp$tp-0$heads.json" "$OUT/af-tp$tp-1$heads.
 }
 
 # decode form 2 (the attention streamed through shared memory past LOCKSTEP_ATT_BULK_CTX; by
-# default where the q heads' re-reads pass 16 MiB a layer, 4096 positions for this model; here 8192) against form 1 (LOCKSTEP_ATT_BULK_CTX=0: never) on a small random model
-# of hd 128 and groups of 4 (2 layers, 8 q and 2 KV heads a rank at TP=1): an 8170-token prompt and 48
-# steps that cross 8192, each step's top logits taken to the host (eager steps); then the
+# default where the q heads' re-reads pass 16 MiB a layer, 4096 positions for this model; here
+# 8192) against form 1 (LOCKSTEP_ATT_BULK_CTX=0: never) on a small random model of hd 128 and
+# groups of 4 (2 layers, 8 q and 2 KV heads a rank at TP=1): an 8170-token prompt and 48 steps
+# that cross 8192, each step's top logits taken to the host (eager steps); then the
 # default's graph-replayed steps (no top logits) against its eager ones. Another kernel rounds
 # otherwise: the same tokens, the top logits within 1e-3 of the largest; the graph's tokens
 # equal the eager ones.
