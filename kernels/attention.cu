@@ -118,6 +118,194 @@ static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int 
     return (ws_out_offset(hq, nsplit) + (size_t)hq * nsplit * hd + 3) & ~(size_t)3; // in floats
 }
 
+// The online softmax that both decode kernels run (attn_decode_kernel and the streamed
+// attn_decode_bulk_kernel; hd = LG * 8 with LG lanes a row, 8 dimensions a lane), in pieces
+// that each kernel places in its own loops.
+
+// q head g's 8 dimensions of lane c for the block's gb q heads from h0 (zeros for the lanes past
+// hd, `on` false, and for the heads past gb), scaled; the running state emptied
+template <int GM>
+static __device__ __forceinline__ void att_start(float (&qv)[GM][8], float (&m)[GM], float (&l)[GM],
+                                                 float (&o)[GM][8], const float *q, int h0, int gb,
+                                                 int hd, int c, bool on, float qscale)
+{
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+        if (g < gb && on) {
+            const float4 *q4 = reinterpret_cast<const float4 *>(q + (size_t)(h0 + g) * hd + c * 8);
+            a = q4[0];
+            b = q4[1];
+        }
+        qv[g][0] = a.x * qscale, qv[g][1] = a.y * qscale, qv[g][2] = a.z * qscale;
+        qv[g][3] = a.w * qscale, qv[g][4] = b.x * qscale, qv[g][5] = b.y * qscale;
+        qv[g][6] = b.z * qscale, qv[g][7] = b.w * qscale;
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[g][j] = 0.0f;
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+    }
+}
+
+// one K row's score per q head, summed over the row's LG lanes (-inf where `ok` is false)
+template <int GM, int LG>
+static __device__ __forceinline__ void att_score(float (&s)[GM], const uint4 &kr,
+                                                 const float (&qv)[GM][8], bool ok)
+{
+    float kf[8];
+    unpack8(kr, kf);
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        float d = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) d = fmaf(qv[g][j], kf[j], d);
+#pragma unroll
+        for (int off = LG / 2; off > 0; off >>= 1) d += __shfl_xor_sync(0xffffffffu, d, off);
+        s[g] = ok ? d : -INFINITY;
+    }
+}
+
+// the running (max, sum, output) of each q head after U more rows: scores s, V rows vr
+template <int U, int GM>
+static __device__ __forceinline__ void att_update(float (&m)[GM], float (&l)[GM], float (&o)[GM][8],
+                                                  const float (&s)[U][GM], const uint4 (&vr)[U])
+{
+#pragma unroll
+    for (int g = 0; g < GM; g++) {
+        float mx = s[0][g];
+#pragma unroll
+        for (int u = 1; u < U; u++) mx = fmaxf(mx, s[u][g]);
+        const float mn = fmaxf(m[g], mx);
+        if (mn == -INFINITY) continue; // no position of this lane yet
+        const float alpha = exp2f(m[g] - mn);
+        l[g] *= alpha;
+#pragma unroll
+        for (int j = 0; j < 8; j++) o[g][j] *= alpha;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float pw = exp2f(s[u][g] - mn), vf[8];
+            unpack8(vr[u], vf);
+            l[g] += pw;
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] = fmaf(pw, vf[j], o[g][j]);
+        }
+        m[g] = mn;
+    }
+}
+
+// the states of a warp's rows merged (lanes c, c + LG, ...: each lane ends with the sum)
+template <int GM, int LG>
+static __device__ __forceinline__ void att_merge_lanes(float (&m)[GM], float (&l)[GM],
+                                                       float (&o)[GM][8])
+{
+#pragma unroll
+    for (int off = LG; off < 32; off <<= 1) {
+#pragma unroll
+        for (int g = 0; g < GM; g++) {
+            float m2 = __shfl_xor_sync(0xffffffffu, m[g], off);
+            float l2 = __shfl_xor_sync(0xffffffffu, l[g], off);
+            float o2[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) o2[j] = __shfl_xor_sync(0xffffffffu, o[g][j], off);
+            float mn = fmaxf(m[g], m2);
+            if (mn == -INFINITY) continue;
+            float a = exp2f(m[g] - mn), b = exp2f(m2 - mn);
+            l[g] = l[g] * a + l2 * b;
+#pragma unroll
+            for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * a + o2[j] * b;
+            m[g] = mn;
+        }
+    }
+}
+
+// After a block's partials are in the workspace: whether its count completes the live chunks of
+// its counter (that block then zeroes the counter for the next launch and merges; the other
+// chunks' partials are read after the count). sm_last: an int in shared memory.
+static __device__ __forceinline__ bool att_last_chunk(int *count, int live, int *sm_last)
+{
+    __threadfence(); // this thread's partials are visible device-wide before the count
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const bool last = atomicAdd(count, 1) == live - 1;
+        if (last) {
+            *count = 0;
+            __threadfence();
+        }
+        *sm_last = last;
+    }
+    __syncthreads();
+    return *sm_last;
+}
+
+// The last chunk's merge of the live chunks' partials for the gb q heads from h0, over shared
+// memory: the chunks' (max, sum) pairs into sml ([gb][live][2]) in one pass; then per q head (one
+// warp each, NW warps) M, each chunk's scale exp2(m_s - M) in place of m_s and L = sum l_s *
+// scale into sL[g]; then each output element sum_s o_s * scale_s / L. Every load is an L2 load
+// (__ldcg: other blocks wrote them during this kernel), the loads of a step are independent (a
+// chain of dependent L2 round trips per element took ~30 us at 64 chunks), and every sum has a
+// fixed order. Four output elements a thread (hd % 8 == 0), each loaded as one float4 (merge4,
+// where a block's q heads give every thread four elements or more): a thread's eight loads in
+// flight move 128 bytes, where one element at a time moved 32, so the merge of 66 chunks takes a
+// quarter of the L2 round trips. Else one element a thread (fewer elements than four a thread:
+// float4 would idle threads and keep the round trips). Same order, same bits. UNR: the chunks a
+// thread's loop holds in flight.
+template <int NW, int UNR>
+static __device__ __forceinline__ void
+att_ws_merge(float *__restrict__ out, const float *__restrict__ ws, int hq, int hd, int nsplit,
+             int h0, int gb, int live, float *sml, float *sL, int merge4)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const float *wml = ws + (size_t)h0 * nsplit * 2;
+    for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
+        const int g = i / live, s = i - g * live;
+        const float2 v = __ldcg(reinterpret_cast<const float2 *>(wml) + (size_t)g * nsplit + s);
+        sml[2 * i] = v.x;
+        sml[2 * i + 1] = v.y;
+    }
+    __syncthreads();
+    for (int g = warp; g < gb; g += NW) {
+        float *a = sml + 2 * g * live;
+        float M = -INFINITY, L = 0.0f;
+        for (int s = lane; s < live; s += 32) M = fmaxf(M, a[2 * s]);
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+        for (int s = lane; s < live; s += 32) {
+            const float sc = exp2f(a[2 * s] - M);
+            a[2 * s] = sc;
+            L = fmaf(a[2 * s + 1], sc, L);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
+        if (lane == 0) sL[g] = L;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; !merge4 && i < gb * hd; i += blockDim.x) {
+        const int g = i / hd, d = i - g * hd, h = h0 + g;
+        const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
+        const float *a = sml + 2 * g * live;
+        float O = 0.0f;
+#pragma unroll UNR
+        for (int s = 0; s < live; s++) O = fmaf(__ldcg(wo + (size_t)s * hd), a[2 * s], O);
+        out[(size_t)h * hd + d] = O / sL[g];
+    }
+    for (int i = threadIdx.x; merge4 && i < gb * hd / 4; i += blockDim.x) {
+        const int g = 4 * i / hd, d = 4 * i - g * hd, h = h0 + g;
+        const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
+        const float *a = sml + 2 * g * live;
+        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll UNR
+        for (int s = 0; s < live; s++) {
+            const float4 v = __ldcg(reinterpret_cast<const float4 *>(wo + (size_t)s * hd));
+            const float sc = a[2 * s];
+            O.x = fmaf(v.x, sc, O.x), O.y = fmaf(v.y, sc, O.y);
+            O.z = fmaf(v.z, sc, O.z), O.w = fmaf(v.w, sc, O.w);
+        }
+        const float il = sL[g];
+        *reinterpret_cast<float4 *>(out + (size_t)h * hd + d) =
+            make_float4(O.x / il, O.y / il, O.z / il, O.w / il);
+    }
+}
+
 // LG lanes per position; GM q heads held per block (1, 2, 4 or 8); U positions per lane per
 // loop iteration (see pick_decode_g)
 template <int LG, int GM, int U>
@@ -201,83 +389,18 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         if (base0 < p_end && p[u] >= n - 1 - fresh && p[u] < p_end && lane_on) fetch(u, p[u]);
 
     float qv[GM][8], m[GM], l[GM], o[GM][8];
-#pragma unroll
-    for (int g = 0; g < GM; g++) {
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
-        if (g < gb && lane_on) {
-            const float4 *q4 = reinterpret_cast<const float4 *>(q + (size_t)(h0 + g) * hd + c * 8);
-            a = q4[0];
-            b = q4[1];
-        }
-        qv[g][0] = a.x * qscale, qv[g][1] = a.y * qscale, qv[g][2] = a.z * qscale;
-        qv[g][3] = a.w * qscale, qv[g][4] = b.x * qscale, qv[g][5] = b.y * qscale;
-        qv[g][6] = b.z * qscale, qv[g][7] = b.w * qscale;
-#pragma unroll
-        for (int j = 0; j < 8; j++) o[g][j] = 0.0f;
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-    }
+    att_start<GM>(qv, m, l, o, q, h0, gb, hd, c, lane_on, qscale);
 
     for (int base = base0; base < p_end; base += STEP) {
         if (base != base0) load(base, false);
         float s[U][GM];
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            float kf[8];
-            unpack8(kr[u], kf);
-#pragma unroll
-            for (int g = 0; g < GM; g++) {
-                float d = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 8; j++) d = fmaf(qv[g][j], kf[j], d);
-#pragma unroll
-                for (int off = LG / 2; off > 0; off >>= 1)
-                    d += __shfl_xor_sync(0xffffffffu, d, off);
-                s[u][g] = p[u] < p_end ? d : -INFINITY;
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < GM; g++) {
-            float mx = s[0][g];
-#pragma unroll
-            for (int u = 1; u < U; u++) mx = fmaxf(mx, s[u][g]);
-            const float mn = fmaxf(m[g], mx);
-            if (mn == -INFINITY) continue; // no position of this lane yet
-            const float alpha = exp2f(m[g] - mn);
-            l[g] *= alpha;
-#pragma unroll
-            for (int j = 0; j < 8; j++) o[g][j] *= alpha;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                float pw = exp2f(s[u][g] - mn), vf[8];
-                unpack8(vr[u], vf);
-                l[g] += pw;
-#pragma unroll
-                for (int j = 0; j < 8; j++) o[g][j] = fmaf(pw, vf[j], o[g][j]);
-            }
-            m[g] = mn;
-        }
+        for (int u = 0; u < U; u++) att_score<GM, LG>(s[u], kr[u], qv, p[u] < p_end);
+        att_update<U, GM>(m, l, o, s, vr);
     }
 
     // merge the PG position slots of the warp (lanes c, c + LG, ...)
-#pragma unroll
-    for (int off = LG; off < 32; off <<= 1) {
-#pragma unroll
-        for (int g = 0; g < GM; g++) {
-            float m2 = __shfl_xor_sync(0xffffffffu, m[g], off);
-            float l2 = __shfl_xor_sync(0xffffffffu, l[g], off);
-            float o2[8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) o2[j] = __shfl_xor_sync(0xffffffffu, o[g][j], off);
-            float mn = fmaxf(m[g], m2);
-            if (mn == -INFINITY) continue;
-            float a = exp2f(m[g] - mn), b = exp2f(m2 - mn);
-            l[g] = l[g] * a + l2 * b;
-#pragma unroll
-            for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * a + o2[j] * b;
-            m[g] = mn;
-        }
-    }
+    att_merge_lanes<GM, LG>(m, l, o);
     if (sub == 0) {
 #pragma unroll
         for (int g = 0; g < GM; g++) {
@@ -374,85 +497,13 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     }
     if (nsplit == 1) return;
 
-    // last block done: the chunk that completes the count of live chunks merges them all
+    // last block done: the chunk that completes the count of live chunks merges them all (sm_o
+    // holds their (max, sum) pairs then: live <= ATT_MAX_SPLIT, 1024 * GM floats)
     __shared__ int sm_last;
     int *count = reinterpret_cast<int *>(ws + ws_counter_offset(hq, hd, nsplit)) + blockIdx.y;
-    __threadfence(); // this thread's partials are visible device-wide before the count
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const bool last = atomicAdd(count, 1) == live - 1;
-        if (last) {
-            // every live chunk has counted: zero for the next launch; the other chunks'
-            // partials are read after the count
-            *count = 0;
-            __threadfence();
-        }
-        sm_last = last;
-    }
-    __syncthreads();
-    if (!sm_last) return;
-
-    // out[h][d] from the chunks' partial softmaxes, over shared memory (sm_o is free now): the
-    // chunks' (max, sum) pairs in one pass; then per q head (one warp each) M, each chunk's scale
-    // exp2(m_s - M) and L = sum l_s * scale; then each output element sum_s o_s * scale_s / L.
-    // Every load is an L2 load (__ldcg: other blocks wrote them during this kernel), the loads of
-    // a step are independent (a chain of dependent L2 round trips per element took ~30 us at 64
-    // chunks), and every sum has a fixed order.
-    float *sml = &sm_o[0][0][0]; // [gb][live][2] (live <= ATT_MAX_SPLIT: 1024 * GM floats)
-    const float *wml = ws + (size_t)h0 * nsplit * 2;
-    for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
-        const int g = i / live, s = i - g * live;
-        const float2 v = __ldcg(reinterpret_cast<const float2 *>(wml) + (size_t)g * nsplit + s);
-        sml[2 * i] = v.x;
-        sml[2 * i + 1] = v.y;
-    }
-    __syncthreads();
-    for (int g = warp; g < gb; g += ATT_WARPS) {
-        float *a = sml + 2 * g * live;
-        float M = -INFINITY, L = 0.0f;
-        for (int s = lane; s < live; s += 32) M = fmaxf(M, a[2 * s]);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        for (int s = lane; s < live; s += 32) {
-            const float sc = exp2f(a[2 * s] - M);
-            a[2 * s] = sc;
-            L = fmaf(a[2 * s + 1], sc, L);
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (lane == 0) sm_l[0][g] = L;
-    }
-    __syncthreads();
-    // Four output elements a thread (hd % 8 == 0), each loaded as one float4 (merge4, where a
-    // block's q heads give every thread four elements or more): a thread's eight loads in flight
-    // move 128 bytes, where one element at a time moved 32, so the merge of 66 chunks takes a
-    // quarter of the L2 round trips. Else one element a thread (fewer elements than four a
-    // thread: float4 would idle threads and keep the round trips). Same order, same bits.
-    for (int i = threadIdx.x; !merge4 && i < gb * hd; i += blockDim.x) {
-        const int g = i / hd, d = i - g * hd, h = h0 + g;
-        const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
-        const float *a = sml + 2 * g * live;
-        float O = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < live; s++) O = fmaf(__ldcg(wo + (size_t)s * hd), a[2 * s], O);
-        out[(size_t)h * hd + d] = O / sm_l[0][g];
-    }
-    for (int i = threadIdx.x; merge4 && i < gb * hd / 4; i += blockDim.x) {
-        const int g = 4 * i / hd, d = 4 * i - g * hd, h = h0 + g;
-        const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
-        const float *a = sml + 2 * g * live;
-        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-        for (int s = 0; s < live; s++) {
-            const float4 v = __ldcg(reinterpret_cast<const float4 *>(wo + (size_t)s * hd));
-            const float sc = a[2 * s];
-            O.x = fmaf(v.x, sc, O.x), O.y = fmaf(v.y, sc, O.y);
-            O.z = fmaf(v.z, sc, O.z), O.w = fmaf(v.w, sc, O.w);
-        }
-        const float il = sm_l[0][g];
-        *reinterpret_cast<float4 *>(out + (size_t)h * hd + d) =
-            make_float4(O.x / il, O.y / il, O.z / il, O.w / il);
-    }
+    if (!att_last_chunk(count, live, &sm_last)) return;
+    att_ws_merge<ATT_WARPS, 8>(out, ws, hq, hd, nsplit, h0, gb, live, &sm_o[0][0][0], &sm_l[0][0],
+                               merge4);
 }
 
 // The long-context decode streamed through shared memory (LOCKSTEP_ATT_BULK; the launch without
@@ -549,22 +600,7 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
     __syncthreads(); // the barriers initialised before any thread waits on them
 
     float qv[GM][8], m[GM], l[GM], o[GM][8];
-#pragma unroll
-    for (int g = 0; g < GM; g++) {
-        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
-        if (g < gb) {
-            const float4 *q4 = reinterpret_cast<const float4 *>(q + (size_t)(h0 + g) * HD + c * 8);
-            a = q4[0];
-            b = q4[1];
-        }
-        qv[g][0] = a.x * qscale, qv[g][1] = a.y * qscale, qv[g][2] = a.z * qscale;
-        qv[g][3] = a.w * qscale, qv[g][4] = b.x * qscale, qv[g][5] = b.y * qscale;
-        qv[g][6] = b.z * qscale, qv[g][7] = b.w * qscale;
-#pragma unroll
-        for (int j = 0; j < 8; j++) o[g][j] = 0.0f;
-        m[g] = -INFINITY;
-        l[g] = 0.0f;
-    }
+    att_start<GM>(qv, m, l, o, q, h0, gb, HD, c, true, qscale);
 
     constexpr int U = P / ATS_WARPS / 2; // warp steps a stage (two rows a step)
     for (int st = 0; st < ns; st++) {
@@ -591,61 +627,16 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
                 kr = *reinterpret_cast<const uint4 *>(ks + r * ROWB + c * 16);
                 vr[u] = *reinterpret_cast<const uint4 *>(vs + r * ROWB + c * 16);
             }
-            float kf[8];
-            unpack8(kr, kf);
-#pragma unroll
-            for (int g = 0; g < GM; g++) {
-                float d = 0.0f;
-#pragma unroll
-                for (int j = 0; j < 8; j++) d = fmaf(qv[g][j], kf[j], d);
-#pragma unroll
-                for (int off = LG / 2; off > 0; off >>= 1)
-                    d += __shfl_xor_sync(0xffffffffu, d, off);
-                s[u][g] = ok[u] ? d : -INFINITY;
-            }
+            att_score<GM, LG>(s[u], kr, qv, ok[u]);
         }
-#pragma unroll
-        for (int g = 0; g < GM; g++) {
-            float mx = s[0][g];
-#pragma unroll
-            for (int u = 1; u < U; u++) mx = fmaxf(mx, s[u][g]);
-            const float mn = fmaxf(m[g], mx);
-            if (mn == -INFINITY) continue; // no row of this lane yet
-            const float alpha = exp2f(m[g] - mn);
-            l[g] *= alpha;
-#pragma unroll
-            for (int j = 0; j < 8; j++) o[g][j] *= alpha;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                float pw = exp2f(s[u][g] - mn), vf[8];
-                unpack8(vr[u], vf);
-                l[g] += pw;
-#pragma unroll
-                for (int j = 0; j < 8; j++) o[g][j] = fmaf(pw, vf[j], o[g][j]);
-            }
-            m[g] = mn;
-        }
+        att_update<U, GM>(m, l, o, s, vr);
         __syncthreads(); // every warp is done with the slot
         if (tid == 0 && st + nr < ns) issue(st + nr);
     }
 
     // the two rows of a warp step (lanes c and c + 16), then the warps, in order, through
     // shared memory (the ring is free: every copy issued has been waited for)
-#pragma unroll
-    for (int g = 0; g < GM; g++) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m[g], 16);
-        const float l2 = __shfl_xor_sync(0xffffffffu, l[g], 16);
-        float o2[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) o2[j] = __shfl_xor_sync(0xffffffffu, o[g][j], 16);
-        const float mn = fmaxf(m[g], m2);
-        if (mn == -INFINITY) continue;
-        const float x = exp2f(m[g] - mn), y = exp2f(m2 - mn);
-        l[g] = l[g] * x + l2 * y;
-#pragma unroll
-        for (int j = 0; j < 8; j++) o[g][j] = o[g][j] * x + o2[j] * y;
-        m[g] = mn;
-    }
+    att_merge_lanes<GM, LG>(m, l, o);
     float *sm_m = reinterpret_cast<float *>(ats_smem); // [warp][GM]
     float *sm_l = sm_m + ATS_WARPS * GM;               // [warp][GM]
     float *sm_o = sm_l + ATS_WARPS * GM;               // [warp][GM][HD]
@@ -685,64 +676,12 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
     }
     if (live == 1) return;
 
-    // the chunk that completes the count of live chunks merges them all, in chunk order
+    // the chunk that completes the count of live chunks merges them all, in chunk order (sm_o is
+    // read no more: their (max, sum) pairs, then L per q head)
     int *count = reinterpret_cast<int *>(ws + ws_counter_offset(hq, HD, nsplit)) + kvh;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        const bool last = atomicAdd(count, 1) == live - 1;
-        if (last) {
-            *count = 0;
-            __threadfence();
-        }
-        sm_last = last;
-    }
-    __syncthreads();
-    if (!sm_last) return;
-    float *sml = sm_o; // [g][live][2], then L per q head; sm_o is read no more
-    float *sL = sml + 2 * GM * live;
-    for (int i = tid; i < gb * live; i += ATS_THREADS) {
-        const int g = i / live, sc = i - g * live;
-        const float2 v =
-            __ldcg(reinterpret_cast<const float2 *>(wml) + (size_t)(h0 + g) * nsplit + sc);
-        sml[2 * i] = v.x;
-        sml[2 * i + 1] = v.y;
-    }
-    __syncthreads();
-    for (int g = warp; g < gb; g += ATS_WARPS) {
-        float *pr = sml + 2 * g * live;
-        float M = -INFINITY, L = 0.0f;
-        for (int sc = lane; sc < live; sc += 32) M = fmaxf(M, pr[2 * sc]);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-        __syncwarp();
-        for (int sc = lane; sc < live; sc += 32) {
-            const float e = exp2f(pr[2 * sc] - M);
-            pr[2 * sc] = e;
-            L = fmaf(pr[2 * sc + 1], e, L);
-        }
-        // the lanes' sums (a fixed order)
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-        if (lane == 0) sL[g] = L;
-    }
-    __syncthreads();
-    for (int i = tid; i < gb * HD / 4; i += ATS_THREADS) {
-        const int g = 4 * i / HD, d = 4 * i - g * HD, h = h0 + g;
-        const float *pr = sml + 2 * g * live;
-        const float *w0 = wo + (size_t)h * nsplit * HD + d;
-        float4 O = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 16
-        for (int sc = 0; sc < live; sc++) {
-            const float4 v = __ldcg(reinterpret_cast<const float4 *>(w0 + (size_t)sc * HD));
-            const float e = pr[2 * sc];
-            O.x = fmaf(v.x, e, O.x), O.y = fmaf(v.y, e, O.y);
-            O.z = fmaf(v.z, e, O.z), O.w = fmaf(v.w, e, O.w);
-        }
-        const float il = sL[g];
-        *reinterpret_cast<float4 *>(out + (size_t)h * HD + d) =
-            make_float4(O.x / il, O.y / il, O.z / il, O.w / il);
-    }
+    if (!att_last_chunk(count, live, &sm_last)) return;
+    att_ws_merge<ATS_WARPS, 16>(out, ws, hq, HD, nsplit, h0, gb, live, sm_o, sm_o + 2 * GM * live,
+                                1);
 #else
     (void)out, (void)ws, (void)q, (void)kcache, (void)vcache, (void)pos, (void)hq, (void)group;
     (void)max_ctx, (void)nsplit, (void)fresh, (void)qscale, (void)pre_most, (void)nr;
