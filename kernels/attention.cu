@@ -249,14 +249,15 @@ static __device__ __forceinline__ bool att_last_chunk(int *count, int live, int 
 // quarter of the L2 round trips. Else one element a thread (fewer elements than four a thread:
 // float4 would idle threads and keep the round trips). Same order, same bits. UNR: the chunks a
 // thread's loop holds in flight.
-template <int NW, int UNR>
+template <int NW, int NT, int UNR>
 static __device__ __forceinline__ void
 att_ws_merge(float *__restrict__ out, const float *__restrict__ ws, int hq, int hd, int nsplit,
              int h0, int gb, int live, float *sml, float *sL, int merge4)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nt = NT ? NT : blockDim.x;
     const float *wml = ws + (size_t)h0 * nsplit * 2;
-    for (int i = threadIdx.x; i < gb * live; i += blockDim.x) {
+    for (int i = threadIdx.x; i < gb * live; i += nt) {
         const int g = i / live, s = i - g * live;
         const float2 v = __ldcg(reinterpret_cast<const float2 *>(wml) + (size_t)g * nsplit + s);
         sml[2 * i] = v.x;
@@ -279,7 +280,7 @@ att_ws_merge(float *__restrict__ out, const float *__restrict__ ws, int hq, int 
         if (lane == 0) sL[g] = L;
     }
     __syncthreads();
-    for (int i = threadIdx.x; !merge4 && i < gb * hd; i += blockDim.x) {
+    for (int i = threadIdx.x; !merge4 && i < gb * hd; i += nt) {
         const int g = i / hd, d = i - g * hd, h = h0 + g;
         const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
         const float *a = sml + 2 * g * live;
@@ -288,7 +289,7 @@ att_ws_merge(float *__restrict__ out, const float *__restrict__ ws, int hq, int 
         for (int s = 0; s < live; s++) O = fmaf(__ldcg(wo + (size_t)s * hd), a[2 * s], O);
         out[(size_t)h * hd + d] = O / sL[g];
     }
-    for (int i = threadIdx.x; merge4 && i < gb * hd / 4; i += blockDim.x) {
+    for (int i = threadIdx.x; merge4 && i < gb * hd / 4; i += nt) {
         const int g = 4 * i / hd, d = 4 * i - g * hd, h = h0 + g;
         const float *wo = ws + ws_out_offset(hq, nsplit) + (size_t)h * nsplit * hd + d;
         const float *a = sml + 2 * g * live;
@@ -502,8 +503,8 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
     __shared__ int sm_last;
     int *count = reinterpret_cast<int *>(ws + ws_counter_offset(hq, hd, nsplit)) + blockIdx.y;
     if (!att_last_chunk(count, live, &sm_last)) return;
-    att_ws_merge<ATT_WARPS, 8>(out, ws, hq, hd, nsplit, h0, gb, live, &sm_o[0][0][0], &sm_l[0][0],
-                               merge4);
+    att_ws_merge<ATT_WARPS, 0, 8>(out, ws, hq, hd, nsplit, h0, gb, live, &sm_o[0][0][0],
+                                  &sm_l[0][0], merge4);
 }
 
 // The long-context decode streamed through shared memory (LOCKSTEP_ATT_BULK; the launch without
@@ -680,8 +681,8 @@ static __global__ void __launch_bounds__(ATS_THREADS, 1)
     // read no more: their (max, sum) pairs, then L per q head)
     int *count = reinterpret_cast<int *>(ws + ws_counter_offset(hq, HD, nsplit)) + kvh;
     if (!att_last_chunk(count, live, &sm_last)) return;
-    att_ws_merge<ATS_WARPS, 16>(out, ws, hq, HD, nsplit, h0, gb, live, sm_o, sm_o + 2 * GM * live,
-                                1);
+    att_ws_merge<ATS_WARPS, ATS_THREADS, 16>(out, ws, hq, HD, nsplit, h0, gb, live, sm_o,
+                                             sm_o + 2 * GM * live, 1);
 #else
     (void)out, (void)ws, (void)q, (void)kcache, (void)vcache, (void)pos, (void)hq, (void)group;
     (void)max_ctx, (void)nsplit, (void)fresh, (void)qscale, (void)pre_most, (void)nr;
