@@ -1398,6 +1398,15 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     size_t smem = (size_t)nr * 2 * g_shape.bulk_stage * 128 * 2;
     const size_t merge = (size_t)ATS_WARPS * gm * (2 + 128) * sizeof(float);
     smem = smem < merge ? merge : smem;
+    // One block a SM, the rest of the SM's memory left to L1: the carveout that holds one block's
+    // shared memory and its 1 KB reserve, rounded up to the next configuration the SM has, which
+    // for every ring here is short of two blocks. Left to the driver, a kernel of 128 registers a
+    // thread (two blocks fit by registers) got room for two blocks a SM, the blocks that start in
+    // the QKV kernel's tail pairing up on the SMs that free first: 8B after a 2000-token prompt
+    // 3.947 -> 4.038 ms a token, alone no slower (BENCHMARKS.md, forty-second session)
+    const ls_device dev = ls_device_get();
+    ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributePreferredSharedMemoryCarveout,
+                 (int)(((smem + 1024) * 100 + (size_t)dev.smem_per_sm - 1) / dev.smem_per_sm));
     pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, smem, s, out, workspace, q,
                kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale, g_shape.bulk_pre,
                nr);
