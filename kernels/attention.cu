@@ -1155,8 +1155,8 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // positions lost at every ring (after 4096: 2 x 32 4.286 against 2 x 64 4.144).
 static struct {
     int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre, bulk_ring,
-        bulk_stage, carveout;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P, -1};
+        bulk_stage;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P};
 
 static void shape_from_env(void)
 {
@@ -1185,11 +1185,6 @@ static void shape_from_env(void)
     if (br && br[0] >= '1' && br[0] <= '0' + ATS_NS && !br[1]) g_shape.bulk_ring = br[0] - '0';
     const char *bs = getenv("LOCKSTEP_ATT_BULK_STAGE");
     if (bs && (!strcmp(bs, "32") || !strcmp(bs, "64"))) g_shape.bulk_stage = atoi(bs);
-    // LOCKSTEP_ATT_CARVEOUT=PCT: the register kernel's shared-memory carveout, which bounds its
-    // blocks a SM (experiment; the driver's choice by default)
-    const char *co = getenv("LOCKSTEP_ATT_CARVEOUT");
-    const int cv = co && *co ? atoi(co) : -1;
-    if (cv >= 0 && cv <= 100) g_shape.carveout = cv;
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1456,9 +1451,6 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)block_rows(group, hkv, gm));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
-    if (g_shape.carveout >= 0)
-        ls_func_attr(reinterpret_cast<const void *>(fn),
-                     cudaFuncAttributePreferredSharedMemoryCarveout, g_shape.carveout);
     pdl_launch_cluster(fn, grid, ATT_WARPS * 32, 0, s, (unsigned)cluster, out, workspace, q, kcache,
                        vcache, pos, hq, hd, group, max_ctx, nsplit, mc, fresh, qscale, cluster,
                        merge4);
