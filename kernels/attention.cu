@@ -38,6 +38,7 @@
 #include "config.h"
 #include "attention.h"
 #include "bf16.cuh"
+#include "bulk_shape.h"
 #include "device.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
@@ -1395,11 +1396,9 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     int nchunk = ls_device_get().sms / hkv;
     nchunk = nchunk < 1 ? 1 : nchunk > nsplit ? nsplit : nchunk;
     const float qscale = 1.0f / sqrtf(128.0f) * LOG2E;
-    // the ring, or the warps' states the merge keeps there (8 warps x gm x (2 + 128) floats)
+    // the ring, or the warps' states the merge keeps there (kernels/bulk_shape.h)
     const int nr = g_shape.bulk_ring;
-    size_t smem = (size_t)nr * 2 * g_shape.bulk_stage * 128 * 2;
-    const size_t merge = (size_t)ATS_WARPS * gm * (2 + 128) * sizeof(float);
-    smem = smem < merge ? merge : smem;
+    const size_t smem = ls_bulk_smem(nr, g_shape.bulk_stage, gm, ATS_WARPS);
     // One block a SM, the rest of the SM's memory left to L1: the carveout that holds one block's
     // shared memory and its 1 KB reserve, rounded up to the next configuration the SM has, which
     // for every ring here is short of two blocks. Left to the driver, a kernel of 128 registers a
@@ -1411,7 +1410,7 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     if (g_shape.bulk_carveout)
         ls_func_attr(reinterpret_cast<const void *>(fn),
                      cudaFuncAttributePreferredSharedMemoryCarveout,
-                     (int)(((smem + 1024) * 100 + (size_t)dev.smem_per_sm - 1) / dev.smem_per_sm));
+                     ls_bulk_carveout(smem, dev.smem_per_sm));
     pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, smem, s, out, workspace, q,
                kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale, g_shape.bulk_pre,
                nr);

@@ -24,6 +24,13 @@ tests_unit_test_decode_form_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 tests_unit_test_decode_form_LDADD = $(CUNIT_LIBS)
 TESTS += tests/unit/test_decode_form
 
+check_PROGRAMS += tests/unit/test_bulk_shape
+tests_unit_test_bulk_shape_SOURCES = tests/unit/test_bulk_shape.c tests/unit/cunit_tap.c \
+	tests/unit/cunit_tap.h kernels/bulk_shape.h
+tests_unit_test_bulk_shape_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+tests_unit_test_bulk_shape_LDADD = $(CUNIT_LIBS)
+TESTS += tests/unit/test_bulk_shape
+
 check_PROGRAMS += tests/unit/test_sampler
 tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c tests/unit/cunit_tap.c runtime/sampler.c \
 	kernels/ref.c
