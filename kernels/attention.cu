@@ -1244,22 +1244,26 @@ static int heads_per_block(int group, int hkv, int nsplit, long kv_bytes, bool l
     return (long)nsplit * block_rows(group, hkv, half) <= d.sms ? half : gm;
 }
 
-extern "C" int ls_attention_set_cluster(int on)
+// a setter's common part: the switches read first (so that a later first read does not undo
+// the value), the field set, its old value returned
+static int shape_set(int *field, int value)
 {
     shape_from_env();
-    const int old = g_shape.cluster;
-    g_shape.cluster = on != 0;
+    const int old = *field;
+    *field = value;
     return old;
+}
+
+extern "C" int ls_attention_set_cluster(int on)
+{
+    return shape_set(&g_shape.cluster, on != 0);
 }
 
 extern "C" int ls_attention_set_heads(int heads)
 {
     if (heads != 0 && heads != 1 && heads != 2 && heads != 4 && heads != 8)
         ls_die(__FILE__, __LINE__, "ls_attention_set_heads", "expected heads 0, 1, 2, 4 or 8");
-    shape_from_env();
-    const int old = g_shape.heads;
-    g_shape.heads = heads;
-    return old;
+    return shape_set(&g_shape.heads, heads);
 }
 
 static int min_chunk(void)
@@ -1344,26 +1348,17 @@ static bool wide_form(int max_ctx)
 // with clusters = 0 too while g_shape.bulk
 extern "C" int ls_attention_set_bulk(int on)
 {
-    shape_from_env();
-    const int old = g_shape.bulk;
-    g_shape.bulk = on != 0;
-    return old;
+    return shape_set(&g_shape.bulk, on != 0);
 }
 
 extern "C" int ls_attention_set_bulk_ring(int stages)
 {
-    shape_from_env();
-    const int old = g_shape.bulk_ring;
-    g_shape.bulk_ring = stages < 1 ? 1 : stages > ATS_NS ? ATS_NS : stages;
-    return old;
+    return shape_set(&g_shape.bulk_ring, stages < 1 ? 1 : stages > ATS_NS ? ATS_NS : stages);
 }
 
 extern "C" int ls_attention_set_bulk_stage(int positions)
 {
-    shape_from_env();
-    const int old = g_shape.bulk_stage;
-    g_shape.bulk_stage = positions == 32 ? 32 : ATS_P;
-    return old;
+    return shape_set(&g_shape.bulk_stage, positions == 32 ? 32 : ATS_P);
 }
 
 // where the streamed form can run: hd 128, a KV head's group in one block (up to 8 q heads), the
