@@ -465,9 +465,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
         if ((int)threadIdx.x < gb) {
             const int g = threadIdx.x;
             float M = -INFINITY, L = 0.0f;
-#pragma unroll 1
             for (int s = 0; s < live; s++) M = fmaxf(M, sm_cm[s][g]);
-#pragma unroll 1
             for (int s = 0; s < live; s++) {
                 const float sc = exp2f(sm_cm[s][g] - M);
                 sm_cm[s][g] = sc;
