@@ -1160,8 +1160,8 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // positions lost at every ring (after 4096: 2 x 32 4.286 against 2 x 64 4.144).
 static struct {
     int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre, bulk_ring,
-        bulk_stage, bulk_carveout;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P, 1};
+        bulk_stage;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P};
 
 static void shape_from_env(void)
 {
@@ -1190,8 +1190,6 @@ static void shape_from_env(void)
     if (br && br[0] >= '1' && br[0] <= '0' + ATS_NS && !br[1]) g_shape.bulk_ring = br[0] - '0';
     const char *bs = getenv("LOCKSTEP_ATT_BULK_STAGE");
     if (bs && (!strcmp(bs, "32") || !strcmp(bs, "64"))) g_shape.bulk_stage = atoi(bs);
-    const char *bc = getenv("LOCKSTEP_ATT_BULK_CARVEOUT");
-    if (bc && !strcmp(bc, "0")) g_shape.bulk_carveout = 0;
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1404,12 +1402,9 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     // thread (two blocks fit by registers) got room for two blocks a SM, the blocks that start in
     // the QKV kernel's tail pairing up on the SMs that free first: 8B after a 2000-token prompt
     // 3.947 -> 4.038 ms a token, alone no slower (BENCHMARKS.md, forty-second session)
-    // (LOCKSTEP_ATT_BULK_CARVEOUT=0 leaves it to the driver: an experiment)
     const ls_device dev = ls_device_get();
-    if (g_shape.bulk_carveout)
-        ls_func_attr(reinterpret_cast<const void *>(fn),
-                     cudaFuncAttributePreferredSharedMemoryCarveout,
-                     ls_bulk_carveout(smem, dev.smem_per_sm));
+    ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributePreferredSharedMemoryCarveout,
+                 ls_bulk_carveout(smem, dev.smem_per_sm));
     pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, smem, s, out, workspace, q,
                kcache, vcache, pos, hq, group, max_ctx, nsplit, fresh, qscale, g_shape.bulk_pre,
                nr);
