@@ -250,8 +250,8 @@ static __device__ __forceinline__ bool att_last_chunk(int *count, int live, int 
 // quarter of the L2 round trips. Else one element a thread (fewer elements than four a thread:
 // float4 would idle threads and keep the round trips). Same order, same bits. UNR: the chunks a
 // thread's loop holds in flight. The lanes' loops over the chunks' pairs stay rolled (a lane
-// holds at most live / 32 of them, and unrolled they took the streamed kernel's SASS from 8975
-// to 9679 instructions, all in this merge, which runs on the step's critical path).
+// holds at most live / 32 of them, and unrolled they took the streamed kernel's SASS from 4480
+// to 4832 instructions, all in this merge, which runs on the step's critical path).
 template <int NW, int NT, int UNR>
 static __device__ __forceinline__ void
 att_ws_merge(float *__restrict__ out, const float *__restrict__ ws, int hq, int hd, int nsplit,
