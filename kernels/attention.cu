@@ -1390,7 +1390,8 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                  (int)ATS_SMEM);
     // about one block a SM: chunks of whole stages, at most the workspace's nsplit
-    int nchunk = ls_device_get().sms / hkv;
+    const ls_device dev = ls_device_get();
+    int nchunk = dev.sms / hkv;
     nchunk = nchunk < 1 ? 1 : nchunk > nsplit ? nsplit : nchunk;
     const float qscale = 1.0f / sqrtf(128.0f) * LOG2E;
     // the ring, or the warps' states the merge keeps there (kernels/bulk_shape.h)
@@ -1402,7 +1403,6 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     // thread (two blocks fit by registers) got room for two blocks a SM, the blocks that start in
     // the QKV kernel's tail pairing up on the SMs that free first: 8B after a 2000-token prompt
     // 3.947 -> 4.038 ms a token, alone no slower (BENCHMARKS.md, forty-second session)
-    const ls_device dev = ls_device_get();
     ls_func_attr(reinterpret_cast<const void *>(fn), cudaFuncAttributePreferredSharedMemoryCarveout,
                  ls_bulk_carveout(smem, dev.smem_per_sm));
     pdl_launch(fn, dim3((unsigned)nchunk, (unsigned)hkv), ATS_THREADS, smem, s, out, workspace, q,
