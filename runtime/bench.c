@@ -10,6 +10,7 @@
 #include "backend.h"
 #include "check.h"
 #include "commands.h"
+#include "ktrace.h"
 #include "log.h"
 #include "run_common.h"
 #include "sampler.h"
@@ -30,6 +31,7 @@ enum {
     OPT_SWEEP,
     OPT_SWEEP_MAX,
     OPT_MAX_CTX,
+    OPT_KTIMES,
 };
 
 static const char bench_help[] =
@@ -50,6 +52,10 @@ static const char bench_help[] =
     "  --bw-bytes N         bytes for the bandwidth measurement (default 4 GiB on GPUs, 512 MiB on "
     "CPUs)\n"
     "  --json FILE          also write the results as JSON\n"
+    "  --kernel-times       GPUs: then decode the same steps again under CUPTI's kernel records\n"
+    "                       and print where a step's time goes, kernel by kernel (each kernel's\n"
+    "                       end minus the previous one's: the step's time, exactly, PDL overlaps\n"
+    "                       and all); LOCKSTEP_CUPTI=PATH names libcupti\n"
     "  --allreduce-sweep    instead: all-reduce latency per message size (1 KB .. --sweep-max),\n"
     "                       each communicator of the job eager and (on GPUs) in a CUDA graph\n"
     "  --sweep-max BYTES    largest message of the sweep (default 64 MiB)\n"
@@ -140,6 +146,70 @@ static double time_allreduce(struct rc_job *j, struct ls_comm *c, float *buf, si
     double worst = 0;
     CHECK_MPI(MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
     return worst / iters * 1e6;
+}
+
+/* a row's label: the kernel's short name, and which of its launches a layer or a step */
+static void kt_label(const struct ls_kt_trace *t, const struct ls_kt_row *r, char *out,
+                     size_t len)
+{
+    char name[72];
+    ls_kt_short_name(t->names[r->name], name, sizeof name);
+    if (r->of > 1)
+        snprintf(out, len, "%s [%d of %d a %s]", name, r->k + 1, r->of,
+                 r->per_layer ? "layer" : "step");
+    else
+        snprintf(out, len, "%s", name);
+}
+
+/* rank 0's kernel times: a row per kernel (and its place in a layer), each row's share of the
+ * step; us are means a launch */
+static void print_kernel_times(const struct ls_kt_trace *t, const struct ls_kt_summary *s,
+                               double ms_traced, double ms_plain)
+{
+    const double steps = s->steps;
+    printf("kernel times (CUPTI, rank 0): %d steps of %d kernels; %.3f ms/token traced, %.3f "
+           "without (the records' cost)\n",
+           s->steps, s->kernels, ms_traced, ms_plain);
+    if (s->steps_other || s->outside || t->dropped)
+        printf("  left out: %d graph launches of another kernel sequence, %d kernels outside "
+               "graphs, %zu records dropped by CUPTI\n",
+               s->steps_other, s->outside, t->dropped);
+    printf("  %-84s %7s %9s %8s %9s %9s %6s\n", "kernel (end - previous end)", "a step",
+           "us each", "gap us", "own us", "ms/token", "share");
+    for (int i = 0; i < s->n_rows; i++) {
+        const struct ls_kt_row *r = &s->rows[i];
+        const double n = steps * r->launches;
+        char label[128];
+        kt_label(t, r, label, sizeof label);
+        printf("  %-84.84s %7d %9.2f %8.2f %9.2f %9.4f %5.1f%%\n", label, r->launches,
+               r->cost_ns / n * 1e-3, r->gap_ns / n * 1e-3, r->own_ns / n * 1e-3,
+               r->cost_ns / steps * 1e-6, 100.0 * r->cost_ns / s->span_ns);
+    }
+    printf("  %-84s %7d %9s %8s %9s %9.4f %5.1f%%\n", "the step (sum)", s->kernels, "", "", "",
+           s->span_ns / steps * 1e-6, 100.0);
+}
+
+static json_t *kernel_times_json(const struct ls_kt_trace *t, const struct ls_kt_summary *s,
+                                 double ms_traced)
+{
+    json_t *rows = json_array();
+    for (int i = 0; i < s->n_rows; i++) {
+        const struct ls_kt_row *r = &s->rows[i];
+        const double n = (double)s->steps * r->launches;
+        char name[256];
+        ls_kt_short_name(t->names[r->name], name, sizeof name);
+        json_array_append_new(
+            rows, json_pack("{s:s, s:i, s:i, s:b, s:i, s:f, s:f, s:f, s:f}", "kernel", name, "k",
+                            r->k + 1, "of", r->of, "per_layer", r->per_layer, "launches_per_step",
+                            r->launches, "us_each", r->cost_ns / n * 1e-3, "gap_us_each",
+                            r->gap_ns / n * 1e-3, "own_us_each", r->own_ns / n * 1e-3,
+                            "ms_per_token", r->cost_ns / s->steps * 1e-6));
+    }
+    return json_pack("{s:i, s:i, s:i, s:i, s:I, s:f, s:f, s:o}", "steps", s->steps,
+                     "kernels_per_step", s->kernels, "steps_other", s->steps_other,
+                     "outside_graphs", s->outside, "dropped", (json_int_t)t->dropped,
+                     "ms_per_token_traced", ms_traced, "ms_per_step_sum",
+                     s->span_ns / s->steps * 1e-6, "rows", rows);
 }
 
 /* rank 0 opens --json before the run, so that a path it cannot write fails at once rather than
@@ -237,6 +307,7 @@ int cmd_bench(int argc, char **argv)
         {"allreduce-sweep", no_argument, NULL, OPT_SWEEP},
         {"sweep-max", required_argument, NULL, OPT_SWEEP_MAX},
         {"max-context", required_argument, NULL, OPT_MAX_CTX},
+        {"kernel-times", no_argument, NULL, OPT_KTIMES},
         {"temperature", required_argument, NULL, RC_OPT_TEMP},
         {"top-k", required_argument, NULL, RC_OPT_TOP_K},
         {"top-p", required_argument, NULL, RC_OPT_TOP_P},
@@ -257,7 +328,7 @@ int cmd_bench(int argc, char **argv)
     char err[512];
     long prompt_len = 128, gen = 256, warmup = 16, batch = 1, bw_bytes = 0, sweep_max = 64L << 20,
          max_ctx = 0, v;
-    int reset = 1, opt, sweep = 0;
+    int reset = 1, opt, sweep = 0, ktimes = 0;
     struct ls_gen_params gp; /* only its sampling filters: what the decode step draws with */
     ls_gen_defaults(&gp);
     gp.sampling.seed = 1;
@@ -290,6 +361,9 @@ int cmd_bench(int argc, char **argv)
             break;
         case OPT_SWEEP:
             sweep = 1;
+            break;
+        case OPT_KTIMES:
+            ktimes = 1;
             break;
         case OPT_MAX_CTX:
             if (ls_parse_long("--max-context", optarg, 2, 1 << 22, &max_ctx, err, sizeof err))
@@ -328,6 +402,8 @@ int cmd_bench(int argc, char **argv)
     }
     (void)v;
     const struct ls_sampling sp = gp.sampling;
+    if (sweep && ktimes) return ls_usage_error("bench", "--kernel-times times decode steps, not "
+                                                        "--allreduce-sweep");
     if (sweep) {
         struct rc_job j;
         /* the custom comm's buffers must hold the largest message (it routes big ones to NCCL) */
@@ -354,6 +430,11 @@ int cmd_bench(int argc, char **argv)
     if (max_ctx) ctx_len = (int)max_ctx;
     const int chunk = (int)(prompt_len < RC_PREFILL_CHUNK ? prompt_len : RC_PREFILL_CHUNK);
     rc_job_start(&j, &argc, &argv, &common, NULL, ctx_len, chunk);
+    if (ktimes && strcmp(j.be->name, "cuda")) {
+        ls_error("bench --kernel-times: kernel records need the CUDA backend, this run's is %s",
+                 j.be->name);
+        ls_abort_quiet(&j.ctx);
+    }
     FILE *json = json_open(&j, json_path);
     rc_job_load(&j, model.path, ctx_len, chunk);
     char verr[128];
@@ -403,6 +484,25 @@ int cmd_bench(int argc, char **argv)
         timed_decode(&j, &sp, prompt, (int)prompt_len, first, (int)warmup, (int)gen);
     ls_engine_set_comm(j.engine, real);
     none->destroy(none);
+
+    /* 4. with --kernel-times, the real decode again under CUPTI's records (the graphs dropped
+     * with the communicator above are captured again while they are on) */
+    struct ls_kt_summary kts = {0};
+    struct ls_kt_trace kt = {0};
+    struct decode_run traced = {0, 0};
+    if (ktimes) {
+        char kerr[512] = "";
+        ls_engine_reset(j.engine);
+        ls_engine_forward(j.engine, prompt, (int)prompt_len, logits);
+        int ok = ls_ktrace_start(kerr, sizeof kerr) == 0;
+        if (ok) {
+            traced = timed_decode(&j, &sp, prompt, (int)prompt_len, first, (int)warmup, (int)gen);
+            ok = ls_ktrace_stop(&kt, kerr, sizeof kerr) == 0 &&
+                 ls_kt_summarize(&kt, c->n_layers, &kts, kerr, sizeof kerr) == 0;
+        }
+        if (!ok) ls_error("bench --kernel-times: %s", kerr);
+        if (!ls_agree(ok)) ls_abort_quiet(&j.ctx);
+    }
 
     /* bytes one decode step reads on this rank: weights without the embedding table (one row of
      * it is read), plus the KV cache up to the mean position of the timed steps */
@@ -464,6 +564,7 @@ int cmd_bench(int argc, char **argv)
                "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
         printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
                ms_alone, 100.0 * share);
+        if (ktimes) print_kernel_times(&kt, &kts, traced.seconds / traced.steps * 1e3, ms_tok);
         if (json) {
             json_t *o = json_pack(
                 "{s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
@@ -493,11 +594,16 @@ int cmd_bench(int argc, char **argv)
                                 json_integer(sp.n_bias));
             json_object_set_new(json_object_get(o, "sampling"), "allowed_tokens",
                                 json_integer(sp.n_allowed));
+            if (ktimes)
+                json_object_set_new(o, "kernel_times",
+                                    kernel_times_json(&kt, &kts, traced.seconds / traced.steps * 1e3));
             if (json_write(o, json, json_path) != 0) json_ok = 0;
         }
         fflush(stdout);
     }
     json_ok = ls_agree(json_ok);
+    ls_kt_summary_free(&kts);
+    ls_kt_free(&kt);
     free(prompt);
     free(logits);
     rc_job_end(&j);

@@ -14,4 +14,5 @@ liblockstep_a_SOURCES += \
 	runtime/sampler.c runtime/sampler.h \
 	runtime/generate.c runtime/generate.h \
 	runtime/run_common.c runtime/run_common.h \
-	runtime/generate_cli.c runtime/batch.c runtime/bench.c runtime/perplexity.c
+	runtime/generate_cli.c runtime/batch.c runtime/bench.c runtime/perplexity.c \
+	runtime/ktrace.c runtime/ktrace.h runtime/ktrace_cupti.c

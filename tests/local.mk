@@ -31,6 +31,13 @@ tests_unit_test_bulk_shape_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 tests_unit_test_bulk_shape_LDADD = $(CUNIT_LIBS)
 TESTS += tests/unit/test_bulk_shape
 
+check_PROGRAMS += tests/unit/test_ktrace
+tests_unit_test_ktrace_SOURCES = tests/unit/test_ktrace.c tests/unit/cunit_tap.c \
+	tests/unit/cunit_tap.h runtime/ktrace.c runtime/ktrace.h
+tests_unit_test_ktrace_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
+tests_unit_test_ktrace_LDADD = $(CUNIT_LIBS)
+TESTS += tests/unit/test_ktrace
+
 check_PROGRAMS += tests/unit/test_sampler
 tests_unit_test_sampler_SOURCES = tests/unit/test_sampler.c tests/unit/cunit_tap.c runtime/sampler.c \
 	kernels/ref.c

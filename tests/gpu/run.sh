@@ -6,7 +6,7 @@
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring,
 # scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, graphs, pflong, longctx, ahead, attbench,
 # attforms, attbulk, shapes, layers, ab, mlp, memory, bench70, scaling (#6), allreduce, hang, lab, ncu,
-# pfprofile. Each stage's log is $OUT/<stage>.log; a short
+# pfprofile, ktimes. Each stage's log is $OUT/<stage>.log; a short
 # table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
 OUT=${OUT:-/tmp/lockstep-out}
@@ -523,6 +523,21 @@ stage_lab() {
 
 stage_carry1() {
     mkdir -p /tmp/smollm2 && cp .carry1/* /tmp/smollm2/ && touch /tmp/smollm2/prompt.txt && ls -l /tmp/smollm2
+}
+
+# where a step's time goes, kernel by kernel (bench --kernel-times: CUPTI's records of the step
+# as it runs), at the bench's shape and after a 4096-token prompt; at TP=2 where two GPUs are
+stage_ktimes() {
+    local n
+    n=$(ngpus)
+    mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --kernel-times \
+        --json "$OUT/ktimes-8b-tp1-p128.json" &&
+        mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 4096 --gen 64 --kernel-times \
+            --json "$OUT/ktimes-8b-tp1-p4096.json" || return 1
+    if [ "$n" -ge 2 ]; then
+        mpi -np 2 build-gpu/lockstep bench --gpu --allreduce custom --dummy llama-3.1-8b --prompt-len 128 \
+            --gen 256 --kernel-times --json "$OUT/ktimes-8b-tp2-p128.json"
+    fi
 }
 
 stage_bench() {

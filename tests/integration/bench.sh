@@ -53,6 +53,12 @@ check "bench with allowed tokens: exits 0, says it, the JSON counts them" \
 run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --logit-bias 49152=1
 check "bench --logit-bias past the vocabulary: non-zero, said" \
     eval '[ "$rc" -ne 0 ] && err_has "bench: logit_bias: token id 49152 is outside the vocabulary \[0, 49152)"'
+run_mpi 2 "$LOCKSTEP" bench --cpu --dummy smollm2-135m --prompt-len 16 --gen 8 --kernel-times
+check "bench --kernel-times on CPU ranks: non-zero, said by each rank" \
+    eval '[ "$rc" -ne 0 ] && [ "$(count_in_err "kernel records need the CUDA backend, this run.s is cpu")" -eq 2 ]'
+run "$LOCKSTEP" bench --cpu --allreduce-sweep --kernel-times
+check "bench --kernel-times with --allreduce-sweep: a usage error" \
+    eval '[ "$rc" -ne 0 ] && err_has "kernel-times times decode steps, not --allreduce-sweep"'
 run "$LOCKSTEP" bench --cpu --dummy smollm2-135m --repeat-penalty 0
 check "bench --repeat-penalty 0: a clear usage error naming the field" err_has "repetition_penalty: expected a value in (0, 100], found 0"
 check "bench JSON: the KV cache of the run's positions by default (16 + 2 + 8 + 1)" jq_file "$tmp/b.json" '.max_context == 27'
