@@ -149,8 +149,7 @@ static double time_allreduce(struct rc_job *j, struct ls_comm *c, float *buf, si
 }
 
 /* a row's label: the kernel's short name, and which of its launches a layer or a step */
-static void kt_label(const struct ls_kt_trace *t, const struct ls_kt_row *r, char *out,
-                     size_t len)
+static void kt_label(const struct ls_kt_trace *t, const struct ls_kt_row *r, char *out, size_t len)
 {
     char name[72];
     ls_kt_short_name(t->names[r->name], name, sizeof name);
@@ -174,8 +173,8 @@ static void print_kernel_times(const struct ls_kt_trace *t, const struct ls_kt_s
         printf("  left out: %d graph launches of another kernel sequence, %d kernels outside "
                "graphs, %zu records dropped by CUPTI\n",
                s->steps_other, s->outside, t->dropped);
-    printf("  %-84s %7s %9s %8s %9s %9s %6s\n", "kernel (end - previous end)", "a step",
-           "us each", "gap us", "own us", "ms/token", "share");
+    printf("  %-84s %7s %9s %8s %9s %9s %6s\n", "kernel (end - previous end)", "a step", "us each",
+           "gap us", "own us", "ms/token", "share");
     for (int i = 0; i < s->n_rows; i++) {
         const struct ls_kt_row *r = &s->rows[i];
         const double n = steps * r->launches;
@@ -402,8 +401,9 @@ int cmd_bench(int argc, char **argv)
     }
     (void)v;
     const struct ls_sampling sp = gp.sampling;
-    if (sweep && ktimes) return ls_usage_error("bench", "--kernel-times times decode steps, not "
-                                                        "--allreduce-sweep");
+    if (sweep && ktimes)
+        return ls_usage_error("bench", "--kernel-times times decode steps, not "
+                                       "--allreduce-sweep");
     if (sweep) {
         struct rc_job j;
         /* the custom comm's buffers must hold the largest message (it routes big ones to NCCL) */
@@ -595,8 +595,9 @@ int cmd_bench(int argc, char **argv)
             json_object_set_new(json_object_get(o, "sampling"), "allowed_tokens",
                                 json_integer(sp.n_allowed));
             if (ktimes)
-                json_object_set_new(o, "kernel_times",
-                                    kernel_times_json(&kt, &kts, traced.seconds / traced.steps * 1e3));
+                json_object_set_new(
+                    o, "kernel_times",
+                    kernel_times_json(&kt, &kts, traced.seconds / traced.steps * 1e3));
             if (json_write(o, json, json_path) != 0) json_ok = 0;
         }
         fflush(stdout);

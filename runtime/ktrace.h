@@ -37,12 +37,12 @@ void ls_kt_free(struct ls_kt_trace *t);
 
 /* One row of the summary: the k-th of `of` launches of a kernel a layer (per_layer) or a step. */
 struct ls_kt_row {
-    int name;          /* index into the trace's names */
+    int name; /* index into the trace's names */
     int k, of, per_layer;
-    int launches;      /* a step, of this row */
-    double cost_ns;    /* summed over the steps: end - the previous kernel's end */
-    double gap_ns;     /* the part of cost with no kernel running before it started */
-    double own_ns;     /* end - start, which under PDL includes its wait for the previous one */
+    int launches;   /* a step, of this row */
+    double cost_ns; /* summed over the steps: end - the previous kernel's end */
+    double gap_ns;  /* the part of cost with no kernel running before it started */
+    double own_ns;  /* end - start, which under PDL includes its wait for the previous one */
 };
 
 struct ls_kt_summary {

@@ -55,7 +55,10 @@ static int load(char *err, size_t errlen)
     const char *env = getenv("LOCKSTEP_CUPTI");
     static char soname[32]; /* the header's major version: libcupti.so.13 */
     snprintf(soname, sizeof soname, "libcupti.so.%d", CUPTI_API_VERSION / 10000);
-    const char *tries[] = {env, soname, "libcupti.so", LS_CUDA_DIR "/lib64/libcupti.so",
+    const char *tries[] = {env,
+                           soname,
+                           "libcupti.so",
+                           LS_CUDA_DIR "/lib64/libcupti.so",
                            LS_CUDA_DIR "/lib/libcupti.so",
                            LS_CUDA_DIR "/extras/CUPTI/lib64/libcupti.so"};
     for (size_t i = 0; i < sizeof tries / sizeof tries[0] && !cu.lib; i++) {
@@ -71,15 +74,15 @@ static int load(char *err, size_t errlen)
                  CUPTI_API_VERSION / 10000);
         return -1;
     }
-#define SYM(field, name)                                                                          \
-    do {                                                                                          \
-        *(void **)&cu.field = dlsym(cu.lib, name);                                                \
-        if (!cu.field) {                                                                          \
-            snprintf(err, errlen, "%s: no symbol %s", cu.path, name);                             \
-            dlclose(cu.lib);                                                                      \
-            cu.lib = NULL;                                                                        \
-            return -1;                                                                            \
-        }                                                                                         \
+#define SYM(field, name)                                                                           \
+    do {                                                                                           \
+        *(void **)&cu.field = dlsym(cu.lib, name);                                                 \
+        if (!cu.field) {                                                                           \
+            snprintf(err, errlen, "%s: no symbol %s", cu.path, name);                              \
+            dlclose(cu.lib);                                                                       \
+            cu.lib = NULL;                                                                         \
+            return -1;                                                                             \
+        }                                                                                          \
     } while (0)
     SYM(register_callbacks, "cuptiActivityRegisterCallbacks");
     SYM(enable, "cuptiActivityEnable");
@@ -166,9 +169,10 @@ int ls_ktrace_stop(struct ls_kt_trace *t, char *err, size_t errlen)
     pthread_mutex_unlock(&cu.lock);
     t->dropped = dropped;
     if (ce != cudaSuccess || r != CUPTI_SUCCESS || f != CUPTI_SUCCESS || oom) {
-        snprintf(err, errlen, "%s", ce != cudaSuccess ? cudaGetErrorString(ce)
-                                    : oom             ? "out of memory for kernel records"
-                                                      : result_text(r != CUPTI_SUCCESS ? r : f));
+        snprintf(err, errlen, "%s",
+                 ce != cudaSuccess ? cudaGetErrorString(ce)
+                 : oom             ? "out of memory for kernel records"
+                                   : result_text(r != CUPTI_SUCCESS ? r : f));
         ls_kt_free(t);
         return -1;
     }
@@ -190,8 +194,9 @@ int ls_ktrace_stop(struct ls_kt_trace *t, char *err, size_t errlen)
 int ls_ktrace_start(char *err, size_t errlen)
 {
 #if defined(HAVE_CUDA)
-    snprintf(err, errlen, "this build has no CUPTI (configure found no cupti.h in the CUDA "
-                          "toolkit)");
+    snprintf(err, errlen,
+             "this build has no CUPTI (configure found no cupti.h in the CUDA "
+             "toolkit)");
 #else
     snprintf(err, errlen, "this build has no CUDA backend");
 #endif

@@ -543,7 +543,9 @@ stage_ktimes() {
 stage_bench() {
     local n
     n=$(ngpus)
-    mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --json "$OUT/bench-8b-tp1.json"
+    # with the step's kernel times (a third decode of the same steps under CUPTI's records)
+    mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --kernel-times \
+        --json "$OUT/bench-8b-tp1.json"
     # the same with the token drawn in the step (the sampling kernel over 128256 logits)
     mpi -np 1 build-gpu/lockstep bench --gpu --dummy llama-3.1-8b --prompt-len 128 --gen 256 --temperature 0.8 \
         --top-k 50 --top-p 0.95 --json "$OUT/bench-8b-tp1-sampled.json"

@@ -13,11 +13,11 @@
 /* A step of a 2-layer model: embed, then (gemv, attn, gemv, mlp) a layer, then head, argmax;
  * each kernel starts `lead` ns before the previous one ends (PDL) and takes dur[i] after it.
  * Returns the step's last end. */
-static const char *step_names[] = {"embed", "gemv", "attn", "gemv", "mlp", "gemv",
+static const char *step_names[] = {"embed", "gemv", "attn", "gemv", "mlp",   "gemv",
                                    "attn",  "gemv", "mlp",  "head", "argmax"};
 #define STEP_N 11
-static const uint64_t dur[STEP_N] = {2000, 14000, 4000, 9000, 68000, 14500,
-                                     4200, 9100, 68500, 230000, 3000};
+static const uint64_t dur[STEP_N] = {2000, 14000, 4000,  9000,   68000, 14500,
+                                     4200, 9100,  68500, 230000, 3000};
 
 static uint64_t add_step(struct ls_kt_trace *t, uint64_t at, uint32_t corr, uint64_t lead,
                          uint64_t host_gap)
