@@ -384,9 +384,6 @@ struct gemv_fd {
     float *pend;        // ACC: y's pending sum [2][n], or NULL
     const float *xpend; // x's pending sum [2][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
-    int rot;            // FD: each block's outputs start 32 chunks of 8 later than the one
-                        // before's (LOCKSTEP_MLP_ROTATE=1), so that blocks finishing together
-                        // add into different addresses (the same sums: exact in any order)
 };
 
 // A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
@@ -582,9 +579,7 @@ static __global__ void __launch_bounds__(NT, 1)
         }
     }
     // FD: this thread's chunk c of the down rows part, part + RS, ... (hrows of them)
-    const int C = k >> 3, RS = NT / C, part = threadIdx.x / C;
-    const int c8 = fd.rot ? (threadIdx.x - part * C + (int)(blockIdx.x * 32u % (unsigned)C)) % C
-                          : threadIdx.x - part * C;
+    const int C = k >> 3, RS = NT / C, part = threadIdx.x / C, c8 = threadIdx.x - part * C;
     const int hrows = FD > 0 && part < RS ? (rows / 2 - part + RS - 1) / RS : 0;
     uint4 dw[FD > 0 ? FD : 1];
     if constexpr (FD > 0) {
@@ -811,7 +806,6 @@ static int g_shapes_set;
 static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 static int g_mlp_inflight = 4; // the fused MLP's down loads in flight a thread: 2, 4 or 8
-static int g_mlp_rotate;       // LOCKSTEP_MLP_ROTATE=1: gemv_fd.rot
 
 static void shapes_from_env(void)
 {
@@ -822,8 +816,6 @@ static void shapes_from_env(void)
     const char *mi = getenv("LOCKSTEP_MLP_INFLIGHT");
     if (mi && (!strcmp(mi, "2") || !strcmp(mi, "4") || !strcmp(mi, "8")))
         g_mlp_inflight = mi[0] - '0';
-    const char *ro = getenv("LOCKSTEP_MLP_ROTATE");
-    g_mlp_rotate = ro && !strcmp(ro, "1");
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -1146,7 +1138,6 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
     gemv_fd fd = {};
     fd.dt = (const uint4 *)DT;
     fd.out = pend;
-    fd.rot = g_mlp_rotate;
     return xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
                        norm_w, eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
 }
