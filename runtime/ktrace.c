@@ -56,6 +56,12 @@ static int by_end(const void *a, const void *b)
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
+static int by_size(const void *a, const void *b)
+{
+    const size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* a step: [lo, hi) of the records in end order */
 struct step {
     size_t lo, hi;
@@ -96,13 +102,24 @@ int ls_kt_summarize(const struct ls_kt_trace *t, int layers, struct ls_kt_summar
         steps[n_steps++] = (struct step){i, j};
         i = j;
     }
-    /* the step's sequence: the most common length among the steps after the first, and the
-     * first such step's kernels */
-    size_t ref = 0, best = 0;
-    for (size_t a = 1; a < n_steps; a++) {
-        size_t len = steps[a].hi - steps[a].lo, same = 0;
-        for (size_t b = 1; b < n_steps; b++) same += steps[b].hi - steps[b].lo == len;
-        if (same > best) best = same, ref = a;
+    /* the step's sequence: the most common length among the steps after the first (the
+     * smallest of equally common ones), and the first such step's kernels */
+    size_t ref = 0, best = 0, mode = 0;
+    if (n_steps > 1) {
+        size_t *len = malloc((n_steps - 1) * sizeof *len);
+        if (!len) {
+            snprintf(err, errlen, "out of memory for %zu steps", n_steps);
+            goto out;
+        }
+        for (size_t a = 1; a < n_steps; a++) len[a - 1] = steps[a].hi - steps[a].lo;
+        qsort(len, n_steps - 1, sizeof *len, by_size);
+        for (size_t a = 0, b; a < n_steps - 1; a = b) {
+            for (b = a; b < n_steps - 1 && len[b] == len[a]; b++) {}
+            if (b - a > best) best = b - a, mode = len[a];
+        }
+        free(len);
+        for (size_t a = 1; a < n_steps && !ref; a++)
+            if (steps[a].hi - steps[a].lo == mode) ref = a;
     }
     if (!best) {
         snprintf(err, errlen,

@@ -146,6 +146,47 @@ static void test_many_launches_one_row(void)
     ls_kt_free(&t);
 }
 
+/* a step of three kernels: "x", "y", "x", each 1000 ns after the one before */
+static uint64_t add_short_step(struct ls_kt_trace *t, uint64_t at, uint32_t corr)
+{
+    for (int i = 0; i < 3; i++, at += 1000)
+        CU_ASSERT_EQUAL(ls_kt_add(t, at, at + 1000, corr, 5, i == 1 ? "y" : "x"), 0);
+    return at;
+}
+
+static void test_the_most_common_sequence(void)
+{
+    struct ls_kt_trace t = {0};
+    uint64_t at = 0;
+    uint32_t corr = 1;
+    /* after the first: two long steps, five short ones; the short sequence is the step's */
+    at = add_step(&t, at, corr++, 0, 0);
+    at = add_step(&t, at, corr++, 0, 0);
+    for (int i = 0; i < 2; i++) at = add_short_step(&t, at, corr++);
+    at = add_step(&t, at, corr++, 0, 0);
+    for (int i = 0; i < 3; i++) at = add_short_step(&t, at, corr++);
+    shuffle(&t, 3);
+    struct ls_kt_summary s;
+    char err[256];
+    CU_ASSERT_EQUAL_FATAL(ls_kt_summarize(&t, 0, &s, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(s.kernels, 3);
+    CU_ASSERT_EQUAL(s.steps, 5);
+    CU_ASSERT_EQUAL(s.steps_other, 2);
+    CU_ASSERT_EQUAL(s.n_rows, 3); /* x (1 of 2), y, x (2 of 2) */
+    CU_ASSERT_DOUBLE_EQUAL(s.span_ns, 5 * 3000.0, 1e-6);
+    ls_kt_summary_free(&s);
+    ls_kt_free(&t);
+
+    /* 60000 steps, summed right (the summary sorts their lengths: milliseconds here) */
+    uint64_t at2 = 0;
+    for (uint32_t c = 1; c <= 60000; c++) at2 = add_short_step(&t, at2, c);
+    CU_ASSERT_EQUAL_FATAL(ls_kt_summarize(&t, 0, &s, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(s.steps, 59999);
+    CU_ASSERT_DOUBLE_EQUAL(s.rows[1].cost_ns, 59999 * 1000.0, 1e-3);
+    ls_kt_summary_free(&s);
+    ls_kt_free(&t);
+}
+
 static void test_nothing_to_summarize(void)
 {
     struct ls_kt_trace t = {0};
@@ -204,6 +245,8 @@ int main(void)
                 test_without_layers_and_odd_steps);
     CU_add_test(s, "more than 8 launches a step, not a layer's multiple: one row",
                 test_many_launches_one_row);
+    CU_add_test(s, "the step is the most common sequence; 60000 steps",
+                test_the_most_common_sequence);
     CU_add_test(s, "no step to summarize: an error", test_nothing_to_summarize);
     CU_add_test(s, "each name kept once", test_names_kept_once);
     CU_add_test(s, "names without return type and parameters", test_short_name);
