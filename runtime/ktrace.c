@@ -113,9 +113,11 @@ int ls_kt_summarize(const struct ls_kt_trace *t, int layers, struct ls_kt_summar
         }
         for (size_t a = 1; a < n_steps; a++) len[a - 1] = steps[a].hi - steps[a].lo;
         qsort(len, n_steps - 1, sizeof *len, by_size);
-        for (size_t a = 0, b; a < n_steps - 1; a = b) {
-            for (b = a; b < n_steps - 1 && len[b] == len[a]; b++) {}
+        for (size_t a = 0; a < n_steps - 1;) {
+            size_t b = a + 1;
+            while (b < n_steps - 1 && len[b] == len[a]) b++;
             if (b - a > best) best = b - a, mode = len[a];
+            a = b;
         }
         free(len);
         for (size_t a = 1; a < n_steps && !ref; a++)
