@@ -489,14 +489,16 @@ int cmd_bench(int argc, char **argv)
      * with the communicator above are captured again while they are on) */
     struct ls_kt_summary kts = {0};
     struct ls_kt_trace kt = {0};
-    struct decode_run traced = {0, 0};
+    double ms_traced = 0; /* the traced decode's ms a token */
     if (ktimes) {
         char kerr[512] = "";
         ls_engine_reset(j.engine);
         ls_engine_forward(j.engine, prompt, (int)prompt_len, logits);
         int ok = ls_ktrace_start(kerr, sizeof kerr) == 0;
         if (ok) {
-            traced = timed_decode(&j, &sp, prompt, (int)prompt_len, first, (int)warmup, (int)gen);
+            const struct decode_run traced =
+                timed_decode(&j, &sp, prompt, (int)prompt_len, first, (int)warmup, (int)gen);
+            ms_traced = traced.seconds / traced.steps * 1e3;
             ok = ls_ktrace_stop(&kt, kerr, sizeof kerr) == 0 &&
                  ls_kt_summarize(&kt, c->n_layers, &kts, kerr, sizeof kerr) == 0;
         }
@@ -564,7 +566,7 @@ int cmd_bench(int argc, char **argv)
                "achieved", achieved, 100.0 * achieved / read_gbs, read_gbs * 1e9 / step_bytes);
         printf("  %-38s %10.3f ms/token; all-reduce share %.1f%%\n", "decode without collectives",
                ms_alone, 100.0 * share);
-        if (ktimes) print_kernel_times(&kt, &kts, traced.seconds / traced.steps * 1e3, ms_tok);
+        if (ktimes) print_kernel_times(&kt, &kts, ms_traced, ms_tok);
         if (json) {
             json_t *o = json_pack(
                 "{s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
@@ -595,9 +597,7 @@ int cmd_bench(int argc, char **argv)
             json_object_set_new(json_object_get(o, "sampling"), "allowed_tokens",
                                 json_integer(sp.n_allowed));
             if (ktimes)
-                json_object_set_new(
-                    o, "kernel_times",
-                    kernel_times_json(&kt, &kts, traced.seconds / traced.steps * 1e3));
+                json_object_set_new(o, "kernel_times", kernel_times_json(&kt, &kts, ms_traced));
             if (json_write(o, json, json_path) != 0) json_ok = 0;
         }
         fflush(stdout);

@@ -81,7 +81,7 @@ int ls_kt_summarize(const struct ls_kt_trace *t, int layers, struct ls_kt_summar
     memset(s, 0, sizeof *s);
     struct ls_kt_rec *r = malloc((t->n ? t->n : 1) * sizeof *r);
     struct step *steps = malloc((t->n ? t->n : 1) * sizeof *steps);
-    int *row_of = NULL, *count = NULL, rc = -1;
+    int *row_of = NULL, *count = NULL, *seen = NULL, rc = -1;
     if (!r || !steps) {
         snprintf(err, errlen, "out of memory for %zu kernel records", t->n);
         goto out;
@@ -137,17 +137,13 @@ int ls_kt_summarize(const struct ls_kt_trace *t, int layers, struct ls_kt_summar
     /* a row for each kernel's k-th launch a layer (or a step) */
     row_of = malloc((size_t)n * sizeof *row_of);
     count = calloc((size_t)t->n_names, sizeof *count);
+    seen = calloc((size_t)t->n_names, sizeof *seen); /* each name's launches so far */
     s->rows = calloc((size_t)n, sizeof *s->rows);
-    if (!row_of || !count || !s->rows) {
+    if (!row_of || !count || !seen || !s->rows) {
         snprintf(err, errlen, "out of memory for a step of %d kernels", n);
         goto out;
     }
     for (int i = 0; i < n; i++) count[r[rs.lo + i].name]++;
-    int *seen = calloc((size_t)t->n_names, sizeof *seen);
-    if (!seen) {
-        snprintf(err, errlen, "out of memory for %d kernel names", t->n_names);
-        goto out;
-    }
     for (int i = 0; i < n; i++) {
         const int name = r[rs.lo + i].name, c = count[name], o = seen[name]++;
         struct ls_kt_row key = {.name = name, .k = 0, .of = 1};
@@ -164,7 +160,6 @@ int ls_kt_summarize(const struct ls_kt_trace *t, int layers, struct ls_kt_summar
         s->rows[row].launches++;
         row_of[i] = row;
     }
-    free(seen);
 
     /* each kernel's cost: its end minus the previous kernel's end (any kernel's: the steps run
      * one after another) */
@@ -191,6 +186,7 @@ out:
     free(steps);
     free(row_of);
     free(count);
+    free(seen);
     return rc;
 }
 
