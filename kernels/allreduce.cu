@@ -349,10 +349,11 @@ static __device__ __forceinline__ Unit<E> load_unit_padded(const E *p, size_t u,
     return x;
 }
 
-/* ll_sum_with's batched form (LOCKSTEP_AR_LL_BATCH=1; off by default, an experiment to
- * measure): the lines of up to LL_BATCH peers are loaded before any is waited for, so that with
- * 3 or more ranks lines that have all arrived cost one round trip to L2, not one a peer in turn.
- * The units are added in rank order as they come, as sum_units adds them: the same bits. */
+/* ll_sum_with's batched form (st.ll_batch: by default at 2 ranks, where it measured faster;
+ * LOCKSTEP_AR_LL_BATCH decides, runtime/comm_custom.c): the lines of up to LL_BATCH peers are
+ * loaded before any is waited for, so that with 3 or more ranks lines that have all arrived
+ * cost one round trip to L2, not one a peer in turn. The units are added in rank order as they
+ * come, as sum_units adds them: the same bits. */
 #define LL_BATCH 4
 template <typename E>
 static __device__ __forceinline__ Unit<E> ll_sum_batched(const ls_ar_state &st, const Unit<E> &mine,

@@ -112,7 +112,12 @@ static struct custom_cfg read_cfg(int size)
     g.disable = (int)env_int("LOCKSTEP_AR_DISABLE", 0, 0, 1);
     g.fence_all = (int)env_int("LOCKSTEP_AR_FENCE_ALL", 1, 0, 1);
     g.spread = (int)env_int("LOCKSTEP_AR_SPREAD", 1, 0, 1);
-    g.ll_batch = (int)env_int("LOCKSTEP_AR_LL_BATCH", 0, 0, 1);
+    /* the peers' lines loaded in one batch (ll_sum_batched): at 2 ranks measured ahead in the
+     * step (8B TP=2 on 2 x H200, two rounds: 2.384 / 2.388 against 2.403 / 2.406 ms a token; the
+     * one-shot's 16 KB 3.7-4.5 against 4.0-4.6 us) and in the sweep at every LL size (8 KB 3.96
+     * against 4.26 us; docs/BENCHMARKS.md, forty-fifth session). At 3 ranks or more, where it was
+     * meant to save one L2 round trip a peer, it has not run on a GPU: off there until it has */
+    g.ll_batch = (int)env_int("LOCKSTEP_AR_LL_BATCH", size == 2, 0, 1);
     if (g.threads % 32) {
         char msg[128];
         snprintf(msg, sizeof msg, "LOCKSTEP_AR_THREADS=%d: must be a multiple of 32", g.threads);
