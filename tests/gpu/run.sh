@@ -891,10 +891,14 @@ stage_scaling() {
         for tp in 1 2 4 8; do
             [ "$tp" -gt "$n" ] && continue
             [ $m = llama-3.1-70b ] && [ "$tp" -lt 2 ] && continue
-            for ar in custom nccl; do
+            # custom-ll1 (4 ranks or more): the custom all-reduce with the peers' LL lines loaded
+            # in one batch (LOCKSTEP_AR_LL_BATCH=1, the default at 2 ranks, not yet measured
+            # above 2)
+            for ar in custom nccl $([ "$tp" -ge 4 ] && echo custom-ll1); do
                 [ "$tp" = 1 ] && [ $ar = nccl ] && continue
                 f="$OUT/scale-$m-tp$tp-$ar.json"
-                mpi -np "$tp" build-gpu/lockstep bench --gpu --allreduce $ar --dummy $m --prompt-len 128 \
+                LOCKSTEP_AR_LL_BATCH=$([ $ar = custom-ll1 ] && echo 1) mpi -x LOCKSTEP_AR_LL_BATCH -np "$tp" \
+                    build-gpu/lockstep bench --gpu --allreduce ${ar%-ll1} --dummy $m --prompt-len 128 \
                     --gen "$([ "$m" = llama-3.1-70b ] && echo 64 || echo 256)" --json "$f" >/dev/null 2>&1 || echo "$m TP=$tp $ar failed"
                 [ -f "$f" ] && python3 - "$f" "$m" "$tp" "$ar" >>"$OUT/scaling.tsv" <<'PY'
 import json, sys
