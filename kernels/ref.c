@@ -128,6 +128,28 @@ void ref_penalize(float *out, const float *logits, const float *bias, int vocab,
     }
 }
 
+void ref_argmax_pairs(float *pairs, const float *x, int n, int first, int slot, int tp)
+{
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (x[i] == x[i] && (best < 0 || x[i] > x[best])) best = i;
+    for (int i = 0; i < 2 * tp; i++) pairs[i] = 0.0f;
+    pairs[2 * slot] = best < 0 ? 0.0f : x[best];
+    pairs[2 * slot + 1] = best < 0 ? -1.0f : (float)(first + best);
+}
+
+int ref_argmax_pick(const float *pairs, int tp)
+{
+    int best = -1;
+    float bv = 0.0f;
+    for (int r = 0; r < tp; r++) {
+        const float v = pairs[2 * r];
+        const int i = (int)pairs[2 * r + 1];
+        if (i >= 0 && (best < 0 || v > bv || (v == bv && i < best))) bv = v, best = i;
+    }
+    return best < 0 ? 0 : best;
+}
+
 void ref_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
                       const int *targets, int first, int N)
 {

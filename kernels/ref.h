@@ -75,6 +75,17 @@ static inline LS_HOST_DEVICE float ls_penalised(float l, int count, float rep, f
 void ref_penalize(float *out, const float *logits, const float *bias, int vocab, int *count,
                   int *hist, const int *ids, const int *pos, int last_n, float rep, float pres,
                   float freq);
+/* A greedy choice over a vocabulary cut into tp slices, one a rank (the tensor-parallel decode
+ * step without the logits' all-gather): ref_argmax_pairs leaves pairs[2 tp] all 0 but for this
+ * rank's slot, pairs[2 slot] = the largest of x[0..n) (its slice) and pairs[2 slot + 1] = first +
+ * its index, the lowest on ties, as a float (exact below LS_ARGMAX_PAIRS_MAX_ID); NaN is never
+ * taken, and a slice of nothing else gives (0, -1). Summed over the ranks, every other slot 0
+ * (so the sum is exact in any order), the pairs give every rank the same token by
+ * ref_argmax_pick: the largest value, the lowest id on ties, 0 where no slice had a value. That
+ * is the argmax of the whole row (the GPU's ls_sample_argmax, which never takes NaN either). */
+#define LS_ARGMAX_PAIRS_MAX_ID (1 << 24)
+void ref_argmax_pairs(float *pairs, const float *x, int n, int first, int slot, int tp);
+int ref_argmax_pick(const float *pairs, int tp);
 /* RoPE inverse frequencies, with llama3 or linear scaling applied as Hugging Face does */
 void ref_rope_inv_freq(float *inv_freq, int hd, float theta, int scaling, float factor,
                        float low_freq_factor, float high_freq_factor, int orig_max_pos);

@@ -646,8 +646,29 @@ static __global__ void __launch_bounds__(SP_THREADS)
     }
 }
 
+// Where an argmax goes: the index to out (pairs NULL), or a rank's slot of a greedy choice
+// over a vocabulary cut into tp slices (ref_argmax_pairs: pairs[2 tp] all 0 but (the value,
+// first + the index) at slot, (0, -1) where the slice held only NaN)
+struct am_out {
+    int *out;
+    float *pairs;
+    int first, slot, tp;
+};
+
+// the result's store, by one thread: bi the index (INT_MAX: none), x the row it indexes
+static __device__ void am_store(const am_out &o, const float *x, int bi)
+{
+    if (!o.pairs) {
+        *o.out = bi == INT_MAX ? 0 : bi;
+        return;
+    }
+    for (int i = 0; i < 2 * o.tp; i++) o.pairs[i] = 0.0f;
+    o.pairs[2 * o.slot] = bi == INT_MAX ? 0.0f : x[bi];
+    o.pairs[2 * o.slot + 1] = bi == INT_MAX ? -1.0f : (float)(o.first + bi);
+}
+
 static __global__ void __launch_bounds__(SP_THREADS)
-    argmax_kernel(int *out, const float *__restrict__ x, int n)
+    argmax_kernel(const am_out o, const float *__restrict__ x, int n)
 {
     __shared__ float redv[32];
     __shared__ int redi[32];
@@ -658,7 +679,7 @@ static __global__ void __launch_bounds__(SP_THREADS)
 #pragma unroll 8
     for (int i = threadIdx.x; i < n; i += SP_THREADS) argmax_merge(bv, bi, x[i], i);
     block_argmax(bv, bi, redv, redi);
-    if (threadIdx.x == 0) *out = bi == INT_MAX ? 0 : bi;
+    if (threadIdx.x == 0) am_store(o, x, bi);
 }
 
 // ---- argmax over the grid (ls_sample_set_argmax_split): each block reduces a slice of the row
@@ -706,7 +727,7 @@ static __device__ __forceinline__ unsigned long long am_key(float v, int i)
 }
 
 static __global__ void __launch_bounds__(AM_THREADS)
-    argmax_split_kernel(int *out, const float *__restrict__ x, int n)
+    argmax_split_kernel(const am_out o, const float *__restrict__ x, int n)
 {
     __shared__ unsigned long long red[AM_THREADS / 32];
     pdl_launch_dependents();
@@ -740,7 +761,21 @@ static __global__ void __launch_bounds__(AM_THREADS)
     if (!arrive_last(&g_am_done)) return;
     const unsigned long long best = atomicExch(&g_am_key, 0ull);
     g_am_done = 0;
-    *out = best ? (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFull)) : 0;
+    am_store(o, x, best ? (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFull)) : INT_MAX);
+}
+
+// the token of a greedy choice from every rank's pairs, summed (ref_argmax_pick)
+static __global__ void argmax_pick_kernel(int *out, const float *__restrict__ pairs, int tp)
+{
+    pdl_launch_dependents();
+    pdl_wait();
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int r = 0; r < tp; r++) {
+        const int i = (int)pairs[2 * r + 1];
+        if (i >= 0) argmax_merge(bv, bi, pairs[2 * r], i);
+    }
+    *out = bi == INT_MAX ? 0 : bi;
 }
 
 // a switch that is on unless its environment variable is "0", read at the first use; on >= 0
@@ -763,20 +798,42 @@ extern "C" int ls_sample_set_argmax_split(int on)
     return env_switch(&g_argmax_split, "LOCKSTEP_ARGMAX_SPLIT", on);
 }
 
-extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
+static void argmax_launch(const am_out &o, const float *x, int n, void *stream)
 {
-    if (n < 1) ls_die(__FILE__, __LINE__, "ls_sample_argmax", "n must be >= 1");
     // the grid form's float4 loads need x on a 16-byte boundary (every buffer the engine
     // allocates is); one block is enough below a few thousand
     if (ls_sample_set_argmax_split(-1) && n >= 4096 && ((uintptr_t)x & 15) == 0) {
         const int n4 = n / 4, sms = ls_device_get().sms;
         int blocks = (n4 + AM_THREADS - 1) / AM_THREADS;
         if (blocks > 2 * sms) blocks = 2 * sms;
-        pdl_launch(argmax_split_kernel, (unsigned)blocks, AM_THREADS, 0, (cudaStream_t)stream, out,
-                   x, n);
+        pdl_launch(argmax_split_kernel, (unsigned)blocks, AM_THREADS, 0, (cudaStream_t)stream, o, x,
+                   n);
     } else {
-        pdl_launch(argmax_kernel, 1, SP_THREADS, 0, (cudaStream_t)stream, out, x, n);
+        pdl_launch(argmax_kernel, 1, SP_THREADS, 0, (cudaStream_t)stream, o, x, n);
     }
+    CHECK_CUDA(cudaGetLastError());
+}
+
+extern "C" void ls_sample_argmax(int *out, const float *x, int n, void *stream)
+{
+    if (n < 1) ls_die(__FILE__, __LINE__, "ls_sample_argmax", "n must be >= 1");
+    argmax_launch({out, nullptr, 0, 0, 1}, x, n, stream);
+}
+
+extern "C" void ls_sample_argmax_pairs(float *pairs, const float *x, int n, int first, int slot,
+                                       int tp, void *stream)
+{
+    if (n < 1 || tp < 1 || slot < 0 || slot >= tp || first < 0 ||
+        (long long)first + n > LS_ARGMAX_PAIRS_MAX_ID)
+        ls_die(__FILE__, __LINE__, "ls_sample_argmax_pairs",
+               "expected n >= 1, 0 <= slot < tp and ids below 2^24");
+    argmax_launch({nullptr, pairs, first, slot, tp}, x, n, stream);
+}
+
+extern "C" void ls_sample_argmax_pick(int *out, const float *pairs, int tp, void *stream)
+{
+    if (tp < 1) ls_die(__FILE__, __LINE__, "ls_sample_argmax_pick", "tp must be >= 1");
+    pdl_launch(argmax_pick_kernel, 1, 1, 0, (cudaStream_t)stream, out, pairs, tp);
     CHECK_CUDA(cudaGetLastError());
 }
 

@@ -22,6 +22,14 @@ extern "C" {
  * device memory */
 void ls_sample_argmax(int *out, const float *x, int n, void *stream);
 
+/* A rank's slot of a greedy choice over a vocabulary cut into tp slices, x[0..n) its slice
+ * (tokens first ..): pairs[2 tp] as ref_argmax_pairs (kernels/ref.h) leaves them, by the same
+ * kernels as ls_sample_argmax. ls_sample_argmax_pick: *out = ref_argmax_pick(pairs, tp), the
+ * token, once every rank's pairs are summed into pairs. Device memory; on stream. */
+void ls_sample_argmax_pairs(float *pairs, const float *x, int n, int first, int slot, int tp,
+                            void *stream);
+void ls_sample_argmax_pick(int *out, const float *pairs, int tp, void *stream);
+
 /* Rows of 4096 or more on a 16-byte boundary: ls_sample_argmax runs over a grid of blocks, each
  * a slice, the last block to finish writing the index (through two words of device memory that
  * it clears again: one call at a time on a device); else one block. The same index. On by

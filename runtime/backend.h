@@ -134,6 +134,12 @@ struct ls_backend {
                                   const float *w, int rows, int dim, float eps);
     /* *out = index of the largest of x[n], lowest on ties */
     void (*argmax)(int *out, const float *x, int n);
+    /* The tensor-parallel greedy step without the logits' all-gather (NULL: not offered): this
+     * rank's slot of the choice over its slice x[n] of the vocabulary (tokens first ..), as
+     * ref_argmax_pairs (kernels/ref.h); then, once every rank's pairs are summed, the token, as
+     * ref_argmax_pick */
+    void (*argmax_pairs)(float *pairs, const float *x, int n, int first, int slot, int tp);
+    void (*argmax_pick)(int *out, const float *pairs, int tp);
     /* *out = the token drawn from logits[n] at temperature (> 0), top_k, top_p and min_p (0, 1
      * and 0: off) with the uniform draw *u (backend memory, written before each step), as
      * ls_sample_with in sampler.h; ws: backend memory of sample_ws(n) bytes */

@@ -201,6 +201,11 @@ static void cpu_argmax(int *out, const float *x, int n)
     *out = best;
 }
 
+static void cpu_argmax_pick(int *out, const float *pairs, int tp)
+{
+    *out = ref_argmax_pick(pairs, tp);
+}
+
 static void cpu_sample(int *out, const float *logits, int n, float temperature, int top_k,
                        float top_p, float min_p, const double *u, void *ws)
 {
@@ -348,6 +353,8 @@ const struct ls_backend ls_backend_cpu = {
     .add = ref_add,
     .allreduce_add_rmsnorm = cpu_allreduce_add_rmsnorm,
     .argmax = cpu_argmax,
+    .argmax_pairs = ref_argmax_pairs,
+    .argmax_pick = cpu_argmax_pick,
     .row_logprobs = cpu_row_logprobs,
     .sample = cpu_sample,
     .sample_ws = cpu_sample_ws,

@@ -631,6 +631,16 @@ static void cu_argmax(int *out, const float *x, int n)
     ls_sample_argmax(out, x, n, stream_get());
 }
 
+static void cu_argmax_pairs(float *pairs, const float *x, int n, int first, int slot, int tp)
+{
+    ls_sample_argmax_pairs(pairs, x, n, first, slot, tp, stream_get());
+}
+
+static void cu_argmax_pick(int *out, const float *pairs, int tp)
+{
+    ls_sample_argmax_pick(out, pairs, tp, stream_get());
+}
+
 static void cu_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
                             const int *targets, int first, int N, int split)
 {
@@ -825,6 +835,8 @@ const struct ls_backend ls_backend_cuda = {
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,
     .argmax = cu_argmax,
+    .argmax_pairs = cu_argmax_pairs,
+    .argmax_pick = cu_argmax_pick,
     .row_logprobs = cu_row_logprobs,
     .score_split = ls_row_logprobs_split,
     .sample = cu_sample,

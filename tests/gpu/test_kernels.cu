@@ -1881,6 +1881,59 @@ static void tests_sample(void)
         }
         ls_sample_set_argmax_split(was);
     }
+    { // a greedy choice over a vocabulary cut into tp slices: each slice's pairs (both forms)
+      // equal ref_argmax_pairs' bits, every other slot 0; the pick from their sum is the row's
+      // token (the lowest id of the largest value, NaN never)
+        const int was = ls_sample_set_argmax_split(-1);
+        const int rows_of[] = {128256, 49152, 4099, 1000};
+        for (int split = 0; split < 2; split++) {
+            ls_sample_set_argmax_split(split);
+            for (int V : rows_of) {
+                for (int tp : {2, 3, 8}) {
+                    for (int variant = 0; variant < 3; variant++) {
+                        std::vector<float> x = randv(V, 10.0f);
+                        const int per = (V + tp - 1) / tp;
+                        // ties across slices (the lowest id wins), and a first slice of NaN only
+                        if (variant == 1) x[per - 1] = x[per + 1] = x[V - 1] = 40.0f;
+                        if (variant == 2) {
+                            for (int i = 0; i < per; i++) x[i] = NAN;
+                            x[V - 2] = -INFINITY;
+                        }
+                        dev<float> dx(V), dsum(2 * tp);
+                        dev<int> dout(1);
+                        CHECK_CUDA(cudaMemcpy(dx.p, x.data(), (size_t)V * sizeof(float),
+                                              cudaMemcpyHostToDevice));
+                        std::vector<float> sum(2 * tp, 0.0f), want(2 * tp);
+                        bool same = true;
+                        for (int r = 0; r < tp; r++) {
+                            const int first = r * per, n = first + per <= V ? per : V - first;
+                            dev<float> dp(2 * tp);
+                            dp.poison();
+                            ls_sample_argmax_pairs(dp.p, dx.p + first, n, first, r, tp, nullptr);
+                            const std::vector<float> got = dp.down();
+                            ref_argmax_pairs(want.data(), x.data() + first, n, first, r, tp);
+                            same = same && !memcmp(got.data(), want.data(), got.size() * 4);
+                            for (int i = 0; i < 2 * tp; i++) sum[i] += got[i];
+                        }
+                        CHECK_CUDA(cudaMemcpy(dsum.p, sum.data(), sum.size() * sizeof(float),
+                                              cudaMemcpyHostToDevice));
+                        dout.poison();
+                        ls_sample_argmax_pick(dout.p, dsum.p, tp, nullptr);
+                        int best = -1;
+                        for (int i = 0; i < V; i++)
+                            if (!std::isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+                        const int got = dout.down()[0];
+                        report(same && got == best,
+                               "argmax over %d slices (%s) V=%d variant %d: pairs %s, token %d "
+                               "(expected %d)",
+                               tp, split ? "grid" : "one block", V, variant,
+                               same ? "equal" : "differ", got, best);
+                    }
+                }
+            }
+        }
+        ls_sample_set_argmax_split(was);
+    }
     struct cfg {
         float temp;
         int top_k;

@@ -194,6 +194,16 @@ done
 check "--dummy smollm2-135m: 8 tokens" test "$(jq length "$tmp/dummy.1" 2>/dev/null)" = 8
 check "--dummy smollm2-135m: same greedy tokens at TP=1, 2, 3" \
     test "$(cat "$tmp/dummy.1")" = "$(cat "$tmp/dummy.2")" -a "$(cat "$tmp/dummy.1")" = "$(cat "$tmp/dummy.3")"
+# the tensor-parallel greedy step takes its token from the ranks' slices of the logits (one small
+# all-reduce); LOCKSTEP_ARGMAX_LOCAL=0 gathers the whole row first: the same tokens
+for tp in 2 3; do
+    LOCKSTEP_ARGMAX_LOCAL=0 run_mpi $tp -x LOCKSTEP_ARGMAX_LOCAL "$LOCKSTEP" generate --cpu --dummy smollm2-135m \
+        --prompt-ids 1,2,3,4 -n 8 --ignore-eos --json --quiet
+    jq -c .ids "$tmp/out" >"$tmp/dummy.gather.$tp"
+done
+check "--dummy smollm2-135m: the same greedy tokens with the logits gathered (LOCKSTEP_ARGMAX_LOCAL=0), TP=2, 3" \
+    eval '[ -s "$tmp/dummy.gather.2" ] && [ "$(cat "$tmp/dummy.gather.2")" = "$(cat "$tmp/dummy.2")" ] &&
+        [ "$(cat "$tmp/dummy.gather.3")" = "$(cat "$tmp/dummy.3")" ]'
 echo '{"id": "d", "prompt": [1, 2, 3, 4], "max_tokens": 8, "ignore_eos": true}' >"$tmp/dummy.jsonl"
 run_mpi 2 "$LOCKSTEP" batch --cpu --dummy smollm2-135m --input "$tmp/dummy.jsonl" --output "$tmp/dummy.out"
 check "batch --dummy smollm2-135m: generate's tokens" \

@@ -546,6 +546,59 @@ static void test_row_scores_of_a_slice(void)
     CU_ASSERT_EQUAL(two[3 + 3], 12.0);
 }
 
+/* the row cut into tp slices as the shard plan cuts the vocabulary (uneven at the end), each
+ * slice's pairs summed into one array as the all-reduce sums them: the token */
+static int pick_over_slices(const float *x, int n, int tp)
+{
+    float sum[2 * 8] = {0}, pairs[2 * 8];
+    const int per = (n + tp - 1) / tp;
+    for (int r = 0; r < tp; r++) {
+        const int first = r * per < n ? r * per : n, rows = first + per <= n ? per : n - first;
+        ref_argmax_pairs(pairs, x + first, rows, first, r, tp);
+        for (int i = 0; i < 2 * tp; i++) {
+            if (i / 2 != r) CU_ASSERT_EQUAL(pairs[i], 0.0f); /* every other slot 0 */
+            sum[i] += pairs[i];
+        }
+    }
+    return ref_argmax_pick(sum, tp);
+}
+
+/* the greedy choice from the ranks' slices (the tensor-parallel decode step without the
+ * logits' all-gather) is the whole row's argmax: random rows, ties within and across slices,
+ * -inf, NaN, a slice of NaN only */
+static void test_argmax_over_slices_is_the_row_argmax(void)
+{
+    srand(11);
+    float x[1000];
+    for (int it = 0; it < 200; it++) {
+        const int n = 1 + rand() % 1000, tp = 1 + rand() % 8;
+        for (int i = 0; i < n; i++) x[i] = (float)(rand() % 50) - 25.0f; /* many ties */
+        if (it % 3 == 0) x[rand() % n] = -INFINITY;
+        if (it % 5 == 0) x[rand() % n] = NAN;
+        int best = -1; /* the lowest id of the largest value, NaN never */
+        for (int i = 0; i < n; i++)
+            if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+        CU_ASSERT_EQUAL(pick_over_slices(x, n, tp), best < 0 ? 0 : best);
+    }
+    /* ties across slices: the lowest id wins, whichever slice holds it */
+    const float t[6] = {1, 7, 2, 7, 3, 7};
+    for (int tp = 1; tp <= 6; tp++) CU_ASSERT_EQUAL(pick_over_slices(t, 6, tp), 1);
+    /* -inf only: id 0; a first slice of NaN only: the next slice's largest */
+    const float m[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    CU_ASSERT_EQUAL(pick_over_slices(m, 4, 2), 0);
+    const float q[4] = {NAN, NAN, -3, -INFINITY};
+    CU_ASSERT_EQUAL(pick_over_slices(q, 4, 2), 2);
+    float pairs[4];
+    ref_argmax_pairs(pairs, q, 2, 0, 0, 2);
+    CU_ASSERT(pairs[0] == 0.0f && pairs[1] == -1.0f); /* nothing: (0, -1) */
+    const float nan4[4] = {NAN, NAN, NAN, NAN};
+    CU_ASSERT_EQUAL(pick_over_slices(nan4, 4, 2), 0);
+    /* ids as floats are exact up to 2^24 */
+    const float big[2] = {1, 2};
+    ref_argmax_pairs(pairs, big, 2, LS_ARGMAX_PAIRS_MAX_ID - 2, 1, 2);
+    CU_ASSERT_EQUAL(ref_argmax_pick(pairs, 2), LS_ARGMAX_PAIRS_MAX_ID - 1);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS) return 1;
@@ -575,5 +628,7 @@ int main(void)
                 test_radix_order_draws_as_the_full_sort);
     CU_add_test(s, "validation names the field", test_validation_names_the_field);
     CU_add_test(s, "a row's scores over a vocabulary slice", test_row_scores_of_a_slice);
+    CU_add_test(s, "the greedy choice from the ranks' slices is the row's argmax",
+                test_argmax_over_slices_is_the_row_argmax);
     return ls_cunit_run_tap();
 }
