@@ -2,7 +2,7 @@
 # launchers, declared in the C header beside it. Included from Makefile.am.
 if HAVE_CUDA
 liblockstep_a_SOURCES += \
-	kernels/pdl.cuh kernels/device.cuh kernels/attention.cu kernels/attention.h kernels/attention_sm90.cu \
+	kernels/pdl.cuh kernels/device.cuh kernels/argmax.cuh kernels/attention.cu kernels/attention.h kernels/attention_sm90.cu \
 	kernels/bulk_shape.h \
 	kernels/bandwidth.cu kernels/bandwidth.h \
 	kernels/elementwise.cu kernels/elementwise.h \

@@ -29,9 +29,11 @@
 // written after it.
 #include "config.h"
 #include "gemv.h"
+#include "argmax.cuh"
 #include "bf16.cuh"
 #include "device.cuh"
 #include "pdl.cuh"
+#include "ref.h"
 #include "rope.h"
 #include "rope.cuh"
 #include "runtime/check.h"
@@ -377,6 +379,12 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // ACC with fd.y2: each updated y also stored there (the fused MLP's input copy); with fd.pend,
 // y's pending sum added to y first (when fd.pend_live) and zeroed.
 // fd.xpend (plain or norm input): x's pending sum, added to x as it is loaded.
+// AM (y =, one column a warp; ls_gemv_argmax): the LM head with the greedy choice in its
+// epilogue. Each block takes its rows' largest y (argmax_merge: the lower index on ties, NaN
+// never) as a key (am_key), the block's largest goes into a device word with atomicMax, and the
+// last block to arrive stores the index or the rank's pairs (fd.am, as ls_sample_argmax and
+// ls_sample_argmax_pairs store them) and clears the word and the count for the next launch: the
+// argmax kernel after the head (3.4 us a token on the 8B at TP=1) is gone.
 struct gemv_fd {
     float *y2;          // ACC: a copy of each updated y
     const uint4 *dt;    // FD: the down matrix transposed
@@ -384,7 +392,33 @@ struct gemv_fd {
     float *pend;        // ACC: y's pending sum [2][n], or NULL
     const float *xpend; // x's pending sum [2][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
+    am_out am;          // AM: where the index goes
 };
+
+static __device__ unsigned long long g_gemv_am_key;
+static __device__ unsigned g_gemv_am_done;
+
+// AM: the block's rows' largest (bv at bi; INT_MAX: none), then the grid's; red: NW words of
+// shared memory
+template <int NW>
+static __device__ __forceinline__ void gemv_argmax_tail(const am_out &am, const float *y, float bv,
+                                                        int bi, unsigned long long *red)
+{
+    unsigned long long key = bi == INT_MAX ? 0ull : am_key(bv, bi);
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long t = __shfl_xor_sync(0xffffffffu, key, o);
+        key = t > key ? t : key;
+    }
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = key;
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int w = 1; w < NW; w++) key = red[w] > key ? red[w] : key;
+    if (key) atomicMax(&g_gemv_am_key, key);
+    if (!arrive_last(&g_gemv_am_done)) return;
+    const unsigned long long best = atomicExch(&g_gemv_am_key, 0ull);
+    g_gemv_am_done = 0;
+    am_store(am, y, am_key_index(best));
+}
 
 // A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
 // stands for (y[i] + p[i]) + p[n + i]. The blocks of the fused MLP add their partial outputs in
@@ -418,13 +452,15 @@ static __device__ __forceinline__ void pending_split(float v, int E, float &hi, 
                    pow2f(-E - PEND_LO_BITS));
 }
 
-template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false, int FD = 0>
+template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false, int FD = 0,
+          bool AM = false>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
                      const float *__restrict__ nw, float eps, const gemv_rope rp, const gemv_fd fd)
 {
     static_assert(!FD || SO, "the fused down follows the SwiGLU epilogue");
+    static_assert(!AM || (!ACC && !RP && !SO), "the argmax follows a plain y =");
     constexpr int NW = NT / 32;
     constexpr bool FAST = IN == GEMV_IN_SWIGLU_FAST, SWIGLU = FAST || IN == GEMV_IN_SWIGLU,
                    NORM = IN == GEMV_IN_NORM;
@@ -696,6 +732,8 @@ static __global__ void __launch_bounds__(NT, 1)
             }
         }
     } else {
+        float bv = -INFINITY; // AM: this thread's rows' largest y, at bi
+        int bi = INT_MAX;
         for (int r = threadIdx.x; r < rows; r += NT) {
             float sum = 0.0f;
             for (int c = 0; c < slots; c++) sum += psum[r * ps + c];
@@ -712,6 +750,11 @@ static __global__ void __launch_bounds__(NT, 1)
             const float v = ACC ? y0 + (sum + b) : sum + b;
             *yp = v;
             if (ACC && fd.y2) fd.y2[r0 + r] = v;
+            if (AM) argmax_merge(bv, bi, v, r0 + r);
+        }
+        if constexpr (AM) {
+            __shared__ unsigned long long am_red[NW];
+            gemv_argmax_tail<NW>(fd.am, y, bv, bi, am_red);
         }
     }
 }
@@ -923,11 +966,23 @@ static xreg_fn xreg_fd_fn(int in)
                                  : xreg_fd_fn_n<4>(in);
 }
 
+// the LM head's kernels with the argmax in the epilogue (AM: the default two-batch 1024-thread
+// form, one column a warp)
+static xreg_fn xreg_am_fn(int in)
+{
+    return in == GEMV_IN_NORM
+               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_NORM, false, true, false, false, 0, true>
+           : in == GEMV_IN_PLAIN
+               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_PLAIN, false, true, false, false, 0, true>
+               : nullptr;
+}
+
 // launches the column-resident kernel when the shape suits it (columns per warp within the
 // shape's limit, the per-row sums in shared memory); false: the caller takes another path
 // acc: 0 y =, 1 y +=, 2 RoPE and the cache store (rp; n even, whole pairs per block), 3 the
 // SwiGLU of the gate | up rows (n even, y of n / 2), 4 that with the down after it (fd; the
-// two-batch 1024-thread form, k <= 8192); check: only say whether it would launch
+// two-batch 1024-thread form, k <= 8192), 5 y = with the argmax (fd.am; the two-batch form,
+// one column a warp, plain or norm input); check: only say whether it would launch
 static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float *bias, int n,
                         int k, int in, int acc, const float *nw, float eps, const ls_device &di,
                         size_t smem_max, cudaStream_t s, const gemv_rope &rp = {},
@@ -938,14 +993,15 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int cm = (S + slots - 1) / slots;
     if (cm > (nt == 1024 ? 2 : 4)) return false;
     if (acc == 4 && (g_xreg != 3 || cm != 1 || k / 8 > nt)) return false;
-    if (fd.xpend &&
-        (cm != 1 || in == GEMV_IN_SWIGLU || acc == 1 || acc >= 3 || ((uintptr_t)fd.xpend & 15)))
+    if (acc == 5 && (g_xreg != 3 || cm != 1)) return false;
+    if (fd.xpend && (cm != 1 || in == GEMV_IN_SWIGLU || acc == 1 || acc == 3 || acc == 4 ||
+                     ((uintptr_t)fd.xpend & 15)))
         return false; // the kernel's xpend forms, which read it as float4
     if (in == GEMV_IN_SWIGLU && g_silu_fast) in = GEMV_IN_SWIGLU_FAST;
-    const int units = acc >= 2 ? n / 2 : n; // rows, or pairs of rows
+    const int units = acc >= 2 && acc <= 4 ? n / 2 : n; // rows, or pairs of rows
     const int grid = units < di.sms ? units : di.sms;
     if (acc == 4 && grid > PEND_MAX_BLOCKS) return false; // the pending sum's lo bound
-    const int rows = (acc >= 2 ? 2 : 1) * ((units + grid - 1) / grid);
+    const int rows = (acc >= 2 && acc <= 4 ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     // odd stride: no bank conflicts; FD: then h and the row sets' sums
     const size_t smem = ((size_t)rows * (slots | 1) +
@@ -955,6 +1011,7 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     if (check) return true;
     // the two-batch form for one column per warp only (with two it spills)
     xreg_fn fn = acc == 4     ? xreg_fd_fn(in)
+                 : acc == 5   ? xreg_am_fn(in)
                  : nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
                                                         : xreg_table<1024, 4, 1>().f[in][acc])
                                          : xreg_table<1024, 4, 2>().f[in][acc])
@@ -1106,6 +1163,24 @@ extern "C" int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const f
     fd.xpend = xpend;
     return xreg_launch(y, W, x, bias, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 0, norm_w, eps,
                        at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
+}
+
+extern "C" int ls_gemv_argmax(float *y, const uint16_t *W, const float *x, const float *xpend,
+                              int n, int k, const float *norm_w, float eps, int *tok, float *pairs,
+                              int first, int slot, int tp, void *stream)
+{
+    if (n < 1 || k < 1 || (!tok && !pairs) ||
+        (pairs && (tp < 1 || slot < 0 || slot >= tp || first < 0 ||
+                   (long long)first + n > LS_ARGMAX_PAIRS_MAX_ID)))
+        ls_die(__FILE__, __LINE__, "ls_gemv_argmax",
+               "expected n, k >= 1 and tok, or pairs with 0 <= slot < tp and ids below 2^24");
+    xreg_at at;
+    if (!xreg_ready(at, W, x, norm_w, k)) return 0;
+    gemv_fd fd = {};
+    fd.xpend = xpend;
+    fd.am = {tok, pairs, first, slot, tp};
+    return xreg_launch(y, W, x, nullptr, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 5, norm_w,
+                       eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
 }
 
 extern "C" int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x,

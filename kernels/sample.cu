@@ -24,6 +24,7 @@
 #include "config.h"
 #include "sample.h"
 #include "ref.h"
+#include "argmax.cuh"
 #include "device.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
@@ -39,16 +40,6 @@
 #define SP_THREADS 1024
 #define SP_WARPS   (SP_THREADS / 32)
 #define FULL       0xffffffffu
-
-// unsigned integer with the order of the floats (for non-NaN values); -0 and +0 are one value
-// (one key), as the host sampler's comparisons and equal probabilities make them: otherwise the
-// +0 logits ordered before the -0 ones where the host orders the two by id
-static __device__ __forceinline__ uint32_t order_key(float f)
-{
-    uint32_t b = __float_as_uint(f);
-    if (b == 0x80000000u) b = 0u;
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 
 struct cut {
     uint32_t key;
@@ -91,15 +82,6 @@ template <typename F> static __device__ __forceinline__ void each_candidate(cons
             const int i = base + j * SP_THREADS;
             if (i < nc) f(lv[j], i);
         }
-    }
-}
-
-// (value, index) pairs: the larger value wins, the lower index on ties
-static __device__ __forceinline__ void argmax_merge(float &bv, int &bi, float v, int i)
-{
-    if (v > bv || (v == bv && i < bi)) {
-        bv = v;
-        bi = i;
     }
 }
 
@@ -646,27 +628,6 @@ static __global__ void __launch_bounds__(SP_THREADS)
     }
 }
 
-// Where an argmax goes: the index to out (pairs NULL), or a rank's slot of a greedy choice
-// over a vocabulary cut into tp slices (ref_argmax_pairs: pairs[2 tp] all 0 but (the value,
-// first + the index) at slot, (0, -1) where the slice held only NaN)
-struct am_out {
-    int *out;
-    float *pairs;
-    int first, slot, tp;
-};
-
-// the result's store, by one thread: bi the index (INT_MAX: none), x the row it indexes
-static __device__ void am_store(const am_out &o, const float *x, int bi)
-{
-    if (!o.pairs) {
-        *o.out = bi == INT_MAX ? 0 : bi;
-        return;
-    }
-    for (int i = 0; i < 2 * o.tp; i++) o.pairs[i] = 0.0f;
-    o.pairs[2 * o.slot] = bi == INT_MAX ? 0.0f : x[bi];
-    o.pairs[2 * o.slot + 1] = bi == INT_MAX ? -1.0f : (float)(o.first + bi);
-}
-
 static __global__ void __launch_bounds__(SP_THREADS)
     argmax_kernel(const am_out o, const float *__restrict__ x, int n)
 {
@@ -687,21 +648,6 @@ static __global__ void __launch_bounds__(SP_THREADS)
 // itself in writes the index and clears the word and the count for the next call. One block
 // over a 128K row was ~125 dependent scalar loads a thread (~8.6 us alone); here each thread
 // loads one or two float4s.
-// The grid kernels' "last block to arrive goes on" (the grid argmax, the top-p passes, min-p,
-// the kept weight): each block arrives once on a counter of the launch. For the one thread
-// whose global stores (and atomics) the block's result is: true in the last block to arrive;
-// what every block stored before arriving is then visible to that thread (a fence before the
-// count, so a block's stores are in before the count says so; one after it in the last, so its
-// reads come after every block's count). The caller sets the counter back to 0 for the next
-// launch.
-static __device__ __forceinline__ bool arrive_last(unsigned *done)
-{
-    __threadfence();
-    const bool last = atomicAdd(done, 1u) == gridDim.x - 1;
-    if (last) __threadfence();
-    return last;
-}
-
 // the same for a block whose threads all stored (every thread calls it; true in every thread of
 // the last block, each of which then reads after a fence of its own)
 static __device__ bool block_arrive_last(unsigned *done)
@@ -718,13 +664,6 @@ static __device__ bool block_arrive_last(unsigned *done)
 #define AM_THREADS 256
 static __device__ unsigned long long g_am_key;
 static __device__ unsigned g_am_done;
-
-// the key's unsigned order is argmax_merge's: the larger value first, then the lower index
-// (-0 and +0 are one value there, as in order_key); 0 is below every value's key
-static __device__ __forceinline__ unsigned long long am_key(float v, int i)
-{
-    return ((unsigned long long)order_key(v) << 32) | (0xFFFFFFFFu - (unsigned)i);
-}
 
 static __global__ void __launch_bounds__(AM_THREADS)
     argmax_split_kernel(const am_out o, const float *__restrict__ x, int n)
@@ -761,7 +700,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
     if (!arrive_last(&g_am_done)) return;
     const unsigned long long best = atomicExch(&g_am_key, 0ull);
     g_am_done = 0;
-    am_store(o, x, best ? (int)(0xFFFFFFFFu - (unsigned)(best & 0xFFFFFFFFull)) : INT_MAX);
+    am_store(o, x, am_key_index(best));
 }
 
 // the token of a greedy choice from every rank's pairs, summed (ref_argmax_pick)

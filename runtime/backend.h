@@ -140,6 +140,14 @@ struct ls_backend {
      * ref_argmax_pick */
     void (*argmax_pairs)(float *pairs, const float *x, int n, int first, int slot, int tp);
     void (*argmax_pick)(int *out, const float *pairs, int tp);
+    /* Optional (NULL: not offered): the LM head of one position with the greedy choice folded
+     * in: out[n] = W . x as matmul_rmsnorm_pend (xpend NULL: as matmul_rmsnorm of one position;
+     * nw NULL: as matmul; no bias), and its argmax into tok[0] (pairs NULL), or this rank's slot
+     * of pairs as argmax_pairs(pairs, out, n, first, slot, tp). Returns 0, having done nothing,
+     * where the backend does not take the shape. */
+    int (*matmul_argmax)(float *out, float *x, float *xpend, const float *nw, float eps,
+                         const void *W, int k, int n, int *tok, float *pairs, int first, int slot,
+                         int tp);
     /* *out = the token drawn from logits[n] at temperature (> 0), top_k, top_p and min_p (0, 1
      * and 0: off) with the uniform draw *u (backend memory, written before each step), as
      * ls_sample_with in sampler.h; ws: backend memory of sample_ws(n) bytes */

@@ -641,6 +641,14 @@ static void cu_argmax_pick(int *out, const float *pairs, int tp)
     ls_sample_argmax_pick(out, pairs, tp, stream_get());
 }
 
+static int cu_matmul_argmax(float *out, float *x, float *xpend, const float *nw, float eps,
+                            const void *W, int k, int n, int *tok, float *pairs, int first,
+                            int slot, int tp)
+{
+    return ls_gemv_argmax(out, W, x, xpend, n, k, nw, eps, tok, pairs, first, slot, tp,
+                          stream_get());
+}
+
 static void cu_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
                             const int *targets, int first, int N, int split)
 {
@@ -837,6 +845,7 @@ const struct ls_backend ls_backend_cuda = {
     .argmax = cu_argmax,
     .argmax_pairs = cu_argmax_pairs,
     .argmax_pick = cu_argmax_pick,
+    .matmul_argmax = cu_matmul_argmax,
     .row_logprobs = cu_row_logprobs,
     .score_split = ls_row_logprobs_split,
     .sample = cu_sample,

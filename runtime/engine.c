@@ -985,18 +985,42 @@ static void choose_into_ids(struct ls_engine *e, const struct ls_sampling *sp)
                       e->sample_ws);
 }
 
-/* Whether a decode step takes its greedy token from the ranks' slices of the logits: each
- * rank's largest logit and its id into its slot of pairs, one all-reduce of 2 x tp floats (the
- * other slots 0: the sum is exact) and the pick on every rank, in place of the all-gather of the
- * whole row (at TP=2 on the 8B 512 KB, 9.1 us of NCCL a step) and the argmax over it. The same
- * token as the row's argmax (the largest logit, the lowest id on ties; the row's logits are then
- * left ungathered, which only a scored step reads). Tensor-parallel greedy steps without a logit
- * bias, penalties or scores; LOCKSTEP_ARGMAX_LOCAL=0: off. */
-static int local_greedy(const struct ls_engine *e, const struct ls_sampling *sp, int top_n)
+/* Whether a decode step's token is the plain greedy choice: the argmax of the model's logits
+ * (no logit bias, penalties or scores). Such a step takes it in one of two ways, where the
+ * backend and the switches allow:
+ * - local_greedy (TP > 1): each rank's largest logit and its id into its slot of pairs, one
+ *   all-reduce of 2 x tp floats (the other slots 0: the sum is exact) and the pick on every
+ *   rank, in place of the all-gather of the whole row (at TP=2 on the 8B 512 KB, 9.1 us of
+ *   NCCL a step) and the argmax over it. The same token as the row's argmax (the largest
+ *   logit, the lowest id on ties); the row's logits are then left ungathered, which only a
+ *   scored step reads. LOCKSTEP_ARGMAX_LOCAL=0: off.
+ * - head_argmax: the argmax (or the rank's pairs) in the LM head's epilogue, no kernel of its
+ *   own (the backend's matmul_argmax; LOCKSTEP_ARGMAX_FOLD=0: off). */
+static int plain_greedy(const struct ls_sampling *sp, int top_n)
+{
+    return sp->temperature == 0.0f && !ls_sampling_adjusted(sp) && top_n < 0;
+}
+
+static int local_greedy(const struct ls_engine *e)
 {
     static int on = -1;
-    return e->pairs && sp->temperature == 0.0f && !ls_sampling_adjusted(sp) && top_n < 0 &&
-           e->m->cfg.vocab <= LS_ARGMAX_PAIRS_MAX_ID && switch_on("LOCKSTEP_ARGMAX_LOCAL", 1, &on);
+    return e->pairs && e->m->cfg.vocab <= LS_ARGMAX_PAIRS_MAX_ID &&
+           switch_on("LOCKSTEP_ARGMAX_LOCAL", 1, &on);
+}
+
+/* the LM head of the last chunk's last position (one position) into out with the greedy
+ * choice in it: the token into ids[0] (pairs NULL) or this rank's pairs; 0 where the backend
+ * does not take it (nothing done) */
+static int head_argmax(struct ls_engine *e, float *out, float *pairs)
+{
+    static int on = -1;
+    const struct ls_model *m = e->m;
+    if (!e->be->matmul_argmax || !switch_on("LOCKSTEP_ARGMAX_FOLD", 1, &on)) return 0;
+    const int r = e->comm->rank, nin = norm_in_matmul(e);
+    return e->be->matmul_argmax(out, nin ? e->x : e->xn, nin ? e->xpend : NULL,
+                                nin ? m->final_norm : NULL, m->cfg.norm_eps, m->lm_head, m->cfg.dim,
+                                m->shard.vocab_rows, e->ids, pairs, m->plan[r].vocab_first, r,
+                                m->tp);
 }
 
 /* the decode step: reads ids[0] at posb[0], writes the next token to ids[0] (argmax at
@@ -1005,15 +1029,24 @@ static int local_greedy(const struct ls_engine *e, const struct ls_sampling *sp,
 static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int top_n)
 {
     const int V = e->m->cfg.vocab, post = posting(e), S = score_split(e, 1, V);
-    if (local_greedy(e, sp, top_n)) {
-        const struct ls_model *m = e->m;
+    const struct ls_model *m = e->m;
+    if (plain_greedy(sp, top_n) && (m->tp == 1 || local_greedy(e))) {
         const int r = e->comm->rank;
+        float *out = m->tp == 1 ? e->logits : e->logits_local,
+              *pairs = m->tp == 1 ? NULL : e->pairs;
         chunk_layers(e, 1, e->pos);
-        head_matmul(e, 0, e->logits_local);
-        e->be->argmax_pairs(e->pairs, e->logits_local, m->plan[r].vocab_rows,
-                            m->plan[r].vocab_first, r, m->tp);
-        e->comm->allreduce_sum(e->comm, e->pairs, (size_t)m->tp * 2, LS_F32, e->stream);
-        e->be->argmax_pick(e->ids, e->pairs, m->tp);
+        if (!head_argmax(e, out, pairs)) {
+            head_matmul(e, 0, out);
+            if (pairs)
+                e->be->argmax_pairs(pairs, out, m->plan[r].vocab_rows, m->plan[r].vocab_first, r,
+                                    m->tp);
+            else
+                e->be->argmax(e->ids, out, V);
+        }
+        if (pairs) {
+            e->comm->allreduce_sum(e->comm, pairs, (size_t)m->tp * 2, LS_F32, e->stream);
+            e->be->argmax_pick(e->ids, pairs, m->tp);
+        }
     } else {
         chunk_forward(e, 1, e->pos);
         choose_into_ids(e, sp);

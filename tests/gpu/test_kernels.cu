@@ -561,8 +561,99 @@ static void test_gemv_pend(const char *label, int n, int k, bool norm)
            "pending_resolve %s k=%d: x bitwise the host's, the pending sum zeroed", label, k);
 }
 
+// The LM head with the greedy choice in its epilogue (ls_gemv_argmax): y bitwise ls_gemv_ex's
+// of x taken in with its pending sum (or of x), and the token the lowest index of y's largest
+// (NaN never; none: 0, as ls_sample_argmax), or this rank's pairs bitwise ref_argmax_pairs' of
+// y. variant 1: the largest row copied to rows 3, n / 2 and n - 1 (equal largest values in
+// different blocks: the lowest index wins); 2: every even row NaN (all-ones weights); 3: every
+// row NaN (no value).
+static void test_gemv_argmax(const char *label, int n, int k, bool norm, bool pend, int variant,
+                             int tp = 0)
+{
+    char name[200];
+    snprintf(name, sizeof name, "gemv_argmax %s n=%d k=%d%s%s variant %d%s", label, n, k,
+             norm ? " norm-in" : "", pend ? " pending sum" : "", variant,
+             tp ? " (a rank's pairs)" : "");
+    const float eps = 1e-5f;
+    std::vector<uint16_t> Wb;
+    std::vector<float> Wf;
+    rand_bf16((size_t)n * k, Wb, Wf);
+    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), p = randv(2 * (size_t)k, 0.5f);
+    dev<uint16_t> dW((size_t)n * k);
+    dev<float> dx(k), dnw(k), dp(2 * (size_t)k), dy(n), dy2(n), dpairs(tp ? 2 * tp : 1);
+    dev<int> dtok(1);
+    dnw.up(nw);
+    dx.up(pend ? pend_taken(x, p) : x);
+    auto reference = [&]() {
+        dW.up(Wb);
+        ls_gemv_ex(dy2.p, dW.p, dx.p, nullptr, 1, n, k, 0, norm ? dnw.p : nullptr, eps, 0, nullptr);
+        return dy2.down();
+    };
+    std::vector<float> want = reference();
+    if (variant == 1) {
+        const int m = (int)(std::max_element(want.begin(), want.end()) - want.begin());
+        for (int r : {3, n / 2, n - 1})
+            std::copy(Wb.begin() + (size_t)m * k, Wb.begin() + (size_t)(m + 1) * k,
+                      Wb.begin() + (size_t)r * k);
+        want = reference();
+        report(want[3] == want[m] && want[n / 2] == want[m] && want[n - 1] == want[m],
+               "%s: the copies tie with row %d", name, m);
+    }
+    if (variant >= 2) {
+        for (int r = 0; r < n; r++)
+            if (variant == 3 || r % 2 == 0)
+                std::fill(Wb.begin() + (size_t)r * k, Wb.begin() + (size_t)(r + 1) * k, 0xFFFFu);
+        want = reference();
+    }
+    dx.up(x);
+    dp.up(p);
+    dy.poison();
+    dtok.poison();
+    dpairs.poison();
+    const int first = 1000, slot = tp ? tp - 1 : 0;
+    const int taken = ls_gemv_argmax(dy.p, dW.p, dx.p, pend ? dp.p : nullptr, n, k,
+                                     norm ? dnw.p : nullptr, eps, tp ? nullptr : dtok.p,
+                                     tp ? dpairs.p : nullptr, first, slot, tp ? tp : 1, nullptr);
+    CHECK_CUDA(cudaGetLastError());
+    report(taken, "%s: taken", name);
+    if (!taken) return;
+    const std::vector<float> y = dy.down();
+    report(memcmp(y.data(), want.data(), (size_t)n * sizeof(float)) == 0,
+           "%s: y bitwise ls_gemv_ex's", name);
+    if (tp) {
+        std::vector<float> wp(2 * tp);
+        ref_argmax_pairs(wp.data(), y.data(), n, first, slot, tp);
+        const std::vector<float> got = dpairs.down();
+        report(memcmp(got.data(), wp.data(), wp.size() * sizeof(float)) == 0,
+               "%s: pairs (%g, %g) bitwise the reference's (%g, %g)", name, got[2 * slot],
+               got[2 * slot + 1], wp[2 * slot], wp[2 * slot + 1]);
+    } else {
+        int best = -1;
+        for (int i = 0; i < n; i++)
+            if (!std::isnan(y[i]) && (best < 0 || y[i] > y[best])) best = i;
+        const int got = dtok.down()[0];
+        report(got == (best < 0 ? 0 : best), "%s: token %d (expected %d)", name, got,
+               best < 0 ? 0 : best);
+    }
+}
+
 static void tests_gemv(void)
 {
+    // the LM head with the argmax in its epilogue: the 8B's head at TP=1 (after the fused MLP)
+    // and a TP=2 slice (norm in), SmolLM2's, odd sizes, plain input; ties and NaN rows; twice
+    // in a row (the last block clears the device word and count for the next launch)
+    for (int rep = 0; rep < 2; rep++) {
+        test_gemv_argmax("llama8b head", g_quick ? 32064 : 128256, 4096, true, true, 0);
+        test_gemv_argmax("llama8b tp2 slice", 64128, 4096, true, false, 0, 2);
+    }
+    test_gemv_argmax("smollm2 head", 49152, 576, true, true, 0);
+    test_gemv_argmax("odd", 1001, 4104, false, false, 0);
+    test_gemv_argmax("fewer rows than SMs", 50, 2048, true, false, 0);
+    for (int v = 1; v <= 3; v++) {
+        test_gemv_argmax("ties", 20000, 2048, true, true, v);
+        test_gemv_argmax("ties", 20000, 2048, true, false, v, 3);
+    }
+
     // one rank's MLP in one kernel (the LOCKSTEP_MLP_FUSED experiment) and its input copy
     test_gemv_mlp("llama8b", 14336, 4096, true, true);
     test_gemv_mlp("llama8b", 14336, 4096, true, true, true);
