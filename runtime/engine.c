@@ -1003,7 +1003,7 @@ static int plain_greedy(const struct ls_sampling *sp, int top_n)
 
 static int local_greedy(const struct ls_engine *e)
 {
-    static int on = -1;
+    static int on = -2;
     return e->pairs && e->m->cfg.vocab <= LS_ARGMAX_PAIRS_MAX_ID &&
            switch_on("LOCKSTEP_ARGMAX_LOCAL", 1, &on);
 }
@@ -1013,7 +1013,7 @@ static int local_greedy(const struct ls_engine *e)
  * does not take it (nothing done) */
 static int head_argmax(struct ls_engine *e, float *out, float *pairs)
 {
-    static int on = -1;
+    static int on = -2;
     const struct ls_model *m = e->m;
     if (!e->be->matmul_argmax || !switch_on("LOCKSTEP_ARGMAX_FOLD", 1, &on)) return 0;
     const int r = e->comm->rank, nin = norm_in_matmul(e);
