@@ -33,7 +33,6 @@
 #include "bf16.cuh"
 #include "device.cuh"
 #include "pdl.cuh"
-#include "ref.h"
 #include "rope.h"
 #include "rope.cuh"
 #include "runtime/check.h"
@@ -381,10 +380,10 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 // fd.xpend (plain or norm input): x's pending sum, added to x as it is loaded.
 // AM (y =, one column a warp; ls_gemv_argmax): the LM head with the greedy choice in its
 // epilogue. Each block takes its rows' largest y (argmax_merge: the lower index on ties, NaN
-// never) as a key (am_key), the block's largest goes into a device word with atomicMax, and the
-// last block to arrive stores the index or the rank's pairs (fd.am, as ls_sample_argmax and
-// ls_sample_argmax_pairs store them) and clears the word and the count for the next launch: the
-// argmax kernel after the head (3.4 us a token on the 8B at TP=1) is gone.
+// never) as a key (am_key) and folds it into one device word with atomicMax (a reduction the
+// block does not wait for); the step's last kernel (ls_advance_pos) takes the token from the
+// word and clears it. So the argmax kernel after the head (3.4 us a token on the 8B at TP=1)
+// is gone, and the head's tail gains no round trip.
 struct gemv_fd {
     float *y2;          // ACC: a copy of each updated y
     const uint4 *dt;    // FD: the down matrix transposed
@@ -392,17 +391,14 @@ struct gemv_fd {
     float *pend;        // ACC: y's pending sum [2][n], or NULL
     const float *xpend; // x's pending sum [2][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
-    am_out am;          // AM: where the index goes
+    unsigned long long *am_key; // AM: the word the blocks' largest are folded into
 };
 
-static __device__ unsigned long long g_gemv_am_key;
-static __device__ unsigned g_gemv_am_done;
-
-// AM: the block's rows' largest (bv at bi; INT_MAX: none), then the grid's; red: NW words of
+// AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
 // shared memory
 template <int NW>
-static __device__ __forceinline__ void gemv_argmax_tail(const am_out &am, const float *y, float bv,
-                                                        int bi, unsigned long long *red)
+static __device__ __forceinline__ void gemv_argmax_tail(unsigned long long *word, float bv, int bi,
+                                                        unsigned long long *red)
 {
     unsigned long long key = bi == INT_MAX ? 0ull : am_key(bv, bi);
     for (int o = 16; o > 0; o >>= 1) {
@@ -413,11 +409,7 @@ static __device__ __forceinline__ void gemv_argmax_tail(const am_out &am, const 
     __syncthreads();
     if (threadIdx.x != 0) return;
     for (int w = 1; w < NW; w++) key = red[w] > key ? red[w] : key;
-    if (key) atomicMax(&g_gemv_am_key, key);
-    if (!arrive_last(&g_gemv_am_done)) return;
-    const unsigned long long best = atomicExch(&g_gemv_am_key, 0ull);
-    g_gemv_am_done = 0;
-    am_store(am, y, am_key_index(best));
+    if (key) atomicMax(word, key);
 }
 
 // A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
@@ -754,7 +746,7 @@ static __global__ void __launch_bounds__(NT, 1)
         }
         if constexpr (AM) {
             __shared__ unsigned long long am_red[NW];
-            gemv_argmax_tail<NW>(fd.am, y, bv, bi, am_red);
+            gemv_argmax_tail<NW>(fd.am_key, bv, bi, am_red);
         }
     }
 }
@@ -1166,19 +1158,16 @@ extern "C" int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const f
 }
 
 extern "C" int ls_gemv_argmax(float *y, const uint16_t *W, const float *x, const float *xpend,
-                              int n, int k, const float *norm_w, float eps, int *tok, float *pairs,
-                              int first, int slot, int tp, void *stream)
+                              int n, int k, const float *norm_w, float eps, unsigned long long *key,
+                              void *stream)
 {
-    if (n < 1 || k < 1 || (!tok && !pairs) ||
-        (pairs && (tp < 1 || slot < 0 || slot >= tp || first < 0 ||
-                   (long long)first + n > LS_ARGMAX_PAIRS_MAX_ID)))
-        ls_die(__FILE__, __LINE__, "ls_gemv_argmax",
-               "expected n, k >= 1 and tok, or pairs with 0 <= slot < tp and ids below 2^24");
+    if (n < 1 || k < 1 || !key)
+        ls_die(__FILE__, __LINE__, "ls_gemv_argmax", "expected n, k >= 1 and a key word");
     xreg_at at;
     if (!xreg_ready(at, W, x, norm_w, k)) return 0;
     gemv_fd fd = {};
     fd.xpend = xpend;
-    fd.am = {tok, pairs, first, slot, tp};
+    fd.am_key = key;
     return xreg_launch(y, W, x, nullptr, n, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 5, norm_w,
                        eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
 }

@@ -60,15 +60,14 @@ int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const float *xpend
                  int n, int k, const float *norm_w, float eps, void *stream);
 
 /* One position, the LM head with the greedy choice in its epilogue: y = W . x' as ls_gemv_pend
- * (xpend NULL: x itself; norm_w NULL: not normed; no bias), and the index of y's largest as
- * ls_sample_argmax stores it into tok[0] (pairs NULL), or this rank's slot of pairs as
- * ls_sample_argmax_pairs(pairs, y, n, first, slot, tp) leaves them: the GEMV's blocks each take
- * their rows' largest and the last to finish stores the result (one such launch at a time on a
- * device). Returns 0, launching nothing, where the column-resident kernel does not take the
- * shape (the caller then runs the GEMV and the argmax apart). */
+ * (xpend NULL: x itself; norm_w NULL: not normed; no bias), and y's largest folded into *key
+ * (device memory) with atomicMax as one 64-bit key: the value's order, then the lower index;
+ * NaN never. *key must start at 0; ls_advance_pos with key takes the index from it (0 where y
+ * held only NaN: as ls_sample_argmax) and clears it. Returns 0, launching nothing, where the
+ * column-resident kernel does not take the shape (the caller then runs the GEMV and the argmax
+ * apart). */
 int ls_gemv_argmax(float *y, const uint16_t *W, const float *x, const float *xpend, int n, int k,
-                   const float *norm_w, float eps, int *tok, float *pairs, int first, int slot,
-                   int tp, void *stream);
+                   const float *norm_w, float eps, unsigned long long *key, void *stream);
 
 /* One position: h[i] = silu(g[i]) * u[i] for i < f, where g | u = W . x (W [2f][k] bf16: the
  * gate rows, then the up rows; x normed first as in ls_gemv_ex when norm_w is set): the gate+up

@@ -1,13 +1,14 @@
 // See step.h.
 #include "config.h"
 #include "step.h"
+#include "argmax.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
 
 #include <cuda_runtime.h>
 
 static __global__ void advance_kernel(int *pos, const int *tok, unsigned long long *post, double *u,
-                                      const double *u_in)
+                                      const double *u_in, unsigned long long *key, int *pick)
 {
     pdl_launch_dependents();
     // the next step's number, read while the step's last kernels run: pos[0] is written only
@@ -19,9 +20,18 @@ static __global__ void advance_kernel(int *pos, const int *tok, unsigned long lo
     }
     pdl_wait();
     const int p = pos[0];
+    int t = 0;
+    if (key) { // the greedy choice an LM head folded into *key (ls_gemv_argmax)
+        const int i = am_key_index(*key);
+        t = i == INT_MAX ? 0 : i;
+        *key = 0ull;
+        pick[0] = t;
+    } else if (post) {
+        t = tok[0];
+    }
     if (post) {
         const unsigned long long v =
-            ((unsigned long long)(unsigned)p << 32) | (unsigned long long)(unsigned)tok[0];
+            ((unsigned long long)(unsigned)p << 32) | (unsigned long long)(unsigned)t;
         // one 8-byte store, so the host never sees a position with another step's token
         asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(post + (p & 1)), "l"(v)
                      : "memory");
@@ -31,9 +41,10 @@ static __global__ void advance_kernel(int *pos, const int *tok, unsigned long lo
 }
 
 extern "C" void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, double *u,
-                               const double *u_in, void *stream)
+                               const double *u_in, unsigned long long *key, int *pick, void *stream)
 {
-    pdl_launch(advance_kernel, 1, 1, 0, (cudaStream_t)stream, pos, tok, post, u, u_in);
+    if (key && !pick) ls_die(__FILE__, __LINE__, "ls_advance_pos", "a key without pick");
+    pdl_launch(advance_kernel, 1, 1, 0, (cudaStream_t)stream, pos, tok, post, u, u_in, key, pick);
     CHECK_CUDA(cudaGetLastError());
 }
 

@@ -12,9 +12,11 @@ extern "C" {
  * post[pos[0] & 1] with one system-scope store, so that the host can poll for a position's
  * token (ls_post_token_of) with nothing between this step and the next in the stream. With u
  * (not NULL) it sets u[0] to u_in[(pos[0] + 1) & 1] (u_in: mapped host memory too, read
- * before the kernel waits for the one before it), the number the next step draws with. */
+ * before the kernel waits for the one before it), the number the next step draws with. With
+ * key (not NULL: the word an LM head folded its greedy choice into, ls_gemv_argmax) the token
+ * is first taken from it into pick[0] (and posted in place of tok[0]), and the word cleared. */
 void ls_advance_pos(int *pos, const int *tok, unsigned long long *post, double *u,
-                    const double *u_in, void *stream);
+                    const double *u_in, unsigned long long *key, int *pick, void *stream);
 
 /* A scored step's scores: n doubles of src (device memory) into slots + (pos[0] & 1) * slot_n
  * (device address of mapped, pinned host memory; n <= slot_n), then tags[pos[0] & 1] (mapped

@@ -142,12 +142,11 @@ struct ls_backend {
     void (*argmax_pick)(int *out, const float *pairs, int tp);
     /* Optional (NULL: not offered): the LM head of one position with the greedy choice folded
      * in: out[n] = W . x as matmul_rmsnorm_pend (xpend NULL: as matmul_rmsnorm of one position;
-     * nw NULL: as matmul; no bias), and its argmax into tok[0] (pairs NULL), or this rank's slot
-     * of pairs as argmax_pairs(pairs, out, n, first, slot, tp). Returns 0, having done nothing,
-     * where the backend does not take the shape. */
+     * nw NULL: as matmul; no bias), its argmax kept in the backend until the next advance with
+     * pick takes it (the step's last node: the choice then costs no kernel of its own). Returns
+     * 0, having done nothing, where the backend does not take the shape. */
     int (*matmul_argmax)(float *out, float *x, float *xpend, const float *nw, float eps,
-                         const void *W, int k, int n, int *tok, float *pairs, int first, int slot,
-                         int tp);
+                         const void *W, int k, int n);
     /* *out = the token drawn from logits[n] at temperature (> 0), top_k, top_p and min_p (0, 1
      * and 0: off) with the uniform draw *u (backend memory, written before each step), as
      * ls_sample_with in sampler.h; ws: backend memory of sample_ws(n) bytes */
@@ -169,8 +168,10 @@ struct ls_backend {
     int (*score_split)(int rows, int n);
     /* pos[0] += 1; with tok (not NULL), where the backend has token_take, tok[0] first posted
      * as position pos[0]'s token; with u (not NULL), u[0] set to the number u_post left for
-     * position pos[0] + 1 (a drawn step hands the next its uniform number) */
-    void (*advance)(int *pos, const int *tok, double *u);
+     * position pos[0] + 1 (a drawn step hands the next its uniform number); with pick (not NULL:
+     * only after matmul_argmax) the token that matmul_argmax chose first stored into pick[0]
+     * (and posted as the token, when tok is set) */
+    void (*advance)(int *pos, const int *tok, double *u, int *pick);
 
     /* Optional (NULL: one form): the form of the decode step the backend wants at a context of
      * ctx positions, for attention over hq and hkv heads (this rank's) of hd and a cache of

@@ -229,8 +229,10 @@ static size_t cpu_sample_ws(int n)
 static int cpu_posted[2][2] = {{-1, 0}, {-1, 0}}; /* a slot's position and token */
 static double cpu_uposted[2];                     /* the numbers drawn steps hand on */
 
-static void cpu_advance(int *pos, const int *tok, double *u)
+static void cpu_advance(int *pos, const int *tok, double *u, int *pick)
 {
+    if (pick) /* only after matmul_argmax, which this backend does not offer */
+        ls_die(__FILE__, __LINE__, "cpu_advance", "a pick without matmul_argmax");
     if (tok) {
         cpu_posted[pos[0] & 1][0] = pos[0];
         cpu_posted[pos[0] & 1][1] = tok[0];

@@ -52,6 +52,9 @@ static struct {
     double *spost_dev;
     volatile unsigned long long *stag;
     unsigned long long *stag_dev;
+    /* the greedy choice matmul_argmax folds the LM head's blocks' largest into and the next
+     * advance takes (ls_gemv_argmax; device memory, 0 between steps) */
+    unsigned long long *am_key;
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -86,6 +89,8 @@ static cudaStream_t stream_get(void)
         cu.stag_dev = (unsigned long long *)dev;
         cu.spost = (volatile double *)(post + 64);
         cu.spost_dev = (double *)(dev + 64);
+        CHECK_CUDA(cudaMalloc((void **)&cu.am_key, sizeof *cu.am_key));
+        CHECK_CUDA(cudaMemset(cu.am_key, 0, sizeof *cu.am_key));
     }
     return cu.stream;
 }
@@ -642,11 +647,9 @@ static void cu_argmax_pick(int *out, const float *pairs, int tp)
 }
 
 static int cu_matmul_argmax(float *out, float *x, float *xpend, const float *nw, float eps,
-                            const void *W, int k, int n, int *tok, float *pairs, int first,
-                            int slot, int tp)
+                            const void *W, int k, int n)
 {
-    return ls_gemv_argmax(out, W, x, xpend, n, k, nw, eps, tok, pairs, first, slot, tp,
-                          stream_get());
+    return ls_gemv_argmax(out, W, x, xpend, n, k, nw, eps, cu.am_key, stream_get());
 }
 
 static void cu_row_logprobs(double *out, const float *logits, int rows, int n, size_t ld,
@@ -669,9 +672,10 @@ static void cu_penalize(float *out, const float *logits, const float *bias, int 
                 stream_get());
 }
 
-static void cu_advance(int *pos, const int *tok, double *u)
+static void cu_advance(int *pos, const int *tok, double *u, int *pick)
 {
-    ls_advance_pos(pos, tok, tok ? cu.post_dev : NULL, u, cu.upost_dev, stream_get());
+    ls_advance_pos(pos, tok, tok ? cu.post_dev : NULL, u, cu.upost_dev, pick ? cu.am_key : NULL,
+                   pick, stream_get());
 }
 
 static void cu_u_post(int pos, double u)

@@ -994,8 +994,8 @@ static void choose_into_ids(struct ls_engine *e, const struct ls_sampling *sp)
  *   NCCL a step) and the argmax over it. The same token as the row's argmax (the largest
  *   logit, the lowest id on ties); the row's logits are then left ungathered, which only a
  *   scored step reads. LOCKSTEP_ARGMAX_LOCAL=0: off.
- * - head_argmax: the argmax (or the rank's pairs) in the LM head's epilogue, no kernel of its
- *   own (the backend's matmul_argmax; LOCKSTEP_ARGMAX_FOLD=0: off). */
+ * - head_argmax (TP = 1): the argmax in the LM head's epilogue, taken by the step's advance, no
+ *   kernel of its own (the backend's matmul_argmax; LOCKSTEP_ARGMAX_FOLD=0: off). */
 static int plain_greedy(const struct ls_sampling *sp, int top_n)
 {
     return sp->temperature == 0.0f && !ls_sampling_adjusted(sp) && top_n < 0;
@@ -1009,18 +1009,17 @@ static int local_greedy(const struct ls_engine *e)
 }
 
 /* the LM head of the last chunk's last position (one position) into out with the greedy
- * choice in it: the token into ids[0] (pairs NULL) or this rank's pairs; 0 where the backend
- * does not take it (nothing done) */
-static int head_argmax(struct ls_engine *e, float *out, float *pairs)
+ * choice in it, for the step's advance to take; 0 where the backend does not take it (nothing
+ * done) */
+static int head_argmax(struct ls_engine *e, float *out)
 {
     static int on = -2;
     const struct ls_model *m = e->m;
     if (!e->be->matmul_argmax || !switch_on("LOCKSTEP_ARGMAX_FOLD", 1, &on)) return 0;
-    const int r = e->comm->rank, nin = norm_in_matmul(e);
+    const int nin = norm_in_matmul(e);
     return e->be->matmul_argmax(out, nin ? e->x : e->xn, nin ? e->xpend : NULL,
                                 nin ? m->final_norm : NULL, m->cfg.norm_eps, m->lm_head, m->cfg.dim,
-                                m->shard.vocab_rows, e->ids, pairs, m->plan[r].vocab_first, r,
-                                m->tp);
+                                m->shard.vocab_rows);
 }
 
 /* the decode step: reads ids[0] at posb[0], writes the next token to ids[0] (argmax at
@@ -1030,23 +1029,22 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
 {
     const int V = e->m->cfg.vocab, post = posting(e), S = score_split(e, 1, V);
     const struct ls_model *m = e->m;
-    if (plain_greedy(sp, top_n) && (m->tp == 1 || local_greedy(e))) {
-        const int r = e->comm->rank;
-        float *out = m->tp == 1 ? e->logits : e->logits_local,
-              *pairs = m->tp == 1 ? NULL : e->pairs;
+    int folded = 0; /* the token chosen in the LM head, for the advance to take */
+    if (plain_greedy(sp, top_n) && m->tp == 1) {
         chunk_layers(e, 1, e->pos);
-        if (!head_argmax(e, out, pairs)) {
-            head_matmul(e, 0, out);
-            if (pairs)
-                e->be->argmax_pairs(pairs, out, m->plan[r].vocab_rows, m->plan[r].vocab_first, r,
-                                    m->tp);
-            else
-                e->be->argmax(e->ids, out, V);
+        folded = head_argmax(e, e->logits);
+        if (!folded) {
+            head_matmul(e, 0, e->logits);
+            e->be->argmax(e->ids, e->logits, V);
         }
-        if (pairs) {
-            e->comm->allreduce_sum(e->comm, pairs, (size_t)m->tp * 2, LS_F32, e->stream);
-            e->be->argmax_pick(e->ids, pairs, m->tp);
-        }
+    } else if (plain_greedy(sp, top_n) && local_greedy(e)) {
+        const int r = e->comm->rank;
+        chunk_layers(e, 1, e->pos);
+        head_matmul(e, 0, e->logits_local);
+        e->be->argmax_pairs(e->pairs, e->logits_local, m->plan[r].vocab_rows,
+                            m->plan[r].vocab_first, r, m->tp);
+        e->comm->allreduce_sum(e->comm, e->pairs, (size_t)m->tp * 2, LS_F32, e->stream);
+        e->be->argmax_pick(e->ids, e->pairs, m->tp);
     } else {
         chunk_forward(e, 1, e->pos);
         choose_into_ids(e, sp);
@@ -1057,7 +1055,8 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
         if (post && ahead_scored(e)) e->be->scores_post(e->posb, e->dstats, S * LS_SCORE_W(top_n));
     }
     e->be->advance(e->posb, post ? e->ids : NULL,
-                   post && sp->temperature != 0.0f && ahead_drawn() ? e->u : NULL);
+                   post && sp->temperature != 0.0f && ahead_drawn() ? e->u : NULL,
+                   folded ? e->ids : NULL);
 }
 
 /* whether a graph captured for a chooses as b would (a logit bias's values and the allowed

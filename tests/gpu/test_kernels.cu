@@ -38,6 +38,7 @@
 #include "kernels/ref.h"
 #include "kernels/rope.h"
 #include "kernels/sample.h"
+#include "kernels/step.h"
 #include "runtime/check.h"
 #include "runtime/model_config.h"
 
@@ -562,26 +563,25 @@ static void test_gemv_pend(const char *label, int n, int k, bool norm)
 }
 
 // The LM head with the greedy choice in its epilogue (ls_gemv_argmax): y bitwise ls_gemv_ex's
-// of x taken in with its pending sum (or of x), and the token the lowest index of y's largest
-// (NaN never; none: 0, as ls_sample_argmax), or this rank's pairs bitwise ref_argmax_pairs' of
-// y. variant 1: the largest row copied to rows 3, n / 2 and n - 1 (equal largest values in
-// different blocks: the lowest index wins); 2: every even row NaN (all-ones weights); 3: every
-// row NaN (no value).
-static void test_gemv_argmax(const char *label, int n, int k, bool norm, bool pend, int variant,
-                             int tp = 0)
+// of x taken in with its pending sum (or of x), the key word holding the lowest index of y's
+// largest (NaN never), and ls_advance_pos with the key storing that index (0 where y held only
+// NaN, as ls_sample_argmax), clearing the word and advancing the position. variant 1: the
+// largest row copied to rows 3, n / 2 and n - 1 (equal largest values in different blocks: the
+// lowest index wins); 2: every even row NaN (all-ones weights); 3: every row NaN.
+static void test_gemv_argmax(const char *label, int n, int k, bool norm, bool pend, int variant)
 {
     char name[200];
-    snprintf(name, sizeof name, "gemv_argmax %s n=%d k=%d%s%s variant %d%s", label, n, k,
-             norm ? " norm-in" : "", pend ? " pending sum" : "", variant,
-             tp ? " (a rank's pairs)" : "");
+    snprintf(name, sizeof name, "gemv_argmax %s n=%d k=%d%s%s variant %d", label, n, k,
+             norm ? " norm-in" : "", pend ? " pending sum" : "", variant);
     const float eps = 1e-5f;
     std::vector<uint16_t> Wb;
     std::vector<float> Wf;
     rand_bf16((size_t)n * k, Wb, Wf);
     std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), p = randv(2 * (size_t)k, 0.5f);
     dev<uint16_t> dW((size_t)n * k);
-    dev<float> dx(k), dnw(k), dp(2 * (size_t)k), dy(n), dy2(n), dpairs(tp ? 2 * tp : 1);
-    dev<int> dtok(1);
+    dev<float> dx(k), dnw(k), dp(2 * (size_t)k), dy(n), dy2(n);
+    dev<unsigned long long> dkey(1);
+    dev<int> dpick(1), dpos(1);
     dnw.up(nw);
     dx.up(pend ? pend_taken(x, p) : x);
     auto reference = [&]() {
@@ -608,52 +608,41 @@ static void test_gemv_argmax(const char *label, int n, int k, bool norm, bool pe
     dx.up(x);
     dp.up(p);
     dy.poison();
-    dtok.poison();
-    dpairs.poison();
-    const int first = 1000, slot = tp ? tp - 1 : 0;
+    dpick.poison();
+    dkey.up(std::vector<unsigned long long>{0ull});
+    dpos.up(std::vector<int>{41});
     const int taken = ls_gemv_argmax(dy.p, dW.p, dx.p, pend ? dp.p : nullptr, n, k,
-                                     norm ? dnw.p : nullptr, eps, tp ? nullptr : dtok.p,
-                                     tp ? dpairs.p : nullptr, first, slot, tp ? tp : 1, nullptr);
+                                     norm ? dnw.p : nullptr, eps, dkey.p, nullptr);
     CHECK_CUDA(cudaGetLastError());
     report(taken, "%s: taken", name);
     if (!taken) return;
     const std::vector<float> y = dy.down();
     report(memcmp(y.data(), want.data(), (size_t)n * sizeof(float)) == 0,
            "%s: y bitwise ls_gemv_ex's", name);
-    if (tp) {
-        std::vector<float> wp(2 * tp);
-        ref_argmax_pairs(wp.data(), y.data(), n, first, slot, tp);
-        const std::vector<float> got = dpairs.down();
-        report(memcmp(got.data(), wp.data(), wp.size() * sizeof(float)) == 0,
-               "%s: pairs (%g, %g) bitwise the reference's (%g, %g)", name, got[2 * slot],
-               got[2 * slot + 1], wp[2 * slot], wp[2 * slot + 1]);
-    } else {
-        int best = -1;
-        for (int i = 0; i < n; i++)
-            if (!std::isnan(y[i]) && (best < 0 || y[i] > y[best])) best = i;
-        const int got = dtok.down()[0];
-        report(got == (best < 0 ? 0 : best), "%s: token %d (expected %d)", name, got,
-               best < 0 ? 0 : best);
-    }
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!std::isnan(y[i]) && (best < 0 || y[i] > y[best])) best = i;
+    const unsigned long long key = dkey.down()[0];
+    const int in_key = key ? (int)(0xFFFFFFFFu - (unsigned)(key & 0xFFFFFFFFull)) : -1;
+    report(in_key == best, "%s: the key's index %d (expected %d)", name, in_key, best);
+    ls_advance_pos(dpos.p, nullptr, nullptr, nullptr, nullptr, dkey.p, dpick.p, nullptr);
+    const int got = dpick.down()[0];
+    report(got == (best < 0 ? 0 : best) && dkey.down()[0] == 0ull && dpos.down()[0] == 42,
+           "%s: the advance's token %d (expected %d), the word cleared, the position on", name, got,
+           best < 0 ? 0 : best);
 }
 
 static void tests_gemv(void)
 {
-    // the LM head with the argmax in its epilogue: the 8B's head at TP=1 (after the fused MLP)
-    // and a TP=2 slice (norm in), SmolLM2's, odd sizes, plain input; ties and NaN rows; twice
-    // in a row (the last block clears the device word and count for the next launch)
-    for (int rep = 0; rep < 2; rep++) {
+    // the LM head with the argmax in its epilogue: the 8B's head at TP=1 (after the fused MLP),
+    // twice, and a TP=2 slice's shape (norm in), SmolLM2's, odd sizes, plain input; ties and NaN
+    for (int rep = 0; rep < 2; rep++)
         test_gemv_argmax("llama8b head", g_quick ? 32064 : 128256, 4096, true, true, 0);
-        test_gemv_argmax("llama8b tp2 slice", 64128, 4096, true, false, 0, 2);
-    }
+    test_gemv_argmax("llama8b tp2 slice", 64128, 4096, true, false, 0);
     test_gemv_argmax("smollm2 head", 49152, 576, true, true, 0);
     test_gemv_argmax("odd", 1001, 4104, false, false, 0);
     test_gemv_argmax("fewer rows than SMs", 50, 2048, true, false, 0);
-    for (int v = 1; v <= 3; v++) {
-        test_gemv_argmax("ties", 20000, 2048, true, true, v);
-        test_gemv_argmax("ties", 20000, 2048, true, false, v, 3);
-    }
-
+    for (int v = 1; v <= 3; v++) test_gemv_argmax("ties", 20000, 2048, true, v != 2, v);
     // one rank's MLP in one kernel (the LOCKSTEP_MLP_FUSED experiment) and its input copy
     test_gemv_mlp("llama8b", 14336, 4096, true, true);
     test_gemv_mlp("llama8b", 14336, 4096, true, true, true);
