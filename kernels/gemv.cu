@@ -407,9 +407,13 @@ static __device__ __forceinline__ void gemv_argmax_tail(unsigned long long *word
     }
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = key;
     __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int w = 1; w < NW; w++) key = red[w] > key ? red[w] : key;
-    if (key) atomicMax(word, key);
+    if (threadIdx.x >= 32) return;
+    key = threadIdx.x < NW ? red[threadIdx.x] : 0ull; // the warps' keys, across warp 0
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long t = __shfl_xor_sync(0xffffffffu, key, o);
+        key = t > key ? t : key;
+    }
+    if (threadIdx.x == 0 && key) atomicMax(word, key);
 }
 
 // A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
