@@ -1,6 +1,7 @@
-// The greedy choice's device pieces, shared by the sampling kernels (sample.cu) and the LM
-// head's GEMV with the argmax in its epilogue (gemv.cu): the floats' order as unsigned keys,
-// (value, index) merges, the grid's "last block to arrive goes on", and where the result goes.
+// The greedy choice's device pieces, shared by the sampling kernels (sample.cu), the LM head's
+// GEMV with the argmax in its epilogue (gemv.cu) and the step's advance that takes the token
+// from its word (step.cu): the floats' order as unsigned keys, (value, index) merges, and the
+// 64-bit keys of both.
 #ifndef LOCKSTEP_KERNELS_ARGMAX_CUH
 #define LOCKSTEP_KERNELS_ARGMAX_CUH
 
@@ -38,42 +39,6 @@ static __device__ __forceinline__ unsigned long long am_key(float v, int i)
 static __device__ __forceinline__ int am_key_index(unsigned long long key)
 {
     return key ? (int)(0xFFFFFFFFu - (unsigned)(key & 0xFFFFFFFFull)) : INT_MAX;
-}
-
-// The grid kernels' "last block to arrive goes on" (the grid argmax, the top-p passes, min-p,
-// the kept weight): each block arrives once on a counter of the launch. For the one thread
-// whose global stores (and atomics) the block's result is: true in the last block to arrive;
-// what every block stored before arriving is then visible to that thread (a fence before the
-// count, so a block's stores are in before the count says so; one after it in the last, so its
-// reads come after every block's count). The caller sets the counter back to 0 for the next
-// launch.
-static __device__ __forceinline__ bool arrive_last(unsigned *done)
-{
-    __threadfence();
-    const bool last = atomicAdd(done, 1u) == gridDim.x - 1;
-    if (last) __threadfence();
-    return last;
-}
-
-// Where an argmax goes: the index to out (pairs NULL), or a rank's slot of a greedy choice
-// over a vocabulary cut into tp slices (ref_argmax_pairs: pairs[2 tp] all 0 but (the value,
-// first + the index) at slot, (0, -1) where the slice held only NaN)
-struct am_out {
-    int *out;
-    float *pairs;
-    int first, slot, tp;
-};
-
-// the result's store, by one thread: bi the index (INT_MAX: none), x the row it indexes
-static __device__ __forceinline__ void am_store(const am_out &o, const float *x, int bi)
-{
-    if (!o.pairs) {
-        *o.out = bi == INT_MAX ? 0 : bi;
-        return;
-    }
-    for (int i = 0; i < 2 * o.tp; i++) o.pairs[i] = 0.0f;
-    o.pairs[2 * o.slot] = bi == INT_MAX ? 0.0f : __ldcg(x + bi); // x may be another block's
-    o.pairs[2 * o.slot + 1] = bi == INT_MAX ? -1.0f : (float)(o.first + bi);
 }
 
 #endif

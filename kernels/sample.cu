@@ -628,6 +628,27 @@ static __global__ void __launch_bounds__(SP_THREADS)
     }
 }
 
+// Where an argmax goes: the index to out (pairs NULL), or a rank's slot of a greedy choice
+// over a vocabulary cut into tp slices (ref_argmax_pairs: pairs[2 tp] all 0 but (the value,
+// first + the index) at slot, (0, -1) where the slice held only NaN)
+struct am_out {
+    int *out;
+    float *pairs;
+    int first, slot, tp;
+};
+
+// the result's store, by one thread: bi the index (INT_MAX: none), x the row it indexes
+static __device__ __forceinline__ void am_store(const am_out &o, const float *x, int bi)
+{
+    if (!o.pairs) {
+        *o.out = bi == INT_MAX ? 0 : bi;
+        return;
+    }
+    for (int i = 0; i < 2 * o.tp; i++) o.pairs[i] = 0.0f;
+    o.pairs[2 * o.slot] = bi == INT_MAX ? 0.0f : x[bi];
+    o.pairs[2 * o.slot + 1] = bi == INT_MAX ? -1.0f : (float)(o.first + bi);
+}
+
 static __global__ void __launch_bounds__(SP_THREADS)
     argmax_kernel(const am_out o, const float *__restrict__ x, int n)
 {
@@ -648,6 +669,21 @@ static __global__ void __launch_bounds__(SP_THREADS)
 // itself in writes the index and clears the word and the count for the next call. One block
 // over a 128K row was ~125 dependent scalar loads a thread (~8.6 us alone); here each thread
 // loads one or two float4s.
+// The grid kernels' "last block to arrive goes on" (the grid argmax, the top-p passes, min-p,
+// the kept weight): each block arrives once on a counter of the launch. For the one thread
+// whose global stores (and atomics) the block's result is: true in the last block to arrive;
+// what every block stored before arriving is then visible to that thread (a fence before the
+// count, so a block's stores are in before the count says so; one after it in the last, so its
+// reads come after every block's count). The caller sets the counter back to 0 for the next
+// launch.
+static __device__ __forceinline__ bool arrive_last(unsigned *done)
+{
+    __threadfence();
+    const bool last = atomicAdd(done, 1u) == gridDim.x - 1;
+    if (last) __threadfence();
+    return last;
+}
+
 // the same for a block whose threads all stored (every thread calls it; true in every thread of
 // the last block, each of which then reads after a fence of its own)
 static __device__ bool block_arrive_last(unsigned *done)
