@@ -642,6 +642,7 @@ static void tests_gemv(void)
     test_gemv_argmax("smollm2 head", 49152, 576, true, true, 0);
     test_gemv_argmax("odd", 1001, 4104, false, false, 0);
     test_gemv_argmax("fewer rows than SMs", 50, 2048, true, false, 0);
+    test_gemv_argmax("more rows a block than threads", 256000, 576, true, false, 0);
     for (int v = 1; v <= 3; v++) test_gemv_argmax("ties", 20000, 2048, true, v != 2, v);
     // one rank's MLP in one kernel (the LOCKSTEP_MLP_FUSED experiment) and its input copy
     test_gemv_mlp("llama8b", 14336, 4096, true, true);
