@@ -712,10 +712,8 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
     be->allreduce_add_rmsnorm(e->comm, e->proj, e->x, nin ? NULL : e->xn, next_norm, T, D, eps);
 }
 
-/* LM head of the last position (with the final norm, or xn holds it already); every rank's
- * vocab slice gathered into logits */
-/* the logits of row t of the chunk (the last, t = T - 1, for a forward's next token) */
-/* the LM head of position t of the last chunk: this rank's slice of the logits into out */
+/* the LM head of position t of the last chunk (with the final norm, or xn holds it already):
+ * this rank's slice of the logits into out */
 static void head_matmul(struct ls_engine *e, int t, float *out)
 {
     const struct ls_model *m = e->m;
@@ -727,6 +725,8 @@ static void head_matmul(struct ls_engine *e, int t, float *out)
         e->be->matmul(out, e->xn + (size_t)t * D, m->lm_head, NULL, 1, D, rows);
 }
 
+/* the logits of row t of the chunk (the last, t = T - 1, for a forward's next token): every
+ * rank's vocab slice gathered into logits */
 static void head_forward(struct ls_engine *e, int t)
 {
     const struct ls_backend *be = e->be;
