@@ -35,6 +35,16 @@ static __device__ __forceinline__ unsigned long long am_key(float v, int i)
     return ((unsigned long long)order_key(v) << 32) | (0xFFFFFFFFu - (unsigned)i);
 }
 
+// the largest of the warp's keys, in every lane
+static __device__ __forceinline__ unsigned long long warp_max_key(unsigned long long key)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long t = __shfl_xor_sync(0xffffffffu, key, o);
+        key = t > key ? t : key;
+    }
+    return key;
+}
+
 // the index a key holds (INT_MAX for the key 0: no value)
 static __device__ __forceinline__ int am_key_index(unsigned long long key)
 {

@@ -400,20 +400,13 @@ template <int NW>
 static __device__ __forceinline__ void gemv_argmax_tail(unsigned long long *word, float bv, int bi,
                                                         unsigned long long *red)
 {
-    unsigned long long key = bi == INT_MAX ? 0ull : am_key(bv, bi);
-    for (int o = 16; o > 0; o >>= 1) {
-        const unsigned long long t = __shfl_xor_sync(0xffffffffu, key, o);
-        key = t > key ? t : key;
-    }
+    const unsigned long long key = warp_max_key(bi == INT_MAX ? 0ull : am_key(bv, bi));
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = key;
     __syncthreads();
     if (threadIdx.x >= 32) return;
-    key = threadIdx.x < NW ? red[threadIdx.x] : 0ull; // the warps' keys, across warp 0
-    for (int o = 16; o > 0; o >>= 1) {
-        const unsigned long long t = __shfl_xor_sync(0xffffffffu, key, o);
-        key = t > key ? t : key;
-    }
-    if (threadIdx.x == 0 && key) atomicMax(word, key);
+    // the warps' keys, across warp 0
+    const unsigned long long best = warp_max_key(threadIdx.x < NW ? red[threadIdx.x] : 0ull);
+    if (threadIdx.x == 0 && best) atomicMax(word, best);
 }
 
 // A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
@@ -994,10 +987,11 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
                      ((uintptr_t)fd.xpend & 15)))
         return false; // the kernel's xpend forms, which read it as float4
     if (in == GEMV_IN_SWIGLU && g_silu_fast) in = GEMV_IN_SWIGLU_FAST;
-    const int units = acc >= 2 && acc <= 4 ? n / 2 : n; // rows, or pairs of rows
+    const bool pairs = acc >= 2 && acc <= 4; // forms that take rows in pairs
+    const int units = pairs ? n / 2 : n;
     const int grid = units < di.sms ? units : di.sms;
     if (acc == 4 && grid > PEND_MAX_BLOCKS) return false; // the pending sum's lo bound
-    const int rows = (acc >= 2 && acc <= 4 ? 2 : 1) * ((units + grid - 1) / grid);
+    const int rows = (pairs ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     // odd stride: no bank conflicts; FD: then h and the row sets' sums
     const size_t smem = ((size_t)rows * (slots | 1) +

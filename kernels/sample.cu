@@ -722,11 +722,7 @@ static __global__ void __launch_bounds__(AM_THREADS)
     }
     for (int i = 4 * n4 + first; i < n; i += stride) argmax_merge(bv, bi, x[i], i);
     // NaN never enters argmax_merge's pick, so a thread with no value keeps INT_MAX: key 0
-    unsigned long long k = bi == INT_MAX ? 0ull : am_key(bv, bi);
-    for (int o = 16; o > 0; o >>= 1) {
-        const unsigned long long t = __shfl_xor_sync(FULL, k, o);
-        k = t > k ? t : k;
-    }
+    unsigned long long k = warp_max_key(bi == INT_MAX ? 0ull : am_key(bv, bi));
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) red[warp] = k;
     __syncthreads();

@@ -1034,8 +1034,8 @@ static void decode_step(struct ls_engine *e, const struct ls_sampling *sp, int t
         chunk_layers(e, 1, e->pos);
         folded = head_argmax(e, e->logits);
         if (!folded) {
-            head_matmul(e, 0, e->logits);
-            e->be->argmax(e->ids, e->logits, V);
+            head_forward(e, 0);
+            choose_into_ids(e, sp);
         }
     } else if (plain_greedy(sp, top_n) && local_greedy(e)) {
         const int r = e->comm->rank;
