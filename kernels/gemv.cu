@@ -392,6 +392,7 @@ struct gemv_fd {
     const float *xpend; // x's pending sum [2][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
     unsigned long long *am_key; // AM: the word the blocks' largest are folded into
+    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds
 };
 
 // AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
@@ -707,14 +708,16 @@ static __global__ void __launch_bounds__(NT, 1)
                     const bool any_hi = hi[0] != 0.0f || hi[1] != 0.0f || hi[2] != 0.0f ||
                                         hi[3] != 0.0f;
 #if __CUDA_ARCH__ >= 900
-                    atomicAdd(reinterpret_cast<float4 *>(ol),
-                              make_float4(lo[0], lo[1], lo[2], lo[3]));
-                    if (any_hi)
+                    if (fd.lab_red < 2)
+                        atomicAdd(reinterpret_cast<float4 *>(ol),
+                                  make_float4(lo[0], lo[1], lo[2], lo[3]));
+                    if (any_hi && fd.lab_red == 0)
                         atomicAdd(reinterpret_cast<float4 *>(oh),
                                   make_float4(hi[0], hi[1], hi[2], hi[3]));
 #else
-                    for (int e = 0; e < 4; e++) atomicAdd(ol + e, lo[e]);
-                    if (any_hi)
+                    if (fd.lab_red < 2)
+                        for (int e = 0; e < 4; e++) atomicAdd(ol + e, lo[e]);
+                    if (any_hi && fd.lab_red == 0)
                         for (int e = 0; e < 4; e++) atomicAdd(oh + e, hi[e]);
 #endif
                 }
@@ -838,6 +841,7 @@ static int g_shapes_set;
 static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 static int g_mlp_inflight = 4; // the fused MLP's down loads in flight a thread: 2, 4 or 8
+static int g_lab_red;          // gemv_fd.lab_red for the fused MLP (timing only)
 
 static void shapes_from_env(void)
 {
@@ -848,6 +852,14 @@ static void shapes_from_env(void)
     const char *mi = getenv("LOCKSTEP_MLP_INFLIGHT");
     if (mi && (!strcmp(mi, "2") || !strcmp(mi, "4") || !strcmp(mi, "8")))
         g_mlp_inflight = mi[0] - '0';
+    const char *lr = getenv("LOCKSTEP_LAB_MLP_RED");
+    if (lr && (!strcmp(lr, "hi") || !strcmp(lr, "none"))) {
+        g_lab_red = lr[0] == 'h' ? 1 : 2;
+        fprintf(stderr,
+                "lockstep: LOCKSTEP_LAB_MLP_RED=%s: the fused MLP leaves out %s of its "
+                "partial outputs' adds (timing only: the results are wrong)\n",
+                lr, g_lab_red == 1 ? "the hi part" : "all");
+    }
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -1200,6 +1212,8 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
     gemv_fd fd = {};
     fd.dt = (const uint4 *)DT;
     fd.out = pend;
+    shapes_from_env();
+    fd.lab_red = g_lab_red;
     return xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
                        norm_w, eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
 }
