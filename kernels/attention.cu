@@ -39,11 +39,11 @@
 #include "attention.h"
 #include "bf16.cuh"
 #include "bulk_shape.h"
-#include "cluster.cuh"
 #include "device.cuh"
 #include "pdl.cuh"
 #include "runtime/check.h"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -57,6 +57,47 @@
 #define ATT_MAX_SPLIT 512 // chunks: the merge keeps (max, sum) per chunk and q head in sm_o
 #define LOG2E         1.4426950408889634f
 #define ATT_CLUSTER   8 // blocks per cluster (the portable most): the cluster merge's live chunks
+
+namespace cg = cooperative_groups;
+
+// Clusters exist from sm_90 on; the host launches clusters only on devices that have them, so on
+// older targets these are never reached. The cluster barrier split in two (PTX barrier.cluster):
+// a thread arrives once per phase and must see the phase complete (wait) before it arrives on
+// the next; wait returns once every non-exited thread of the cluster has arrived. arrive has
+// release semantics (cooperative groups' barrier_arrive), wait acquire semantics: after the
+// wait, every thread's memory accesses from before its arrive are visible. The relaxed arrive
+// orders nothing (cooperative groups has none; the builtin).
+static __device__ __forceinline__ void cluster_arrive_relaxed()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    __cluster_barrier_arrive_relaxed();
+#endif
+}
+
+static __device__ __forceinline__ void cluster_arrive()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    (void)cg::this_cluster().barrier_arrive();
+#endif
+}
+
+static __device__ __forceinline__ void cluster_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cg::this_cluster().barrier_wait();
+#endif
+}
+
+// the same variable in the shared memory of the cluster's block `rank`
+static __device__ __forceinline__ float *cluster_peer(float *p, int rank)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cg::this_cluster().map_shared_rank(p, rank);
+#else
+    (void)rank;
+    return p;
+#endif
+}
 
 // chunk length for a context of n positions cut into nsplit chunks
 static __device__ __forceinline__ int chunk_len(int n, int nsplit, int min_chunk)

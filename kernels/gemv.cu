@@ -31,7 +31,6 @@
 #include "gemv.h"
 #include "argmax.cuh"
 #include "bf16.cuh"
-#include "cluster.cuh"
 #include "device.cuh"
 #include "pdl.cuh"
 #include "rope.h"
@@ -394,7 +393,6 @@ struct gemv_fd {
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
     unsigned long long *am_key; // AM: the word the blocks' largest are folded into
     int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds
-    int pair;    // FD, host only: launch in clusters of two where the device holds them (PR)
 };
 
 // AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
@@ -445,7 +443,7 @@ static __device__ __forceinline__ void pending_split(float v, int E, float &hi, 
 }
 
 template <int NT, int U, int CM, int IN, bool ACC, bool TR, bool RP, bool SO = false, int FD = 0,
-          bool AM = false, bool PR = false>
+          bool AM = false>
 static __global__ void __launch_bounds__(NT, 1)
     gemv_xreg_kernel(float *__restrict__ y, const uint4 *__restrict__ W,
                      const float *__restrict__ x, const float *__restrict__ bias, int n, int k,
@@ -453,7 +451,6 @@ static __global__ void __launch_bounds__(NT, 1)
 {
     static_assert(!FD || SO, "the fused down follows the SwiGLU epilogue");
     static_assert(!AM || (!ACC && !RP && !SO), "the argmax follows a plain y =");
-    static_assert(!PR || FD, "pairs share the fused down's partial outputs");
     constexpr int NW = NT / 32;
     constexpr bool FAST = IN == GEMV_IN_SWIGLU_FAST, SWIGLU = FAST || IN == GEMV_IN_SWIGLU,
                    NORM = IN == GEMV_IN_NORM;
@@ -489,8 +486,6 @@ static __global__ void __launch_bounds__(NT, 1)
     const uint4 *Wb = W + (size_t)r0 * K8;
 
     pdl_launch_dependents();
-    // PR: the barrier's first phase, waited on before the first store into the partner
-    if constexpr (PR) cluster_arrive_relaxed();
     // rows g, g + G, ...: batch b holds rows g + (b*U + i)*G
     auto load = [&](uint4(&wv)[U][CM], int first) {
 #pragma unroll
@@ -697,72 +692,33 @@ static __global__ void __launch_bounds__(NT, 1)
             if (part > 0 && part < RS)
                 for (int e = 0; e < 8; e++) comb[(size_t)(part - 1) * k + 8 * c8 + e] = acc[e];
             __syncthreads();
-            // the block's partial output on the pending sum's grids (pending_split), from the
-            // norm's scale (plain input: R = 1)
-            const int E = NORM ? max(-60, min(60, ilogbf(scale))) : 0;
-            float hi[8], lo[8];
             if (part == 0) {
                 for (int p2 = 1; p2 < RS; p2++)
                     for (int e = 0; e < 8; e++) acc[e] += comb[(size_t)(p2 - 1) * k + 8 * c8 + e];
-                for (int e = 0; e < 8; e++) pending_split(acc[e], E, hi[e], lo[e]);
-            }
-            // PR: the cluster's two blocks each add half the outputs (chunks below C / 2: rank
-            // 0's), the partner's hi and lo added in first; both lie on the grids, so those adds
-            // are exact and the pending sum gets the same bits as from two adds. Half the
-            // atomics reach the L2.
-            bool adds = part == 0;
-            if constexpr (PR) {
-                const int rank = blockIdx.x & 1, h0 = C / 2, cr = C - h0; // cr: the larger half
-                const bool mine = (c8 >= h0) == (rank == 1);
-                // lo, then hi, of the partner's half: 2 x 8 x cr floats after the row sets' sums
-                float4 *rx = reinterpret_cast<float4 *>(
-                    psum +
-                    (((size_t)rows * ps + rows / 2 + (size_t)(RS - 1) * k + 3) & ~(size_t)3));
-                cluster_wait(); // the partner runs: its shared memory may take stores
-                if (part == 0 && !mine) {
-                    float4 *px = reinterpret_cast<float4 *>(
-                        cluster_peer(reinterpret_cast<float *>(rx), rank ^ 1));
-                    const int o = 2 * (c8 - (rank ? 0 : h0));
-                    px[o] = make_float4(lo[0], lo[1], lo[2], lo[3]);
-                    px[o + 1] = make_float4(lo[4], lo[5], lo[6], lo[7]);
-                    px[2 * cr + o] = make_float4(hi[0], hi[1], hi[2], hi[3]);
-                    px[2 * cr + o + 1] = make_float4(hi[4], hi[5], hi[6], hi[7]);
-                }
-                cluster_arrive();
-                cluster_wait();
-                adds = part == 0 && mine;
-                if (adds) {
-                    const int o = 2 * (c8 - (rank ? h0 : 0));
-                    const float4 l0 = rx[o], l1 = rx[o + 1], g0 = rx[2 * cr + o],
-                                 g1 = rx[2 * cr + o + 1];
-                    const float rl[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-                    const float rh[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-                    for (int e = 0; e < 8; e++) {
-                        lo[e] = __fadd_rn(lo[e], rl[e]);
-                        hi[e] = __fadd_rn(hi[e], rh[e]);
-                    }
-                }
-            }
-            if (adds) {
+                // the pending sum's grids (pending_split), from the norm's scale (plain input:
+                // R = 1); four outputs at a time
+                const int E = NORM ? max(-60, min(60, ilogbf(scale))) : 0;
 #pragma unroll
                 for (int h4 = 0; h4 < 8; h4 += 4) {
+                    float hi[4], lo[4];
+                    for (int e = 0; e < 4; e++) pending_split(acc[h4 + e], E, hi[e], lo[e]);
                     float *oh = fd.out + 8 * c8 + h4, *ol = fd.out + k + 8 * c8 + h4;
                     // hi is non-zero where a partial reaches the input's RMS (on random inputs,
                     // nearly everywhere: test_kernels' gemv_mlp cases)
-                    const bool any_hi = hi[h4] != 0.0f || hi[h4 + 1] != 0.0f ||
-                                        hi[h4 + 2] != 0.0f || hi[h4 + 3] != 0.0f;
+                    const bool any_hi = hi[0] != 0.0f || hi[1] != 0.0f || hi[2] != 0.0f ||
+                                        hi[3] != 0.0f;
 #if __CUDA_ARCH__ >= 900
                     if (fd.lab_red < 2)
                         atomicAdd(reinterpret_cast<float4 *>(ol),
-                                  make_float4(lo[h4], lo[h4 + 1], lo[h4 + 2], lo[h4 + 3]));
+                                  make_float4(lo[0], lo[1], lo[2], lo[3]));
                     if (any_hi && fd.lab_red == 0)
                         atomicAdd(reinterpret_cast<float4 *>(oh),
-                                  make_float4(hi[h4], hi[h4 + 1], hi[h4 + 2], hi[h4 + 3]));
+                                  make_float4(hi[0], hi[1], hi[2], hi[3]));
 #else
                     if (fd.lab_red < 2)
-                        for (int e = 0; e < 4; e++) atomicAdd(ol + e, lo[h4 + e]);
+                        for (int e = 0; e < 4; e++) atomicAdd(ol + e, lo[e]);
                     if (any_hi && fd.lab_red == 0)
-                        for (int e = 0; e < 4; e++) atomicAdd(oh + e, hi[h4 + e]);
+                        for (int e = 0; e < 4; e++) atomicAdd(oh + e, hi[e]);
 #endif
                 }
             }
@@ -886,8 +842,6 @@ static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 static int g_mlp_inflight = 4; // the fused MLP's down loads in flight a thread: 2, 4 or 8
 static int g_lab_red;          // gemv_fd.lab_red for the fused MLP (timing only)
-static int g_mlp_pair;         // the fused MLP in clusters of two (PR); LOCKSTEP_MLP_PAIR=0|1
-static int g_mlp_paired;       // whether the last fused MLP launched went in pairs
 
 static void shapes_from_env(void)
 {
@@ -906,8 +860,6 @@ static void shapes_from_env(void)
                 "partial outputs' adds (timing only: the results are wrong)\n",
                 lr, g_lab_red == 1 ? "the hi part" : "all");
     }
-    const char *mp = getenv("LOCKSTEP_MLP_PAIR");
-    if (mp && (!strcmp(mp, "0") || !strcmp(mp, "1"))) g_mlp_pair = mp[0] - '0';
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -998,55 +950,21 @@ template <int NT, int L, int CM, bool TR = false> static const xreg_fns<NT, L, C
 }
 
 // the fused MLP's kernels (FD: the default 1024-thread form with one column a warp only), with
-// FDI transposed-down loads in flight per thread, in pairs (PR) or not
-template <int FDI, bool PR> static xreg_fn xreg_fd_fn_n(int in)
+// FDI transposed-down loads in flight per thread
+template <int FDI> static xreg_fn xreg_fd_fn_n(int in)
 {
-    return in == GEMV_IN_NORM ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_NORM, false, true, false, true,
-                                                 FDI, false, PR>
-           : in == GEMV_IN_PLAIN ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_PLAIN, false, true, false,
-                                                    true, FDI, false, PR>
-                                 : nullptr;
+    return in == GEMV_IN_NORM
+               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_NORM, false, true, false, true, FDI>
+           : in == GEMV_IN_PLAIN
+               ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_PLAIN, false, true, false, true, FDI>
+               : nullptr;
 }
 
-template <bool PR> static xreg_fn xreg_fd_fn(int in)
+static xreg_fn xreg_fd_fn(int in)
 {
-    return g_mlp_inflight == 2   ? xreg_fd_fn_n<2, PR>(in)
-           : g_mlp_inflight == 8 ? xreg_fd_fn_n<8, PR>(in)
-                                 : xreg_fd_fn_n<4, PR>(in);
-}
-
-// whether fn's grid of `grid` blocks in clusters of two fits the device at once (the pairs'
-// barrier waits on the partner, which must be resident); asked once per kernel and shape
-static bool pairs_fit(xreg_fn fn, int grid, int nt, size_t smem, const ls_device &di)
-{
-    static struct {
-        xreg_fn fn;
-        int dev, grid;
-        size_t smem;
-        bool fit;
-    } seen[16];
-    static int nseen;
-    for (int i = 0; i < nseen; i++)
-        if (seen[i].fn == fn && seen[i].dev == di.id && seen[i].grid == grid &&
-            seen[i].smem == smem)
-            return seen[i].fit;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)grid);
-    cfg.blockDim = dim3((unsigned)nt);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    const bool fit =
-        cudaOccupancyMaxActiveClusters(&clusters, fn, &cfg) == cudaSuccess && 2 * clusters >= grid;
-    (void)cudaGetLastError(); // a refusal is an answer here, not an error for the next check
-    if (nseen < 16) seen[nseen++] = {fn, di.id, grid, smem, fit};
-    return fit;
+    return g_mlp_inflight == 2   ? xreg_fd_fn_n<2>(in)
+           : g_mlp_inflight == 8 ? xreg_fd_fn_n<8>(in)
+                                 : xreg_fd_fn_n<4>(in);
 }
 
 // the LM head's kernels with the argmax in the epilogue (AM: the default two-batch 1024-thread
@@ -1088,22 +1006,13 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     const int rows = (pairs ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     // odd stride: no bank conflicts; FD: then h and the row sets' sums
-    size_t smem = ((size_t)rows * (slots | 1) +
-                   (acc == 4 ? (size_t)rows / 2 + (size_t)(nt / (k / 8) - 1) * k : 0)) *
-                  sizeof(float);
+    const size_t smem = ((size_t)rows * (slots | 1) +
+                         (acc == 4 ? (size_t)rows / 2 + (size_t)(nt / (k / 8) - 1) * k : 0)) *
+                        sizeof(float);
     if (smem > smem_max) return false;
     if (check) return true;
-    // PR: then the partner's half of the partial output (lo and hi, 16-byte aligned)
-    const size_t pair_smem = smem + (3 + 16 * (size_t)(k / 8 - k / 16)) * sizeof(float);
-    bool pair = acc == 4 && fd.pair && di.clusters && grid % 2 == 0 && pair_smem <= smem_max;
-    if (pair) {
-        xreg_fn pf = xreg_fd_fn<true>(in);
-        set_smem_attr((const void *)pf, di);
-        pair = pf && pairs_fit(pf, grid, nt, pair_smem, di);
-    }
-    if (pair) smem = pair_smem;
     // the two-batch form for one column per warp only (with two it spills)
-    xreg_fn fn = acc == 4     ? (pair ? xreg_fd_fn<true>(in) : xreg_fd_fn<false>(in))
+    xreg_fn fn = acc == 4     ? xreg_fd_fn(in)
                  : acc == 5   ? xreg_am_fn(in)
                  : nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
                                                         : xreg_table<1024, 4, 1>().f[in][acc])
@@ -1113,9 +1022,8 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
                               : xreg_table<512, 8, 4>().f[in][acc];
     if (!fn) return false;
     set_smem_attr((const void *)fn, di);
-    if (acc == 4) g_mlp_paired = pair;
-    pdl_launch_cluster(fn, dim3((unsigned)grid), dim3((unsigned)nt), smem, s, pair ? 2u : 1u, y,
-                       (const uint4 *)W, x, bias, n, k, nw, eps, rp, fd);
+    pdl_launch(fn, (unsigned)grid, (unsigned)nt, smem, s, y, (const uint4 *)W, x, bias, n, k, nw,
+               eps, rp, fd);
     return true;
 }
 
@@ -1306,7 +1214,6 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
     fd.out = pend;
     shapes_from_env();
     fd.lab_red = g_lab_red;
-    fd.pair = g_mlp_pair;
     return xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
                        norm_w, eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
 }
@@ -1346,19 +1253,6 @@ extern "C" int ls_gemv_set_mlp_inflight(int n)
     const int old = g_mlp_inflight;
     if (n == 2 || n == 4 || n == 8) g_mlp_inflight = n;
     return old;
-}
-
-extern "C" int ls_gemv_set_mlp_pair(int on)
-{
-    shapes_from_env();
-    const int old = g_mlp_pair;
-    g_mlp_pair = on != 0;
-    return old;
-}
-
-extern "C" int ls_gemv_mlp_paired(void)
-{
-    return g_mlp_paired;
 }
 
 extern "C" int ls_gemv_shapes(void)

@@ -98,15 +98,6 @@ int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, c
  * it; LOCKSTEP_MLP_INFLIGHT sets it too). Returns the previous setting. */
 int ls_gemv_set_mlp_inflight(int n);
 
-/* The fused MLP in clusters of two blocks (0 off, the default; 1 on; LOCKSTEP_MLP_PAIR sets it
- * too): each block adds half of the pair's partial output, the partner's half taken in through
- * distributed shared memory first, so half the atomics reach the L2; the same bits. Where the
- * device has no clusters, the grid is odd or the pairs do not all fit at once, the launch is the
- * unpaired one. Returns the previous setting. ls_gemv_mlp_paired: whether the last ls_gemv_mlp
- * launch went in pairs. */
-int ls_gemv_set_mlp_pair(int on);
-int ls_gemv_mlp_paired(void);
-
 /* One position: y += W . x as ls_gemv_ex with accumulate, each updated y[r] also stored in
  * y2[r] (the fused MLP's input copy). pend (or NULL): y's pending sum [2][n] (ls_gemv_mlp),
  * taken into y first where pend_live, as (y[r] + pend[r]) + pend[n + r], and zeroed either way.

@@ -486,28 +486,6 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
     }
     CHECK_CUDA(cudaGetLastError());
     report(differ == 0, "%s: four more launches the same bits (%zu differ)", name, differ);
-    // in clusters of two (ls_gemv_set_mlp_pair) and not: the same bits as the default's, and
-    // pairs wherever the device launches clusters (every grid here is even)
-    int dev = 0, clusters = 0;
-    CHECK_CUDA(cudaGetDevice(&dev));
-    CHECK_CUDA(cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, dev));
-    for (int pair = 0; pair <= 1; pair++) {
-        const int old = ls_gemv_set_mlp_pair(pair);
-        dpend.up(zeros);
-        with_input(dx, x, pdl, [&] {
-            ls_gemv_mlp(dpend.p, dx.p, dgu.p, ddt.p, norm ? dnw.p : nullptr, eps, f, k, nullptr);
-        });
-        CHECK_CUDA(cudaGetLastError());
-        const int paired = ls_gemv_mlp_paired();
-        ls_gemv_set_mlp_pair(old);
-        report(paired == (pair && clusters), "%s: pairs %s asked, %s launched", name,
-               pair ? "" : "not", paired ? "pairs" : "no pairs");
-        const std::vector<float> pp = dpend.down();
-        size_t nd = 0;
-        for (size_t i = 0; i < pp.size(); i++) nd += memcmp(&pp[i], &pend[i], sizeof(float)) != 0;
-        report(nd == 0, "%s: %s the default's bits (%zu of %zu differ)", name,
-               pair ? "pairs give" : "no pairs give", nd, pp.size());
-    }
 }
 
 // y += W . x with each updated y also in y2 (ls_gemv_residual_copy): y bitwise ls_gemv_ex's
