@@ -392,7 +392,8 @@ struct gemv_fd {
     const float *xpend; // x's pending sum [2][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
     unsigned long long *am_key; // AM: the word the blocks' largest are folded into
-    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds
+    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds,
+                 // 3 the odd blocks' lo adds into the hi row (two copies of the lo sum's addresses)
 };
 
 // AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
@@ -702,7 +703,9 @@ static __global__ void __launch_bounds__(NT, 1)
                 for (int h4 = 0; h4 < 8; h4 += 4) {
                     float hi[4], lo[4];
                     for (int e = 0; e < 4; e++) pending_split(acc[h4 + e], E, hi[e], lo[e]);
-                    float *oh = fd.out + 8 * c8 + h4, *ol = fd.out + k + 8 * c8 + h4;
+                    float *oh = fd.out + 8 * c8 + h4,
+                          *ol =
+                              fd.out + (fd.lab_red == 3 && (blockIdx.x & 1) ? 0 : k) + 8 * c8 + h4;
                     // hi is non-zero where a partial reaches the input's RMS (on random inputs,
                     // nearly everywhere: test_kernels' gemv_mlp cases)
                     const bool any_hi = hi[0] != 0.0f || hi[1] != 0.0f || hi[2] != 0.0f ||
@@ -853,12 +856,15 @@ static void shapes_from_env(void)
     if (mi && (!strcmp(mi, "2") || !strcmp(mi, "4") || !strcmp(mi, "8")))
         g_mlp_inflight = mi[0] - '0';
     const char *lr = getenv("LOCKSTEP_LAB_MLP_RED");
-    if (lr && (!strcmp(lr, "hi") || !strcmp(lr, "none"))) {
-        g_lab_red = lr[0] == 'h' ? 1 : 2;
+    if (lr && (!strcmp(lr, "hi") || !strcmp(lr, "none") || !strcmp(lr, "split"))) {
+        g_lab_red = lr[0] == 'h' ? 1 : lr[0] == 'n' ? 2 : 3;
         fprintf(stderr,
-                "lockstep: LOCKSTEP_LAB_MLP_RED=%s: the fused MLP leaves out %s of its "
-                "partial outputs' adds (timing only: the results are wrong)\n",
-                lr, g_lab_red == 1 ? "the hi part" : "all");
+                "lockstep: LOCKSTEP_LAB_MLP_RED=%s: the fused MLP %s (timing only: the "
+                "results are wrong)\n",
+                lr,
+                g_lab_red == 1   ? "leaves out the hi adds"
+                : g_lab_red == 2 ? "leaves out every add"
+                                 : "adds its odd blocks' lo into the hi row");
     }
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
