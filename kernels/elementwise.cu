@@ -115,9 +115,10 @@ static __global__ void pending_resolve_kernel(float *x, float *pend, size_t n)
     pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        x[i] = __fadd_rn(__fadd_rn(x[i], pend[i]), pend[n + i]);
+        x[i] = __fadd_rn(__fadd_rn(x[i], pend[i]), __fadd_rn(pend[n + i], pend[2 * n + i]));
         pend[i] = 0.0f;
         pend[n + i] = 0.0f;
+        pend[2 * n + i] = 0.0f;
     }
 }
 

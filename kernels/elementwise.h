@@ -28,8 +28,9 @@ void ls_swiglu_cat_bf16(uint16_t *out, const float *gu, int T, int f, void *stre
 /* x[i] += y[i], i < n */
 void ls_add(float *x, const float *y, size_t n, void *stream);
 
-/* x[i] = (x[i] + pend[i]) + pend[n + i], then pend[i] = pend[n + i] = 0, i < n: a residual's
- * pending sum (gemv.h, ls_gemv_mlp) taken into it, for a reader that cannot take it itself */
+/* x[i] = (x[i] + pend[i]) + (pend[n + i] + pend[2n + i]), then the three zeroed, i < n: a
+ * residual's pending sum (gemv.h, ls_gemv_mlp: LS_GEMV_PEND_ROWS rows) taken into it, for a
+ * reader that cannot take it itself */
 void ls_pending_resolve(float *x, float *pend, size_t n, void *stream);
 
 /* out[c][r] = in[r][c] (bf16 bits), a [rows][cols] matrix to [cols][rows] */

@@ -387,13 +387,12 @@ static __device__ __forceinline__ int rope_row(const gemv_rope &rp, int l)
 struct gemv_fd {
     float *y2;          // ACC: a copy of each updated y
     const uint4 *dt;    // FD: the down matrix transposed
-    float *out;         // FD: the pending sum [2][k] the partial outputs are added to
-    float *pend;        // ACC: y's pending sum [2][n], or NULL
-    const float *xpend; // x's pending sum [2][k], or NULL
+    float *out;  // FD: the pending sum [LS_GEMV_PEND_ROWS][k] the partial outputs are added to
+    float *pend; // ACC: y's pending sum [LS_GEMV_PEND_ROWS][n], or NULL
+    const float *xpend; // x's pending sum [LS_GEMV_PEND_ROWS][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
     unsigned long long *am_key; // AM: the word the blocks' largest are folded into
-    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds,
-                 // 3 the odd blocks' lo adds into the hi row (two copies of the lo sum's addresses)
+    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds
 };
 
 // AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
@@ -411,17 +410,21 @@ static __device__ __forceinline__ void gemv_argmax_tail(unsigned long long *word
     if (threadIdx.x == 0 && best) atomicMax(word, best);
 }
 
-// A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p [2][n]
-// stands for (y[i] + p[i]) + p[n + i]. The blocks of the fused MLP add their partial outputs in
-// the order they finish; float atomics would round differently in each order. So each partial v
-// is split into hi, a multiple of 2R, and lo = v - hi rounded to a multiple of R / 2^16, where
-// R = 2^-ilogb(scale) (scale = 1 / rms of the MLP's input: every block has the same), and hi
-// goes to p[i], lo to p[n + i]. Sums of multiples of q below 2^24 q are exact in floats, so
-// the order does not matter: the lo sums stay within blocks x R < 256 R = 2^24 x R / 2^16 for
-// fewer than 256 blocks, the hi sums within 2^25 R (an output 2^24 times its input's RMS would
-// be rounded, in some order). hi - v is exact (Sterbenz: |v - hi| <= R <= |hi| / 2 when hi is
-// not 0). Each partial is off by at most R / 2^17 (~1e-5 of the input's RMS in all, across the
-// 132 partials of an H200), far below the bf16 weights' rounding.
+// A pending sum (the fused MLP's output, ls_gemv_mlp): a residual y with its pending sum p
+// [LS_GEMV_PEND_ROWS = 3][n] stands for (y[i] + p[i]) + (p[n + i] + p[2n + i]). The blocks of the
+// fused MLP add their partial outputs in the order they finish; float atomics would round
+// differently in each order. So each partial v is split into hi, a multiple of 2R, and lo = v -
+// hi rounded to a multiple of R / 2^16, where R = 2^-ilogb(scale) (scale = 1 / rms of the MLP's
+// input: every block has the same), and hi goes to p[i], lo to p[n + i] from the even blocks and
+// p[2n + i] from the odd ones. Sums of multiples of q below 2^24 q are exact in floats, so the
+// order does not matter: the lo sums (either row's and the two rows' together) stay within
+// blocks x R < 256 R = 2^24 x R / 2^16 for fewer than 256 blocks, the hi sums within 2^25 R (an
+// output 2^24 times its input's RMS would be rounded, in some order). hi - v is exact (Sterbenz:
+// |v - hi| <= R <= |hi| / 2 when hi is not 0). Each partial is off by at most R / 2^17 (~1e-5 of
+// the input's RMS in all, across the 132 partials of an H200), far below the bf16 weights'
+// rounding. Two lo rows, because an address's atomics are taken in turn at the L2: all 132 on
+// one row held the MLP's tail ~1.1 us a layer longer than 66 on each (BENCHMARKS.md, forty-seventh
+// session); the readers' one load more costs less.
 #define PEND_LO_BITS    16
 #define PEND_MAX_BLOCKS 255
 
@@ -547,9 +550,12 @@ static __global__ void __launch_bounds__(NT, 1)
             // with one (y = or RoPE; one column a warp): the launch declines others, in which
             // the registers would spill
             if (CM == 1 && !ACC && !SO && fd.xpend) {
-                const float4 *h4 = reinterpret_cast<const float4 *>(fd.xpend), *l4 = h4 + (k >> 2);
-                xa[j] = pend_add(pend_add(xa[j], h4[2 * q[j]]), l4[2 * q[j]]);
-                xb[j] = pend_add(pend_add(xb[j], h4[2 * q[j] + 1]), l4[2 * q[j] + 1]);
+                const float4 *h4 = reinterpret_cast<const float4 *>(fd.xpend), *l4 = h4 + (k >> 2),
+                             *m4 = l4 + (k >> 2);
+                xa[j] =
+                    pend_add(pend_add(xa[j], h4[2 * q[j]]), pend_add(l4[2 * q[j]], m4[2 * q[j]]));
+                xb[j] = pend_add(pend_add(xb[j], h4[2 * q[j] + 1]),
+                                 pend_add(l4[2 * q[j] + 1], m4[2 * q[j] + 1]));
             }
             if (NORM) {
                 const float4 *w4 = reinterpret_cast<const float4 *>(nw);
@@ -703,9 +709,9 @@ static __global__ void __launch_bounds__(NT, 1)
                 for (int h4 = 0; h4 < 8; h4 += 4) {
                     float hi[4], lo[4];
                     for (int e = 0; e < 4; e++) pending_split(acc[h4 + e], E, hi[e], lo[e]);
+                    // lo into the row of the block's parity (the pending sum, above)
                     float *oh = fd.out + 8 * c8 + h4,
-                          *ol =
-                              fd.out + (fd.lab_red == 3 && (blockIdx.x & 1) ? 0 : k) + 8 * c8 + h4;
+                          *ol = fd.out + (1 + (blockIdx.x & 1)) * (size_t)k + 8 * c8 + h4;
                     // hi is non-zero where a partial reaches the input's RMS (on random inputs,
                     // nearly everywhere: test_kernels' gemv_mlp cases)
                     const bool any_hi = hi[0] != 0.0f || hi[1] != 0.0f || hi[2] != 0.0f ||
@@ -738,9 +744,11 @@ static __global__ void __launch_bounds__(NT, 1)
             float y0 = ACC ? *yp : 0.0f;
             if (ACC && fd.pend) { // y's pending sum resolved (as an xpend input reads it), zeroed
                 if (fd.pend_live)
-                    y0 = __fadd_rn(__fadd_rn(y0, fd.pend[r0 + r]), fd.pend[n + r0 + r]);
+                    y0 = __fadd_rn(__fadd_rn(y0, fd.pend[r0 + r]),
+                                   __fadd_rn(fd.pend[n + r0 + r], fd.pend[2 * n + r0 + r]));
                 fd.pend[r0 + r] = 0.0f;
                 fd.pend[n + r0 + r] = 0.0f;
+                fd.pend[2 * n + r0 + r] = 0.0f;
             }
             const float v = ACC ? y0 + (sum + b) : sum + b;
             *yp = v;
@@ -856,15 +864,12 @@ static void shapes_from_env(void)
     if (mi && (!strcmp(mi, "2") || !strcmp(mi, "4") || !strcmp(mi, "8")))
         g_mlp_inflight = mi[0] - '0';
     const char *lr = getenv("LOCKSTEP_LAB_MLP_RED");
-    if (lr && (!strcmp(lr, "hi") || !strcmp(lr, "none") || !strcmp(lr, "split"))) {
-        g_lab_red = lr[0] == 'h' ? 1 : lr[0] == 'n' ? 2 : 3;
+    if (lr && (!strcmp(lr, "hi") || !strcmp(lr, "none"))) {
+        g_lab_red = lr[0] == 'h' ? 1 : 2;
         fprintf(stderr,
                 "lockstep: LOCKSTEP_LAB_MLP_RED=%s: the fused MLP %s (timing only: the "
                 "results are wrong)\n",
-                lr,
-                g_lab_red == 1   ? "leaves out the hi adds"
-                : g_lab_red == 2 ? "leaves out every add"
-                                 : "adds its odd blocks' lo into the hi row");
+                lr, g_lab_red == 1 ? "leaves out the hi adds" : "leaves out every add");
     }
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;

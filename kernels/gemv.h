@@ -53,9 +53,10 @@ int ls_gemv_rope_kv(float *qkv, const uint16_t *W, const float *x, const float *
                     int hd, uint16_t *kcache, uint16_t *vcache, const int *pos,
                     const float *inv_freq, int max_ctx, int interleaved, void *stream);
 
-/* One position: y = W . x' (+ bias), x' = (x[i] + xpend[i]) + xpend[k + i] (x with its pending
- * sum, ls_gemv_mlp), normed first when norm_w is set: ls_gemv_ex of x' in one kernel. Returns 0,
- * launching nothing, where the column-resident kernel does not take the shape. */
+/* One position: y = W . x' (+ bias), x' = (x[i] + xpend[i]) + (xpend[k + i] + xpend[2k + i]) (x
+ * with its pending sum, ls_gemv_mlp), normed first when norm_w is set: ls_gemv_ex of x' in one
+ * kernel. Returns 0, launching nothing, where the column-resident kernel does not take the shape.
+ */
 int ls_gemv_pend(float *y, const uint16_t *W, const float *x, const float *xpend, const float *bias,
                  int n, int k, const float *norm_w, float eps, void *stream);
 
@@ -78,17 +79,20 @@ int ls_gemv_argmax(float *y, const uint16_t *W, const float *x, const float *xpe
 int ls_gemv_gu_swiglu(float *h, const uint16_t *W, const float *x, const float *norm_w, float eps,
                       int f, int k, void *stream);
 
+/* The rows of a pending sum (ls_gemv_mlp): hi, then lo from the even and the odd blocks. */
+#define LS_GEMV_PEND_ROWS 3
+
 /* One position, one rank's whole MLP (the engine's fused MLP): Wdown . h, h = silu(g) * u,
  * g | u = Wgu . x (x normed first when norm_w is set, as in ls_gemv_gu_swiglu), in one kernel:
  * the down is split along its inputs, each block multiplying its h_i by the rows of DT (the down
  * matrix transposed, [f][k] bf16: row i holds input i's weight on every output) and adding its
- * partial output into the pending sum pend [2][k] (16-byte aligned). A residual y with a pending
- * sum stands for (y[i] + pend[i]) + pend[k + i]: the blocks add their partials in the order they
- * finish, on grids that make every such sum exact (gemv.cu, pending_split), so the result is the
- * same bits in any order, within ~1e-5 of the input's RMS of the exact sum. Readers:
- * ls_gemv_residual_copy, ls_gemv_rope_kv, ls_gemv_pend, ls_pending_resolve; pend starts zeroed.
- * Returns 0, launching nothing, where the shape is not taken (ls_gemv_mlp_takes says so
- * beforehand: as ls_gemv_gu_swiglu, k <= 8192, fewer than 256 blocks). */
+ * partial output into the pending sum pend [LS_GEMV_PEND_ROWS][k] (16-byte aligned). A residual y
+ * with a pending sum stands for (y[i] + pend[i]) + (pend[k + i] + pend[2k + i]): the blocks add
+ * their partials in the order they finish, on grids that make every such sum exact (gemv.cu,
+ * pending_split), so the result is the same bits in any order, within ~1e-5 of the input's RMS of
+ * the exact sum. Readers: ls_gemv_residual_copy, ls_gemv_rope_kv, ls_gemv_pend, ls_pending_resolve;
+ * pend starts zeroed. Returns 0, launching nothing, where the shape is not taken (ls_gemv_mlp_takes
+ * says so beforehand: as ls_gemv_gu_swiglu, k <= 8192, fewer than 256 blocks). */
 int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, const uint16_t *DT,
                 const float *norm_w, float eps, int f, int k, void *stream);
 int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, const float *pend,
@@ -99,8 +103,9 @@ int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, c
 int ls_gemv_set_mlp_inflight(int n);
 
 /* One position: y += W . x as ls_gemv_ex with accumulate, each updated y[r] also stored in
- * y2[r] (the fused MLP's input copy). pend (or NULL): y's pending sum [2][n] (ls_gemv_mlp),
- * taken into y first where pend_live, as (y[r] + pend[r]) + pend[n + r], and zeroed either way.
+ * y2[r] (the fused MLP's input copy). pend (or NULL): y's pending sum [LS_GEMV_PEND_ROWS][n]
+ * (ls_gemv_mlp), taken into y first where pend_live, as (y[r] + pend[r]) + (pend[n + r] +
+ * pend[2n + r]), and zeroed either way.
  * Returns 0, launching nothing, where the column-resident kernel does not take the shape. */
 int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_live, const uint16_t *W,
                           const float *x, int n, int k, void *stream);

@@ -19,6 +19,9 @@ struct ls_comm;
 /* decode forms a backend may ask for (decode_form): the engine keeps a graph for each */
 #define LS_DECODE_FORMS 3
 
+/* rows of the fused MLP's pending sum (attn_out_mlp), each dim floats */
+#define LS_PEND_ROWS 3
+
 struct ls_backend {
     const char *name;
     int weight_bytes;      /* bytes per weight and KV cache element: 4 (fp32) or 2 (bf16) */
@@ -82,7 +85,8 @@ struct ls_backend {
      * x += Wo . att with xin = x after it (a copy the MLP reads), then the MLP of xin
      * (rmsnorm(xin) * nw, gate+up, SwiGLU, down) in one operation that reads the down matrix
      * transposed (downT, [f][dim], from transpose_in_place). The MLP's output is left in pend
-     * [2][dim] as x's pending sum: x then stands for (x[i] + pend[i]) + pend[dim + i] until the
+     * [LS_PEND_ROWS][dim] as x's pending sum: x then stands for (x[i] + pend[i]) + (pend[dim + i]
+     * + pend[2 dim + i]) until the
      * next attn_out_mlp takes it in (pend_live: pend holds one; else it is only zeroed first);
      * matmul_rope_kv and matmul_rmsnorm_pend read x with it. The same bits in every run (the
      * CUDA kernel's partial sums are exact in any order; see kernels/gemv.h). Returns 0, having

@@ -28,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(LS_PEND_ROWS == LS_GEMV_PEND_ROWS, "the engine sizes the pending sum the GEMV "
+                                                  "kernels read");
+
 #define GEMV_MAX_T 8
 
 static struct {

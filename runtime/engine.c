@@ -35,8 +35,8 @@ struct ls_engine {
     float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     float *pairs;        /* [tp][2] a greedy step's choice from every rank's slice (local_greedy) */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
-    float *pend;         /* [2][dim] x's pending sum, the fused MLP's output; NULL: the fused
-                          * MLP does not run */
+    float *pend; /* [LS_PEND_ROWS][dim] x's pending sum, the fused MLP's output; NULL: the fused
+                  * MLP does not run */
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace */
@@ -154,8 +154,8 @@ static int mlp_fused_alloc(struct ls_engine *e, int mode, char *err, size_t errl
     const int n = m->cfg.n_layers, D = m->cfg.dim, F = m->shard.ffn_cols,
               qd = m->shard.q_heads * m->cfg.head_dim;
     const char *why = NULL;
-    double need = 2.0 * D * sizeof(float); /* of what did not fit */
-    e->pend = e->be->alloc(2 * (size_t)D * sizeof(float));
+    double need = (double)LS_PEND_ROWS * D * sizeof(float); /* of what did not fit */
+    e->pend = e->be->alloc(LS_PEND_ROWS * (size_t)D * sizeof(float));
     if (!e->pend) why = "its pending sum";
     for (int l = 0; !why && l < n; l++) {
         const struct ls_layer *L = &m->layers[l];

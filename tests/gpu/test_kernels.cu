@@ -219,13 +219,16 @@ static __global__ void spin_then_copy(float *dst, const float *src, size_t n, lo
         dst[i] = src[i];
 }
 
-// x with its pending sum p [2][n] taken in, as the kernels take it: (x[i] + p[i]) + p[n + i]
+// x with its pending sum p [LS_GEMV_PEND_ROWS][n] taken in, as the kernels take it:
+// (x[i] + p[i]) + (p[n + i] + p[2n + i])
 static std::vector<float> pend_taken(const std::vector<float> &x, const std::vector<float> &p)
 {
-    std::vector<float> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) {
-        volatile float a = x[i] + p[i]; // two roundings, as on the device
-        r[i] = a + p[x.size() + i];
+    const size_t n = x.size();
+    std::vector<float> r(n);
+    for (size_t i = 0; i < n; i++) {
+        volatile float a = x[i] + p[i],
+                       b = p[n + i] + p[2 * n + i]; // each rounded, as on the device
+        r[i] = a + b;
     }
     return r;
 }
@@ -399,12 +402,14 @@ static void test_gemv_gu_swiglu(const char *label, int f, int k, bool norm, bool
 }
 
 // one rank's MLP in one kernel (ls_gemv_mlp, the down split along its inputs and read
-// transposed): a residual out0 with the pending sum the kernel leaves, (out0 + hi) + lo, against
+// transposed): a residual out0 with the pending sum the kernel leaves, (out0 + hi) + (lo from the
+// even blocks + lo from the odd ones), against
 // out0 + down(silu(g) * u), g | u = Wgu . (rmsnorm(x) * nw), by the CPU's functions; the
 // transposed matrix (ls_transpose16) checked bitwise against the host's transpose. The blocks add
 // in the order they finish: the pending sum's hi and lo must lie on their grids (multiples of
 // 2R and R / 2^16, R = 2^-ilogb(1 / rms(x)), 1 with plain input), which makes every order exact,
-// and four more launches must give the same bits.
+// both lo rows must be taken where the grid has two blocks or more, and four more launches must
+// give the same bits.
 // With pdl, x arrives from a kernel that lets the launch start ~20 us early.
 static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expect_taken,
                           bool pdl = false)
@@ -442,8 +447,8 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
             for (int c = 0; c < f; c++) bad += t[(size_t)c * k + r] != Wd[(size_t)r * f + c];
         report(bad == 0, "transpose16 %dx%d: %zu elements differ", k, f, bad);
     }
-    const std::vector<float> zeros(2 * (size_t)k, 0.0f);
-    dev<float> dpend(2 * (size_t)k);
+    const std::vector<float> zeros(LS_GEMV_PEND_ROWS * (size_t)k, 0.0f);
+    dev<float> dpend(LS_GEMV_PEND_ROWS * (size_t)k);
     const int takes = ls_gemv_mlp_takes(dgu.p, ddt.p, dx.p, dpend.p, norm ? dnw.p : nullptr, f, k);
     int taken = 0;
     dpend.up(zeros);
@@ -470,14 +475,21 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
         for (int i = 0; i < k; i++) ss += (double)x[i] * x[i];
         E = ilogbf((float)(1.0 / sqrt(ss / k + eps)));
     }
-    size_t off = 0, hi_set = 0;
+    size_t off = 0, hi_set = 0, lo_set = 0, lo2_set = 0;
     for (int i = 0; i < k; i++) {
-        const double h = ldexp((double)pend[i], E - 1), l = ldexp((double)pend[k + i], E + 16);
-        off += h != rint(h) || l != rint(l);
+        const double h = ldexp((double)pend[i], E - 1), l = ldexp((double)pend[k + i], E + 16),
+                     l2 = ldexp((double)pend[2 * k + i], E + 16);
+        off += h != rint(h) || l != rint(l) || l2 != rint(l2);
         hi_set += pend[i] != 0.0f;
+        lo_set += pend[k + i] != 0.0f;
+        lo2_set += pend[2 * k + i] != 0.0f;
     }
-    report(off == 0, "%s: the pending sum on its grids (%zu of %d off; hi set at %zu)", name, off,
-           k, hi_set);
+    report(off == 0,
+           "%s: the pending sum on its grids (%zu of %d off; hi set at %zu, the lo rows at %zu "
+           "and %zu)",
+           name, off, k, hi_set, lo_set, lo2_set);
+    report(lo_set > 0 && lo2_set > 0, "%s: both lo rows taken (%zu, %zu of %d set)", name, lo_set,
+           lo2_set, k);
     size_t differ = 0;
     for (int r = 0; r < 4; r++) {
         dpend.up(zeros);
@@ -502,9 +514,10 @@ static void test_gemv_residual_copy(const char *label, int n, int k, int pend = 
     std::vector<uint16_t> Wb;
     std::vector<float> Wf;
     rand_bf16((size_t)n * k, Wb, Wf);
-    std::vector<float> x = randv(k, 3.0f), y0 = randv(n, 2.0f), p = randv(2 * (size_t)n, 0.5f);
+    std::vector<float> x = randv(k, 3.0f), y0 = randv(n, 2.0f),
+                       p = randv(LS_GEMV_PEND_ROWS * (size_t)n, 0.5f);
     dev<uint16_t> dW((size_t)n * k);
-    dev<float> dx(k), dy(n), dy2(n), dp(2 * (size_t)n);
+    dev<float> dx(k), dy(n), dy2(n), dp(LS_GEMV_PEND_ROWS * (size_t)n);
     dW.up(Wb);
     dx.up(x);
     dy.up(pend == 1 ? pend_taken(y0, p) : y0);
@@ -539,10 +552,11 @@ static void test_gemv_pend(const char *label, int n, int k, bool norm)
     std::vector<uint16_t> Wb;
     std::vector<float> Wf;
     rand_bf16((size_t)n * k, Wb, Wf);
-    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), p = randv(2 * (size_t)k, 0.5f);
+    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f),
+                       p = randv(LS_GEMV_PEND_ROWS * (size_t)k, 0.5f);
     const std::vector<float> xr = pend_taken(x, p);
     dev<uint16_t> dW((size_t)n * k);
-    dev<float> dx(k), dnw(k), dp(2 * (size_t)k), dy(n), dy2(n);
+    dev<float> dx(k), dnw(k), dp(LS_GEMV_PEND_ROWS * (size_t)k), dy(n), dy2(n);
     dW.up(Wb);
     dnw.up(nw);
     dx.up(xr);
@@ -577,9 +591,10 @@ static void test_gemv_argmax(const char *label, int n, int k, bool norm, bool pe
     std::vector<uint16_t> Wb;
     std::vector<float> Wf;
     rand_bf16((size_t)n * k, Wb, Wf);
-    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f), p = randv(2 * (size_t)k, 0.5f);
+    std::vector<float> x = randv(k, 3.0f), nw = randv(k, 1.0f),
+                       p = randv(LS_GEMV_PEND_ROWS * (size_t)k, 0.5f);
     dev<uint16_t> dW((size_t)n * k);
-    dev<float> dx(k), dnw(k), dp(2 * (size_t)k), dy(n), dy2(n);
+    dev<float> dx(k), dnw(k), dp(LS_GEMV_PEND_ROWS * (size_t)k), dy(n), dy2(n);
     dev<unsigned long long> dkey(1);
     dev<int> dpick(1), dpos(1);
     dnw.up(nw);
@@ -1167,7 +1182,8 @@ static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bo
     std::vector<float> inv(hd / 2);
     ref_rope_inv_freq(inv.data(), hd, 500000.0f, LS_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192);
     // the pending sum, and x with it taken in (the value every path must see)
-    std::vector<float> xp = pend ? randv(2 * (size_t)k, 0.5f) : std::vector<float>(),
+    std::vector<float> xp =
+                           pend ? randv(LS_GEMV_PEND_ROWS * (size_t)k, 0.5f) : std::vector<float>(),
                        xr = pend ? pend_taken(x, xp) : x;
 
     // reference: the CPU's rmsnorm, matmul and rope
@@ -1182,7 +1198,8 @@ static void test_gemv_rope(const char *label, int hq, int hkv, int hd, int k, bo
 
     const size_t csz = (size_t)hkv * max_ctx * hd;
     dev<uint16_t> dW((size_t)n * k), dkc(csz), dvc(csz), dkc2(csz), dvc2(csz);
-    dev<float> dx(k), dnw(k), db(n), dinv(inv.size()), dy(n), dy2(n), dxp(pend ? 2 * k : 1), dxr(k);
+    dev<float> dx(k), dnw(k), db(n), dinv(inv.size()), dy(n), dy2(n),
+        dxp(pend ? LS_GEMV_PEND_ROWS * k : 1), dxr(k);
     dev<int> dpos(1);
     dW.up(Wb);
     dnw.up(nw);
