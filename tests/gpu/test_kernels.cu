@@ -398,7 +398,30 @@ static void test_gemv_gu_swiglu(const char *label, int f, int k, bool norm, bool
     }
     report(expect_taken, "%s: taken by the one-position kernel", name);
     std::vector<float> h = dh.down();
-    check(name, compare(h.data(), ref.data(), f), TOL_GEMV, TOL_GEMV);
+    // The GPU sums in another order, so an output whose g or u cancels (one output of 64 inputs
+    // can) is off relative to itself by far more than the sum's rounding. So each output may
+    // also be held to its first-order bound from its products' magnitudes,
+    // TOL_GEMV x (|silu'(g) u| sum_j |Wg_j x_j| + |silu(g)| sum_j |Wu_j x_j|)
+    size_t over = 0;
+    double worst = 0.0;
+    for (int i = 0; i < f; i++) {
+        double ag = 0.0, au = 0.0;
+        for (int j = 0; j < k; j++) {
+            ag += fabs((double)Wf[(size_t)i * k + j] * xin[j]);
+            au += fabs((double)Wf[(size_t)(f + i) * k + j] * xin[j]);
+        }
+        const double g = gu[i], u = gu[f + i], sg = 1.0 / (1.0 + exp(-g));
+        const double bound =
+            TOL_GEMV * (fabs(sg * (1.0 + g * (1.0 - sg)) * u) * ag + fabs(g * sg) * au);
+        const double d = fabs((double)h[i] - (double)ref[i]);
+        over += !(d <= bound);
+        worst = std::max(worst, bound > 0.0 ? d / bound : d > 0.0 ? INFINITY : 0.0);
+    }
+    const err e = compare(h.data(), ref.data(), f);
+    report(e.finite && ((e.rel <= TOL_GEMV && e.max <= TOL_GEMV) || over == 0),
+           "%s: rel %.2e, max %.2e (tol %.0e); each output within its products' bound: %zu "
+           "over, the worst at %.2f of it",
+           name, e.rel, e.max, TOL_GEMV, over, worst);
 }
 
 // one rank's MLP in one kernel (ls_gemv_mlp, the down split along its inputs and read
