@@ -392,7 +392,9 @@ struct gemv_fd {
     const float *xpend; // x's pending sum [LS_GEMV_PEND_ROWS][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
     unsigned long long *am_key; // AM: the word the blocks' largest are folded into
-    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds
+    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds,
+                 // 3 half of each block's lo adds (by chunk and block parity), 4 the lo adds in
+                 // three rows by block % 3 (the hi row the third; no hi adds)
 };
 
 // AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
@@ -710,23 +712,26 @@ static __global__ void __launch_bounds__(NT, 1)
                     float hi[4], lo[4];
                     for (int e = 0; e < 4; e++) pending_split(acc[h4 + e], E, hi[e], lo[e]);
                     // lo into the row of the block's parity (the pending sum, above)
-                    float *oh = fd.out + 8 * c8 + h4,
-                          *ol = fd.out + (1 + (blockIdx.x & 1)) * (size_t)k + 8 * c8 + h4;
+                    const int lab = fd.lab_red;
+                    const int lrow = lab == 4 ? blockIdx.x % 3 : 1 + (blockIdx.x & 1);
+                    float *oh = fd.out + 8 * c8 + h4, *ol = fd.out + lrow * (size_t)k + 8 * c8 + h4;
+                    const bool add_lo =
+                        lab < 2 || lab == 4 || (lab == 3 && !((c8 ^ (int)blockIdx.x) & 1));
                     // hi is non-zero where a partial reaches the input's RMS (on random inputs,
                     // nearly everywhere: test_kernels' gemv_mlp cases)
                     const bool any_hi = hi[0] != 0.0f || hi[1] != 0.0f || hi[2] != 0.0f ||
                                         hi[3] != 0.0f;
 #if __CUDA_ARCH__ >= 900
-                    if (fd.lab_red < 2)
+                    if (add_lo)
                         atomicAdd(reinterpret_cast<float4 *>(ol),
                                   make_float4(lo[0], lo[1], lo[2], lo[3]));
-                    if (any_hi && fd.lab_red == 0)
+                    if (any_hi && lab == 0)
                         atomicAdd(reinterpret_cast<float4 *>(oh),
                                   make_float4(hi[0], hi[1], hi[2], hi[3]));
 #else
-                    if (fd.lab_red < 2)
+                    if (add_lo)
                         for (int e = 0; e < 4; e++) atomicAdd(ol + e, lo[e]);
-                    if (any_hi && fd.lab_red == 0)
+                    if (any_hi && lab == 0)
                         for (int e = 0; e < 4; e++) atomicAdd(oh + e, hi[e]);
 #endif
                 }
@@ -864,13 +869,18 @@ static void shapes_from_env(void)
     if (mi && (!strcmp(mi, "2") || !strcmp(mi, "4") || !strcmp(mi, "8")))
         g_mlp_inflight = mi[0] - '0';
     const char *lr = getenv("LOCKSTEP_LAB_MLP_RED");
-    if (lr && (!strcmp(lr, "hi") || !strcmp(lr, "none"))) {
-        g_lab_red = lr[0] == 'h' ? 1 : 2;
-        fprintf(stderr,
-                "lockstep: LOCKSTEP_LAB_MLP_RED=%s: the fused MLP %s (timing only: the "
-                "results are wrong)\n",
-                lr, g_lab_red == 1 ? "leaves out the hi adds" : "leaves out every add");
-    }
+    static const char *const lab_red[] = {"hi", "none", "half", "three"};
+    static const char *const lab_red_what[] = {
+        "leaves out the hi adds", "leaves out every add", "leaves out half of each block's lo adds",
+        "adds lo in three rows by block % 3 (the hi row the third; no hi adds)"};
+    for (int i = 0; lr && i < 4; i++)
+        if (!strcmp(lr, lab_red[i])) {
+            g_lab_red = i + 1;
+            fprintf(stderr,
+                    "lockstep: LOCKSTEP_LAB_MLP_RED=%s: the fused MLP %s (timing only: the "
+                    "results are wrong)\n",
+                    lr, lab_red_what[i]);
+        }
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
