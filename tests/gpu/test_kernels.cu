@@ -420,7 +420,7 @@ static void test_gemv_gu_swiglu(const char *label, int f, int k, bool norm, bool
     const err e = compare(h.data(), ref.data(), f);
     report(e.finite && ((e.rel <= TOL_GEMV && e.max <= TOL_GEMV) || over == 0),
            "%s: rel %.2e, max %.2e (tol %.0e); each output within its products' bound: %zu "
-           "over, the worst at %.2f of it",
+           "over, the worst at %.2e of it",
            name, e.rel, e.max, TOL_GEMV, over, worst);
 }
 
