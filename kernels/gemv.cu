@@ -395,6 +395,8 @@ struct gemv_fd {
     int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds,
                  // 3 half of each block's lo adds (by chunk and block parity), 4 the lo adds in
                  // three rows by block % 3 (the hi row the third; no hi adds)
+    int bulk;    // FD with two row sets or more: the block's lo added by one bulk reduction
+                 // (LOCKSTEP_MLP_BULK)
 };
 
 // AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
@@ -697,7 +699,9 @@ static __global__ void __launch_bounds__(NT, 1)
                 }
             }
             // the row sets' sums in part order, then the block's partial output
-            float *comb = psum + rows * ps + rows / 2; // (RS - 1) x k floats
+            // (RS - 1) x k floats, 16-byte aligned: bulk, the first k then take the block's lo
+            float *comb = psum + ((rows * ps + rows / 2 + 3) & ~3);
+            const bool bulk = fd.bulk && RS >= 2;
             if (part > 0 && part < RS)
                 for (int e = 0; e < 8; e++) comb[(size_t)(part - 1) * k + 8 * c8 + e] = acc[e];
             __syncthreads();
@@ -715,8 +719,12 @@ static __global__ void __launch_bounds__(NT, 1)
                     const int lab = fd.lab_red;
                     const int lrow = lab == 4 ? blockIdx.x % 3 : 1 + (blockIdx.x & 1);
                     float *oh = fd.out + 8 * c8 + h4, *ol = fd.out + lrow * (size_t)k + 8 * c8 + h4;
-                    const bool add_lo =
-                        lab < 2 || lab == 4 || (lab == 3 && !((c8 ^ (int)blockIdx.x) & 1));
+                    const bool add_lo = !bulk && (lab < 2 || lab == 4 ||
+                                                  (lab == 3 && !((c8 ^ (int)blockIdx.x) & 1)));
+                    // bulk: this thread's lo where it read its row sets' sums (its own 8)
+                    if (bulk)
+                        *reinterpret_cast<float4 *>(comb + 8 * c8 + h4) =
+                            make_float4(lo[0], lo[1], lo[2], lo[3]);
                     // hi is non-zero where a partial reaches the input's RMS (on random inputs,
                     // nearly everywhere: test_kernels' gemv_mlp cases)
                     const bool any_hi = hi[0] != 0.0f || hi[1] != 0.0f || hi[2] != 0.0f ||
@@ -735,6 +743,25 @@ static __global__ void __launch_bounds__(NT, 1)
                         for (int e = 0; e < 4; e++) atomicAdd(oh + e, hi[e]);
 #endif
                 }
+            }
+            // bulk: the block's lo into its row by one reduction of the TMA unit, which the L2
+            // takes a line at a time instead of 1024 vector atomics (the same exact adds);
+            // the shared memory must stay until it is read
+            if (bulk) {
+#if __CUDA_ARCH__ >= 900
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                __syncthreads();
+                if (threadIdx.x == 0) {
+                    float *dst = fd.out + (1 + (blockIdx.x & 1)) * (size_t)k;
+                    asm volatile(
+                        "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], "
+                        "%2;" ::"l"(dst),
+                        "r"((unsigned)__cvta_generic_to_shared(comb)), "r"((unsigned)k * 4u)
+                        : "memory");
+                    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                }
+#endif
             }
         }
     } else {
@@ -858,6 +885,8 @@ static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 static int g_mlp_inflight = 4; // the fused MLP's down loads in flight a thread: 2, 4 or 8
 static int g_lab_red;          // gemv_fd.lab_red for the fused MLP (timing only)
+static int g_mlp_bulk;         // the fused MLP's lo by one bulk reduction; LOCKSTEP_MLP_BULK=0|1
+static int g_mlp_bulked;       // whether the last fused MLP launched took it so
 
 static void shapes_from_env(void)
 {
@@ -881,6 +910,8 @@ static void shapes_from_env(void)
                     "results are wrong)\n",
                     lr, lab_red_what[i]);
         }
+    const char *mb = getenv("LOCKSTEP_MLP_BULK");
+    if (mb && (!strcmp(mb, "0") || !strcmp(mb, "1"))) g_mlp_bulk = mb[0] - '0';
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -1026,9 +1057,9 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     if (acc == 4 && grid > PEND_MAX_BLOCKS) return false; // the pending sum's lo bound
     const int rows = (pairs ? 2 : 1) * ((units + grid - 1) / grid);
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
-    // odd stride: no bank conflicts; FD: then h and the row sets' sums
+    // odd stride: no bank conflicts; FD: then h and the row sets' sums (from a 16-byte boundary)
     const size_t smem = ((size_t)rows * (slots | 1) +
-                         (acc == 4 ? (size_t)rows / 2 + (size_t)(nt / (k / 8) - 1) * k : 0)) *
+                         (acc == 4 ? (size_t)rows / 2 + 3 + (size_t)(nt / (k / 8) - 1) * k : 0)) *
                         sizeof(float);
     if (smem > smem_max) return false;
     if (check) return true;
@@ -1235,8 +1266,13 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
     fd.out = pend;
     shapes_from_env();
     fd.lab_red = g_lab_red;
-    return xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
-                       norm_w, eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
+    // two row sets or more (k <= 4096 at 1024 threads): the first holds the block's lo
+    fd.bulk = g_mlp_bulk && at.di.major >= 9 && k / 8 <= 512;
+    const bool launched =
+        xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
+                    norm_w, eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
+    if (launched) g_mlp_bulked = fd.bulk;
+    return launched;
 }
 
 extern "C" int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x,
@@ -1274,6 +1310,19 @@ extern "C" int ls_gemv_set_mlp_inflight(int n)
     const int old = g_mlp_inflight;
     if (n == 2 || n == 4 || n == 8) g_mlp_inflight = n;
     return old;
+}
+
+extern "C" int ls_gemv_set_mlp_bulk(int on)
+{
+    shapes_from_env();
+    const int old = g_mlp_bulk;
+    g_mlp_bulk = on != 0;
+    return old;
+}
+
+extern "C" int ls_gemv_mlp_bulked(void)
+{
+    return g_mlp_bulked;
 }
 
 extern "C" int ls_gemv_shapes(void)

@@ -102,6 +102,13 @@ int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, c
  * it; LOCKSTEP_MLP_INFLIGHT sets it too). Returns the previous setting. */
 int ls_gemv_set_mlp_inflight(int n);
 
+/* The fused MLP's lo adds (0, the default: 1024 vector atomics a block; 1: one bulk reduction
+ * of the TMA unit a block, from shared memory, where the device has one and k <= 4096;
+ * LOCKSTEP_MLP_BULK sets it too). The same bits either way. Returns the previous setting.
+ * ls_gemv_mlp_bulked: whether the last ls_gemv_mlp launch took the bulk form. */
+int ls_gemv_set_mlp_bulk(int on);
+int ls_gemv_mlp_bulked(void);
+
 /* One position: y += W . x as ls_gemv_ex with accumulate, each updated y[r] also stored in
  * y2[r] (the fused MLP's input copy). pend (or NULL): y's pending sum [LS_GEMV_PEND_ROWS][n]
  * (ls_gemv_mlp), taken into y first where pend_live, as (y[r] + pend[r]) + (pend[n + r] +
