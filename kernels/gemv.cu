@@ -699,9 +699,10 @@ static __global__ void __launch_bounds__(NT, 1)
                 }
             }
             // the row sets' sums in part order, then the block's partial output
-            // (RS - 1) x k floats, 16-byte aligned: bulk, the first k then take the block's lo
-            float *comb = psum + ((rows * ps + rows / 2 + 3) & ~3);
+            // (RS - 1) x k floats; bulk: from a 16-byte boundary, the first k then taking the
+            // block's lo
             const bool bulk = fd.bulk && RS >= 2;
+            float *comb = psum + (bulk ? (rows * ps + rows / 2 + 3) & ~3 : rows * ps + rows / 2);
             if (part > 0 && part < RS)
                 for (int e = 0; e < 8; e++) comb[(size_t)(part - 1) * k + 8 * c8 + e] = acc[e];
             __syncthreads();
