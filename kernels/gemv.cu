@@ -426,9 +426,9 @@ static __device__ __forceinline__ void gemv_argmax_tail(unsigned long long *word
 // output 2^24 times its input's RMS would be rounded, in some order). hi - v is exact (Sterbenz:
 // |v - hi| <= R <= |hi| / 2 when hi is not 0). Each partial is off by at most R / 2^17 (~1e-5 of
 // the input's RMS in all, across the 132 partials of an H200), far below the bf16 weights'
-// rounding. Two lo rows, because an address's atomics are taken in turn at the L2: all 132 on
-// one row held the MLP's tail ~1.1 us a layer longer than 66 on each (BENCHMARKS.md, forty-seventh
-// session); the readers' one load more costs less.
+// rounding. Two lo rows, because an address's atomics are taken in turn at the L2: 66 on each
+// row instead of 132 on one took the MLP's tail 0.5 us a layer shorter on one machine and 1.65
+// on another (BENCHMARKS.md, forty-seventh session); the readers' one load more costs less.
 #define PEND_LO_BITS    16
 #define PEND_MAX_BLOCKS 255
 

@@ -85,9 +85,9 @@ struct ls_backend {
      * x += Wo . att with xin = x after it (a copy the MLP reads), then the MLP of xin
      * (rmsnorm(xin) * nw, gate+up, SwiGLU, down) in one operation that reads the down matrix
      * transposed (downT, [f][dim], from transpose_in_place). The MLP's output is left in pend
-     * [LS_PEND_ROWS][dim] as x's pending sum: x then stands for (x[i] + pend[i]) + (pend[dim + i]
-     * + pend[2 dim + i]) until the
-     * next attn_out_mlp takes it in (pend_live: pend holds one; else it is only zeroed first);
+     * [LS_PEND_ROWS][dim] as x's pending sum: x then stands for (x[i] + pend[i]) +
+     * (pend[dim + i] + pend[2 dim + i]) until the next attn_out_mlp takes it in (pend_live: pend
+     * holds one; else it is only zeroed first);
      * matmul_rope_kv and matmul_rmsnorm_pend read x with it. The same bits in every run (the
      * CUDA kernel's partial sums are exact in any order; see kernels/gemv.h). Returns 0, having
      * done nothing, where the o GEMV's shapes are not taken; attn_out_mlp_takes says for both

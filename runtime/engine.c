@@ -35,8 +35,8 @@ struct ls_engine {
     float *logits;       /* [vocab]: logits_all itself when the slices tile the vocabulary */
     float *pairs;        /* [tp][2] a greedy step's choice from every rank's slice (local_greedy) */
     void **kc, **vc;     /* [n_layers] KV cache, backend format */
-    float *pend; /* [LS_PEND_ROWS][dim] x's pending sum, the fused MLP's output; NULL: the fused
-                  * MLP does not run */
+    float *pend;         /* [LS_PEND_ROWS][dim] x's pending sum (the fused MLP's output); NULL:
+                          * the fused MLP does not run */
     float *xpend;        /* pend after a chunk whose last layer left x a pending sum, else NULL */
     double *u;           /* the step's uniform draw (backend memory), when sampling */
     void *sample_ws;     /* the backend's sampling workspace */
