@@ -746,8 +746,9 @@ static __global__ void __launch_bounds__(NT, 1)
                 }
             }
             // bulk: the block's lo into its row by one reduction of the TMA unit, which the L2
-            // takes a line at a time instead of 1024 vector atomics (the same exact adds);
-            // the shared memory must stay until it is read
+            // takes a line at a time instead of 1024 vector atomics (the same exact adds); the
+            // block waits for the reduction to complete (not only for its read of shared memory),
+            // so that it is done when the grid is, as the atomics are
             if (bulk) {
 #if __CUDA_ARCH__ >= 900
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -760,7 +761,7 @@ static __global__ void __launch_bounds__(NT, 1)
                         "r"((unsigned)__cvta_generic_to_shared(comb)), "r"((unsigned)k * 4u)
                         : "memory");
                     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-                    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
                 }
 #endif
             }
