@@ -396,7 +396,7 @@ struct gemv_fd {
                  // 3 half of each block's lo adds (by chunk and block parity), 4 the lo adds in
                  // three rows by block % 3 (the hi row the third; no hi adds)
     int bulk;    // FD with two row sets or more: the block's lo added by one bulk reduction
-                 // (LOCKSTEP_MLP_BULK)
+                 // (LOCKSTEP_MLP_BULK): 1 into its parity's row, 2 every block into the first
 };
 
 // AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
@@ -754,7 +754,7 @@ static __global__ void __launch_bounds__(NT, 1)
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 __syncthreads();
                 if (threadIdx.x == 0) {
-                    float *dst = fd.out + (1 + (blockIdx.x & 1)) * (size_t)k;
+                    float *dst = fd.out + (fd.bulk == 2 ? 1 : 1 + (blockIdx.x & 1)) * (size_t)k;
                     asm volatile(
                         "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], "
                         "%2;" ::"l"(dst),
@@ -887,7 +887,7 @@ static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 static int g_mlp_inflight = 4; // the fused MLP's down loads in flight a thread: 2, 4 or 8
 static int g_lab_red;          // gemv_fd.lab_red for the fused MLP (timing only)
-static int g_mlp_bulk;         // the fused MLP's lo by one bulk reduction; LOCKSTEP_MLP_BULK=0|1
+static int g_mlp_bulk;         // the fused MLP's lo by one bulk reduction; LOCKSTEP_MLP_BULK=0|1|2
 static int g_mlp_bulked;       // whether the last fused MLP launched took it so
 
 static void shapes_from_env(void)
@@ -913,7 +913,7 @@ static void shapes_from_env(void)
                     lr, lab_red_what[i]);
         }
     const char *mb = getenv("LOCKSTEP_MLP_BULK");
-    if (mb && (!strcmp(mb, "0") || !strcmp(mb, "1"))) g_mlp_bulk = mb[0] - '0';
+    if (mb && mb[0] >= '0' && mb[0] <= '2' && !mb[1]) g_mlp_bulk = mb[0] - '0';
     const char *sf = getenv("LOCKSTEP_GEMV_SILU");
     if (sf && !strcmp(sf, "exact")) g_silu_fast = 0;
     const char *e = getenv("LOCKSTEP_GEMV");
@@ -1269,7 +1269,7 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
     shapes_from_env();
     fd.lab_red = g_lab_red;
     // two row sets or more (k <= 4096 at 1024 threads): the first holds the block's lo
-    fd.bulk = g_mlp_bulk && at.di.major >= 9 && k / 8 <= 512;
+    fd.bulk = at.di.major >= 9 && k / 8 <= 512 ? g_mlp_bulk : 0;
     const bool launched =
         xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
                     norm_w, eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);
@@ -1318,7 +1318,7 @@ extern "C" int ls_gemv_set_mlp_bulk(int on)
 {
     shapes_from_env();
     const int old = g_mlp_bulk;
-    g_mlp_bulk = on != 0;
+    if (on >= 0 && on <= 2) g_mlp_bulk = on;
     return old;
 }
 

@@ -103,9 +103,11 @@ int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, c
 int ls_gemv_set_mlp_inflight(int n);
 
 /* The fused MLP's lo adds (0, the default: 1024 vector atomics a block; 1: one bulk reduction
- * of the TMA unit a block, from shared memory, where the device has one and k <= 4096;
- * LOCKSTEP_MLP_BULK sets it too). The same bits either way. Returns the previous setting.
- * ls_gemv_mlp_bulked: whether the last ls_gemv_mlp launch took the bulk form. */
+ * of the TMA unit a block, from shared memory, into the row of the block's parity, where the
+ * device has one and k <= 4096; 2: the same, every block into the first lo row, the second left
+ * zero; LOCKSTEP_MLP_BULK sets it too; others leave it). The same x' either way, and with 0 and 1
+ * the same bits in each row. Returns the previous setting. ls_gemv_mlp_bulked: the form the last
+ * ls_gemv_mlp launch took (0 where the bulk form does not apply). */
 int ls_gemv_set_mlp_bulk(int on);
 int ls_gemv_mlp_bulked(void);
 

@@ -521,31 +521,37 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
     }
     CHECK_CUDA(cudaGetLastError());
     report(differ == 0, "%s: four more launches the same bits (%zu differ)", name, differ);
-    // the lo adds by one bulk reduction a block (ls_gemv_set_mlp_bulk): the same bits, taken
-    // where the device has the TMA unit and k <= 4096
+    // the lo adds by one bulk reduction a block (ls_gemv_set_mlp_bulk), taken where the device
+    // has the TMA unit and k <= 4096: form 1 the atomics' bits in every row, form 2 (one lo row)
+    // the same x'
     int dev = 0, major = 0;
     CHECK_CUDA(cudaGetDevice(&dev));
     CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    const int old = ls_gemv_set_mlp_bulk(1);
-    size_t bulk_differ = 0;
-    int bulked = 1;
-    for (int r = 0; r < 2; r++) {
-        dpend.up(zeros);
-        with_input(dx, x, pdl, [&] {
-            ls_gemv_mlp(dpend.p, dx.p, dgu.p, ddt.p, norm ? dnw.p : nullptr, eps, f, k, nullptr);
-        });
-        CHECK_CUDA(cudaGetLastError());
-        bulked &= ls_gemv_mlp_bulked();
-        const std::vector<float> pb = dpend.down();
-        for (size_t i = 0; i < pb.size(); i++)
-            bulk_differ += memcmp(&pb[i], &pend[i], sizeof(float)) != 0;
-    }
-    ls_gemv_set_mlp_bulk(old);
     const bool want_bulk = major >= 9 && k / 8 <= 512;
-    report(bulked == (int)want_bulk, "%s: the bulk form %s (expected %s)", name,
-           bulked ? "taken" : "not taken", want_bulk ? "taken" : "not");
-    report(bulk_differ == 0, "%s: the bulk form's two launches give the atomics' bits (%zu differ)",
-           name, bulk_differ);
+    for (int form = 1; form <= 2; form++) {
+        const int old = ls_gemv_set_mlp_bulk(form);
+        size_t differ_b = 0;
+        bool took = true;
+        for (int r = 0; r < 2; r++) {
+            dpend.up(zeros);
+            with_input(dx, x, pdl, [&] {
+                ls_gemv_mlp(dpend.p, dx.p, dgu.p, ddt.p, norm ? dnw.p : nullptr, eps, f, k,
+                            nullptr);
+            });
+            CHECK_CUDA(cudaGetLastError());
+            took = took && ls_gemv_mlp_bulked() == (want_bulk ? form : 0);
+            const std::vector<float> pb = dpend.down();
+            const std::vector<float> a = form == 1 ? pb : pend_taken(out0, pb),
+                                     b = form == 1 ? pend : o;
+            for (size_t i = 0; i < a.size(); i++)
+                differ_b += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+        }
+        ls_gemv_set_mlp_bulk(old);
+        report(took, "%s: bulk form %d %s", name, form,
+               want_bulk ? "taken" : "not taken (as expected)");
+        report(differ_b == 0, "%s: bulk form %d, two launches: %s as the atomics' (%zu differ)",
+               name, form, form == 1 ? "the same bits in every row" : "the same x'", differ_b);
+    }
 }
 
 // y += W . x with each updated y also in y2 (ls_gemv_residual_copy): y bitwise ls_gemv_ex's
