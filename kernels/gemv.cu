@@ -1266,8 +1266,7 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
     gemv_fd fd = {};
     fd.dt = (const uint4 *)DT;
     fd.out = pend;
-    shapes_from_env();
-    fd.lab_red = g_lab_red;
+    fd.lab_red = g_lab_red; // the switches read by mlp_takes (xreg_ready)
     // two row sets or more (k <= 4096 at 1024 threads): the first holds the block's lo
     fd.bulk = at.di.major >= 9 && k / 8 <= 512 ? g_mlp_bulk : 0;
     const bool launched =
