@@ -887,7 +887,7 @@ static int g_xreg = 3;
 static int g_silu_fast = 1; // GEMV_IN_SWIGLU_FAST; LOCKSTEP_GEMV_SILU=exact: 0
 static int g_mlp_inflight = 4; // the fused MLP's down loads in flight a thread: 2, 4 or 8
 static int g_lab_red;          // gemv_fd.lab_red for the fused MLP (timing only)
-static int g_mlp_bulk;         // the fused MLP's lo by one bulk reduction; LOCKSTEP_MLP_BULK=0|1|2
+static int g_mlp_bulk = 1;     // the fused MLP's lo by one bulk reduction; LOCKSTEP_MLP_BULK=0|1|2
 static int g_mlp_bulked;       // whether the last fused MLP launched took it so
 
 static void shapes_from_env(void)
@@ -1268,7 +1268,8 @@ extern "C" int ls_gemv_mlp(float *pend, const float *x, const uint16_t *Wgu, con
     fd.out = pend;
     fd.lab_red = g_lab_red; // the switches read by mlp_takes (xreg_ready)
     // two row sets or more (k <= 4096 at 1024 threads): the first holds the block's lo
-    fd.bulk = at.di.major >= 9 && k / 8 <= 512 ? g_mlp_bulk : 0;
+    // (the lab's forms change the atomics: with one, none)
+    fd.bulk = at.di.major >= 9 && k / 8 <= 512 && !g_lab_red ? g_mlp_bulk : 0;
     const bool launched =
         xreg_launch(nullptr, Wgu, x, nullptr, 2 * f, k, norm_w ? GEMV_IN_NORM : GEMV_IN_PLAIN, 4,
                     norm_w, eps, at.di, at.smem_max, (cudaStream_t)stream, {}, fd);

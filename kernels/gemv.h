@@ -102,12 +102,13 @@ int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const float *x, c
  * it; LOCKSTEP_MLP_INFLIGHT sets it too). Returns the previous setting. */
 int ls_gemv_set_mlp_inflight(int n);
 
-/* The fused MLP's lo adds (0, the default: 1024 vector atomics a block; 1: one bulk reduction
+/* The fused MLP's lo adds (0: 1024 vector atomics a block; 1, the default: one bulk reduction
  * of the TMA unit a block, from shared memory, into the row of the block's parity, where the
  * device has one and k <= 4096; 2: the same, every block into the first lo row, the second left
- * zero; LOCKSTEP_MLP_BULK sets it too; others leave it). The same x' either way, and with 0 and 1
- * the same bits in each row. Returns the previous setting. ls_gemv_mlp_bulked: the form the last
- * ls_gemv_mlp launch took (0 where the bulk form does not apply). */
+ * zero; LOCKSTEP_MLP_BULK sets it too; others leave it; a LOCKSTEP_LAB_MLP_RED form takes 0). The
+ * same x' either way, and with 0 and 1 the same bits in each row. Returns the previous setting.
+ * ls_gemv_mlp_bulked: the form the last ls_gemv_mlp launch took (0 where the bulk form does not
+ * apply). */
 int ls_gemv_set_mlp_bulk(int on);
 int ls_gemv_mlp_bulked(void);
 

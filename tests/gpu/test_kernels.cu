@@ -441,6 +441,8 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
     snprintf(name, sizeof name, "gemv_mlp %s f=%d k=%d%s%s", label, f, k, norm ? " norm-in" : "",
              pdl ? " pdl" : "");
     const float eps = 1e-5f;
+    // the atomics' form first (the reference of the bulk forms below), whatever the default
+    const int bulk_default = ls_gemv_set_mlp_bulk(0);
     std::vector<uint16_t> Wgu, Wd;
     std::vector<float> Wguf, Wdf;
     rand_bf16((size_t)2 * f * k, Wgu, Wguf);
@@ -486,6 +488,7 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
                expect_taken ? "expected to be" : "as expected");
         std::vector<float> o = dpend.down();
         report(o == zeros, "%s: the pending sum untouched when not taken", name);
+        ls_gemv_set_mlp_bulk(bulk_default);
         return;
     }
     report(expect_taken, "%s: taken", name);
@@ -552,6 +555,7 @@ static void test_gemv_mlp(const char *label, int f, int k, bool norm, bool expec
         report(differ_b == 0, "%s: bulk form %d, two launches: %s as the atomics' (%zu differ)",
                name, form, form == 1 ? "the same bits in every row" : "the same x'", differ_b);
     }
+    ls_gemv_set_mlp_bulk(bulk_default);
 }
 
 // y += W . x with each updated y also in y2 (ls_gemv_residual_copy): y bitwise ls_gemv_ex's
