@@ -20,7 +20,7 @@ if HAVE_CUDA
 # ... and the attention kernels for sm_80 too (--with-cuda-arch=sm_80 is offered; they use
 # thread-block clusters where the device has them)
 check_DATA = kernels/attention.sm80.o
-CLEANFILES += kernels/attention.sm80.o
+CLEANFILES += kernels/attention.sm80.o kernels/*.o.ptxas
 kernels/attention.sm80.o: $(top_srcdir)/kernels/attention.cu $(top_srcdir)/kernels/attention.h \
 		$(top_srcdir)/kernels/bulk_shape.h $(top_srcdir)/kernels/pdl.cuh $(top_srcdir)/kernels/device.cuh
 	@$(MKDIR_P) kernels

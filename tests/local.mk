@@ -1,7 +1,8 @@
 # tests/: TAP everywhere. Unit tests are CUnit programs that link only the sources they test
 # (plus tests/unit/cunit_tap.c); integration tests are shell scripts run through mpirun on CPUs.
 EXTRA_DIST += tests/integration/lib.sh tests/fixtures
-TESTS += tests/integration/info.sh tests/integration/cli_errors.sh tests/integration/faults.sh
+TESTS += tests/integration/info.sh tests/integration/cli_errors.sh tests/integration/faults.sh \
+	tests/integration/spills.sh
 
 check_PROGRAMS += tests/unit/test_bootstrap
 tests_unit_test_bootstrap_SOURCES = tests/unit/test_bootstrap.c tests/unit/cunit_tap.c \
