@@ -700,8 +700,8 @@ static __global__ void __launch_bounds__(NT, 1)
             }
             // the row sets' sums in part order, then the block's partial output
             // (RS - 1) x k floats from a 16-byte boundary; bulk: the first k then taking the
-            // block's lo (the boundary in both forms: chosen by fd.bulk at run time, the offset
-            // cost the MLP kernels 16-40 bytes of spills)
+            // block's lo (the boundary in both forms: an offset chosen by fd.bulk at run time
+            // made ptxas spill 16-40 bytes in the MLP kernels)
             const bool bulk = fd.bulk && RS >= 2;
             float *comb = psum + ((rows * ps + rows / 2 + 3) & ~3);
             if (part > 0 && part < RS)
