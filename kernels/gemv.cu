@@ -392,9 +392,7 @@ struct gemv_fd {
     const float *xpend; // x's pending sum [LS_GEMV_PEND_ROWS][k], or NULL
     int pend_live;      // ACC: pend holds a sum (else it is only zeroed)
     unsigned long long *am_key; // AM: the word the blocks' largest are folded into
-    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds,
-                 // 3 half of each block's lo adds (by chunk and block parity), 4 the lo adds in
-                 // three rows by block % 3 (the hi row the third; no hi adds)
+    int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds
     int bulk;    // FD with two row sets or more: the block's lo added by one bulk reduction
                  // (LOCKSTEP_MLP_BULK): 1 into its parity's row, 2 every block into the first
 };
@@ -703,11 +701,13 @@ static __global__ void __launch_bounds__(NT, 1)
             // block's lo (the boundary in both forms: an offset chosen by fd.bulk at run time
             // made ptxas spill 16-40 bytes in the MLP kernels)
             const bool bulk = fd.bulk && RS >= 2;
+            const int lrow = 1 + (blockIdx.x & 1); // lo's row: the block's parity (pending sum)
             float *comb = psum + ((rows * ps + rows / 2 + 3) & ~3);
             if (part > 0 && part < RS)
                 for (int e = 0; e < 8; e++) comb[(size_t)(part - 1) * k + 8 * c8 + e] = acc[e];
             __syncthreads();
             if (part == 0) {
+                const bool add_lo = !bulk && fd.lab_red < 2;
                 for (int p2 = 1; p2 < RS; p2++)
                     for (int e = 0; e < 8; e++) acc[e] += comb[(size_t)(p2 - 1) * k + 8 * c8 + e];
                 // the pending sum's grids (pending_split), from the norm's scale (plain input:
@@ -717,12 +717,7 @@ static __global__ void __launch_bounds__(NT, 1)
                 for (int h4 = 0; h4 < 8; h4 += 4) {
                     float hi[4], lo[4];
                     for (int e = 0; e < 4; e++) pending_split(acc[h4 + e], E, hi[e], lo[e]);
-                    // lo into the row of the block's parity (the pending sum, above)
-                    const int lab = fd.lab_red;
-                    const int lrow = lab == 4 ? blockIdx.x % 3 : 1 + (blockIdx.x & 1);
                     float *oh = fd.out + 8 * c8 + h4, *ol = fd.out + lrow * (size_t)k + 8 * c8 + h4;
-                    const bool add_lo = !bulk && (lab < 2 || lab == 4 ||
-                                                  (lab == 3 && !((c8 ^ (int)blockIdx.x) & 1)));
                     // bulk: this thread's lo where it read its row sets' sums (its own 8)
                     if (bulk)
                         *reinterpret_cast<float4 *>(comb + 8 * c8 + h4) =
@@ -735,13 +730,13 @@ static __global__ void __launch_bounds__(NT, 1)
                     if (add_lo)
                         atomicAdd(reinterpret_cast<float4 *>(ol),
                                   make_float4(lo[0], lo[1], lo[2], lo[3]));
-                    if (any_hi && lab == 0)
+                    if (any_hi && fd.lab_red == 0)
                         atomicAdd(reinterpret_cast<float4 *>(oh),
                                   make_float4(hi[0], hi[1], hi[2], hi[3]));
 #else
                     if (add_lo)
                         for (int e = 0; e < 4; e++) atomicAdd(ol + e, lo[e]);
-                    if (any_hi && lab == 0)
+                    if (any_hi && fd.lab_red == 0)
                         for (int e = 0; e < 4; e++) atomicAdd(oh + e, hi[e]);
 #endif
                 }
@@ -755,7 +750,7 @@ static __global__ void __launch_bounds__(NT, 1)
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 __syncthreads();
                 if (threadIdx.x == 0) {
-                    float *dst = fd.out + (fd.bulk == 2 ? 1 : 1 + (blockIdx.x & 1)) * (size_t)k;
+                    float *dst = fd.out + (fd.bulk == 2 ? 1 : lrow) * (size_t)k;
                     asm volatile(
                         "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], "
                         "%2;" ::"l"(dst),
@@ -901,11 +896,9 @@ static void shapes_from_env(void)
     if (mi && (!strcmp(mi, "2") || !strcmp(mi, "4") || !strcmp(mi, "8")))
         g_mlp_inflight = mi[0] - '0';
     const char *lr = getenv("LOCKSTEP_LAB_MLP_RED");
-    static const char *const lab_red[] = {"hi", "none", "half", "three"};
-    static const char *const lab_red_what[] = {
-        "leaves out the hi adds", "leaves out every add", "leaves out half of each block's lo adds",
-        "adds lo in three rows by block % 3 (the hi row the third; no hi adds)"};
-    for (int i = 0; lr && i < 4; i++)
+    static const char *const lab_red[] = {"hi", "none"};
+    static const char *const lab_red_what[] = {"leaves out the hi adds", "leaves out every add"};
+    for (int i = 0; lr && i < 2; i++)
         if (!strcmp(lr, lab_red[i])) {
             g_lab_red = i + 1;
             fprintf(stderr,
