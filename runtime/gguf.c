@@ -537,16 +537,22 @@ static int rd_tensor_info(struct reader *r, struct tensor *t, int64_t i)
         rd_fail(r, "type: unknown ggml type %" PRIu32, type);
         return -1;
     }
+    /* the product of the non-zero sizes fits in int64, so that every product of some of them
+     * does: a zero size leaves no element, but the rows ne[1] * ne[2] * ne[3] of a
+     * [0, 2^32, 2^32, 1] tensor would still overflow where a reader takes them */
+    int zero = 0;
+    for (int d = 0; d < 4; d++) zero |= t->pub.ne[d] == 0;
     int64_t nel = 1;
     for (int d = 0; d < 4; d++) {
-        if (__builtin_mul_overflow(nel, t->pub.ne[d], &nel)) {
-            rd_fail(r,
-                    "ne: [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
-                    "] has more than 2^63-1 elements",
-                    t->pub.ne[0], t->pub.ne[1], t->pub.ne[2], t->pub.ne[3]);
+        if (t->pub.ne[d] && __builtin_mul_overflow(nel, t->pub.ne[d], &nel)) {
+            rd_fail(r, "ne: [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] %s 2^63-1",
+                    t->pub.ne[0], t->pub.ne[1], t->pub.ne[2], t->pub.ne[3],
+                    zero ? "has non-zero sizes whose product is more than"
+                         : "has more elements than");
             return -1;
         }
     }
+    if (zero) nel = 0;
     int bs = quant_block_size(t->pub.type);
     if (t->pub.ne[0] % bs) {
         rd_fail(r, "ne[0]: %" PRId64 " is not a multiple of the block size %d of type %s",
@@ -1118,7 +1124,7 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *g, const char
 
 static void tensor_rows_cols(const struct gguf_tensor *t, int64_t *rows, int64_t *cols)
 {
-    /* the product of all four fits in int64 (checked at open), so this one does too */
+    /* the product of the non-zero sizes fits in int64 (checked at open), so this one does too */
     *rows = t->ne[1] * t->ne[2] * t->ne[3];
     *cols = t->ne[0];
 }

@@ -595,7 +595,7 @@ static const struct corruption corruptions[] = {
     {"ne[0] not a block multiple", at_t0_ne0, 33, 8,
      "ne[0]: 33 is not a multiple of the block size 32"},
     {"ne[1] 2^63", at_t0_ne1, 1ull << 63, 8, "ne[1]: 9223372036854775808"},
-    {"element count overflow", at_t0_ne1, 1ull << 62, 8, "more than 2^63-1 elements"},
+    {"element count overflow", at_t0_ne1, 1ull << 62, 8, "has more elements than 2^63-1"},
     {"unknown type 99", at_t0_type, 99, 4, "tensor 't0.w': type: unknown ggml type 99"},
     {"removed type 4", at_t0_type, 4, 4, "unknown ggml type 4"},
     {"offset out of range", at_t2_off, 1ull << 40, 8, "tensor 't2.w': offset: data [offset"},
@@ -641,6 +641,55 @@ static void test_built_corruptions(void)
 }
 
 /* truncated anywhere (every byte through the header region, then a sample), it fails cleanly */
+/* one F32 tensor 'z.w' of the sizes ne (four dimensions), no data: GGUF v3, no metadata */
+static struct gguf_file *open_one_tensor(const uint64_t ne[4], char *e, size_t elen)
+{
+    struct gbuf b = {0};
+    put(&b, "GGUF", 4);
+    put_u32(&b, 3);
+    put_u64(&b, 1); /* tensors */
+    put_u64(&b, 0); /* metadata keys */
+    put_str(&b, "z.w");
+    put_u32(&b, 4);
+    for (int d = 0; d < 4; d++) put_u64(&b, ne[d]);
+    put_u32(&b, QUANT_F32);
+    put_u64(&b, 0);
+    while (b.n % 32) put(&b, "", 1);
+    struct gguf_file *g = open_bytes(b.p, b.n, e, elen);
+    free(b.p);
+    return g;
+}
+
+/* a zero size: the tensor has no elements, but the product of the other sizes must still fit
+ * in int64, since readers take ne[1] * ne[2] * ne[3] as its rows (found by fuzz_gguf: the
+ * rows of a [0, 2^48, 2^42, 1] tensor overflowed) */
+static void test_built_zero_size(void)
+{
+    const uint64_t ok[4] = {0, 1ull << 20, 1ull << 20, 4};
+    struct gguf_file *g = open_one_tensor(ok, err, sizeof err);
+    if (!g) printf("# %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    int64_t rows = -1, cols = -1;
+    CU_ASSERT_EQUAL(gguf_tensor_shape(g, "z.w", &rows, &cols), 0);
+    CU_ASSERT_EQUAL(rows, (int64_t)1 << 42);
+    CU_ASSERT_EQUAL(cols, 0);
+    CU_ASSERT_EQUAL(gguf_tensor_at(g, 0)->bytes, 0);
+    gguf_close(g);
+
+    const uint64_t bad[3][4] = {
+        {0, 1ull << 48, 1ull << 42, 1}, {1ull << 32, 0, 1ull << 31, 2}, {2, 1ull << 62, 1, 0}};
+    for (int i = 0; i < 3; i++) {
+        err[0] = '\0';
+        g = open_one_tensor(bad[i], err, sizeof err);
+        printf("# [%" PRIu64 ", %" PRIu64 ", %" PRIu64 ", %" PRIu64 "] -> %s\n", bad[i][0],
+               bad[i][1], bad[i][2], bad[i][3], g ? "(opened)" : err);
+        CU_ASSERT_PTR_NULL(g);
+        CU_ASSERT(strstr(err, "tensor 'z.w': ne: [") &&
+                  strstr(err, "has non-zero sizes whose product is more than 2^63-1"));
+        gguf_close(g);
+    }
+}
+
 static void test_built_truncations(void)
 {
     struct built m;
@@ -842,6 +891,8 @@ int main(void)
     CU_add_test(s, "reads use only the blocks they need", test_built_reads_only_needed_blocks);
     CU_add_test(s, "each corrupted field is an error naming it", test_built_corruptions);
     CU_add_test(s, "every truncation is an error, not a crash", test_built_truncations);
+    CU_add_test(s, "a zero size: no elements, the other sizes' product checked",
+                test_built_zero_size);
     CU_add_test(s, "random header corruptions fail cleanly or read cleanly",
                 test_built_random_flips);
     CU_add_test(s, "a FIFO or a directory is refused at once", test_not_a_file);
