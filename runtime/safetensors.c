@@ -156,8 +156,10 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
                        "%s: tensor '%s': 'shape': expected at most %d dimensions, found %zu", fname,
                        name, ST_MAX_DIMS, nd);
     t->ndim = (int)nd;
-    uint64_t count = 1;
-    int overflow = 0;
+    /* the non-zero sizes' product (times the dtype's size) must fit, so that a reader's product
+     * of some of them does even where a zero size leaves no element */
+    uint64_t nz = 1;
+    int overflow = 0, zero = 0;
     for (size_t i = 0; i < nd; i++) {
         json_t *e = json_array_get(js, i);
         if (!json_is_integer(e) || json_integer_value(e) < 0)
@@ -166,12 +168,15 @@ static int parse_entry(const char *fname, const char *name, json_t *v, uint64_t 
                 "%s: tensor '%s': 'shape'[%zu]: expected a non-negative integer, found %s", fname,
                 name, i, json_is_integer(e) ? "a negative integer" : ls_json_type_name(e));
         t->shape[i] = (int64_t)json_integer_value(e);
-        if (__builtin_mul_overflow(count, (uint64_t)t->shape[i], &count)) overflow = 1;
+        zero |= t->shape[i] == 0;
+        if (t->shape[i] && __builtin_mul_overflow(nz, (uint64_t)t->shape[i], &nz)) overflow = 1;
     }
     uint64_t nbytes = 0;
-    if (overflow || __builtin_mul_overflow(count, (uint64_t)dtype_size(t->dtype), &nbytes))
-        return ls_errf(err, errlen, "%s: tensor '%s': shape's byte size overflows 64 bits", fname,
-                       name);
+    if (overflow || __builtin_mul_overflow(nz, (uint64_t)dtype_size(t->dtype), &nbytes) ||
+        nbytes > (uint64_t)INT64_MAX)
+        return ls_errf(err, errlen, "%s: tensor '%s': shape's byte size overflows 63 bits%s", fname,
+                       name, zero ? " (its non-zero sizes' product)" : "");
+    if (zero) nbytes = 0;
 
     json_t *jo = json_object_get(v, "data_offsets");
     if (!jo) return ls_errf(err, errlen, "%s: tensor '%s': missing 'data_offsets'", fname, name);

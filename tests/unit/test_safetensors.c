@@ -474,6 +474,26 @@ static void test_rejects_shape_size_mismatch(void)
     expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4],"
                "\"data_offsets\":[0,48]}}",
                48, "'w'", "overflows");
+    /* a zero size leaves no element, but the other sizes' product must still fit, since readers
+     * take products of some of them (the GGUF reader's case, found by its fuzzer) */
+    expect_bad("{\"w\":{\"dtype\":\"BF16\",\"shape\":[0,4294967296,4294967296],"
+               "\"data_offsets\":[0,0]}}",
+               48, "'w'", "overflows 63 bits (its non-zero sizes' product)");
+    expect_bad("{\"w\":{\"dtype\":\"BF16\",\"shape\":[4611686018427387904,0],"
+               "\"data_offsets\":[0,0]}}",
+               48, "'w'", "overflows 63 bits (its non-zero sizes' product)");
+    /* ... and where it fits, the tensor opens with no bytes */
+    const char *path = tmp_path("zero.safetensors");
+    write_st(path,
+             "{\"w\":{\"dtype\":\"BF16\",\"shape\":[0,1099511627776],"
+             "\"data_offsets\":[0,0]}}",
+             "", 0);
+    struct st_model *m = st_open(path, err, sizeof err);
+    if (!m) printf("# %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(m);
+    int64_t rows = -1, cols = -1;
+    CU_ASSERT(st_tensor_shape(m, "w", &rows, &cols) == 0 && rows == 0 && cols == (int64_t)1 << 40);
+    st_close(m);
     expect_bad("{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}",
                4, "'w'", "at most 8 dimensions");
     expect_bad("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "'w'", "missing 'dtype'");
