@@ -552,19 +552,20 @@ static int rd_tensor_info(struct reader *r, struct tensor *t, int64_t i)
             return -1;
         }
     }
-    if (zero) nel = 0;
     int bs = quant_block_size(t->pub.type);
     if (t->pub.ne[0] % bs) {
         rd_fail(r, "ne[0]: %" PRId64 " is not a multiple of the block size %d of type %s",
                 t->pub.ne[0], bs, tname);
         return -1;
     }
+    /* the bytes of those sizes' elements fit in uint64 too (a row's, ne[0]'s, with the rest) */
     uint64_t bytes = (uint64_t)(nel / bs);
     if (__builtin_mul_overflow(bytes, (uint64_t)quant_block_bytes(t->pub.type), &bytes)) {
-        rd_fail(r, "ne: %" PRId64 " elements of type %s take more than 2^64 bytes", nel, tname);
+        rd_fail(r, "ne: %" PRId64 " %selements of type %s take more than 2^64 bytes", nel,
+                zero ? "(the non-zero sizes' product) " : "", tname);
         return -1;
     }
-    t->pub.bytes = bytes;
+    t->pub.bytes = zero ? 0 : bytes;
     return 0;
 }
 
