@@ -542,9 +542,9 @@ static int rd_tensor_info(struct reader *r, struct tensor *t, int64_t i)
      * [0, 2^32, 2^32, 1] tensor would still overflow where a reader takes them */
     int zero = 0;
     for (int d = 0; d < 4; d++) zero |= t->pub.ne[d] == 0;
-    int64_t nel = 1;
+    int64_t nz = 1; /* the non-zero sizes' product: the element count where none is zero */
     for (int d = 0; d < 4; d++) {
-        if (t->pub.ne[d] && __builtin_mul_overflow(nel, t->pub.ne[d], &nel)) {
+        if (t->pub.ne[d] && __builtin_mul_overflow(nz, t->pub.ne[d], &nz)) {
             rd_fail(r, "ne: [%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64 "] %s 2^63-1",
                     t->pub.ne[0], t->pub.ne[1], t->pub.ne[2], t->pub.ne[3],
                     zero ? "has non-zero sizes whose product is more than"
@@ -559,9 +559,9 @@ static int rd_tensor_info(struct reader *r, struct tensor *t, int64_t i)
         return -1;
     }
     /* the bytes of those sizes' elements fit in uint64 too (a row's, ne[0]'s, with the rest) */
-    uint64_t bytes = (uint64_t)(nel / bs);
+    uint64_t bytes = (uint64_t)(nz / bs);
     if (__builtin_mul_overflow(bytes, (uint64_t)quant_block_bytes(t->pub.type), &bytes)) {
-        rd_fail(r, "ne: %" PRId64 " %selements of type %s take more than 2^64 bytes", nel,
+        rd_fail(r, "ne: %" PRId64 " %selements of type %s take more than 2^64 bytes", nz,
                 zero ? "(the non-zero sizes' product) " : "", tname);
         return -1;
     }
