@@ -521,14 +521,14 @@ static int load_layer(struct loader *ld, int l, char *err, size_t errlen)
     float *gu = malloc(2 * F * D * sizeof(float) + 1);
     float *bqkv = c->qkv_bias ? malloc((qd + 2 * kd) * sizeof(float) + 1) : NULL;
     float *into[LW_COUNT] = {0};
-    into[LW_Q] = qkv, into[LW_K] = qkv + qd * D, into[LW_V] = qkv + (qd + kd) * D;
-    into[LW_GATE] = gu, into[LW_UP] = gu + F * D;
-    if (bqkv) into[LW_BQ] = bqkv, into[LW_BK] = bqkv + qd, into[LW_BV] = bqkv + qd + kd;
     if (!qkv || !gu || (c->qkv_bias && !bqkv)) {
         snprintf(err, errlen, "%s: layer %d: out of host memory for its fused matrices", ld->file,
                  l);
         goto out;
     }
+    into[LW_Q] = qkv, into[LW_K] = qkv + qd * D, into[LW_V] = qkv + (qd + kd) * D;
+    into[LW_GATE] = gu, into[LW_UP] = gu + F * D;
+    if (bqkv) into[LW_BQ] = bqkv, into[LW_BK] = bqkv + qd, into[LW_BV] = bqkv + qd + kd;
     for (int i = 0; i < LW_COUNT; i++) {
         const struct wspec *w = &layer_specs[i];
         if ((w->optional_flag == 1 && !c->qkv_bias) || (w->optional_flag == 2 && !c->qk_norm))
