@@ -86,8 +86,10 @@ int ls_kt_summarize(const struct ls_kt_trace *t, int layers, struct ls_kt_summar
         snprintf(err, errlen, "out of memory for %zu kernel records", t->n);
         goto out;
     }
-    memcpy(r, t->rec, t->n * sizeof *r);
-    qsort(r, t->n, sizeof *r, by_end);
+    if (t->n) { /* rec may be NULL when empty; memcpy and qsort want a pointer even for 0 */
+        memcpy(r, t->rec, t->n * sizeof *r);
+        qsort(r, t->n, sizeof *r, by_end);
+    }
 
     /* the steps: runs of one graph launch's kernels, in end order */
     size_t n_steps = 0;
