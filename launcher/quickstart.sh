@@ -5,7 +5,8 @@
 #   bash launcher/quickstart.sh test   packages, build, default model, then the whole test suite
 # Environment: BUILD_DIR (default <repo>/build), CONFIGURE_FLAGS (extra configure flags),
 # PROMPT (the run mode's prompt),
-# FUZZ_SECONDS (per fuzz target in test mode, default 20; 0 skips fuzzing).
+# FUZZ_SECONDS (per fuzz target in test mode, default 20; 0 skips fuzzing),
+# SANITIZE (test mode: 0 skips the sanitizer build's run of the unit and fast integration tests).
 set -euo pipefail
 mode=${1:-run}
 case $mode in run | test) ;; *) echo "usage: $0 run|test" >&2; exit 2 ;; esac
@@ -15,7 +16,7 @@ jobs=$(nproc)
 
 packages=(build-essential autoconf automake pkg-config openmpi-bin libopenmpi-dev hwloc
     libhwloc-dev libcunit1-dev libjansson-dev libpcre2-dev libutf8proc-dev jq python3 python3-pip)
-[ "$mode" = test ] && packages+=(clang libclang-rt-14-dev valgrind)
+[ "$mode" = test ] && packages+=(clang libclang-rt-14-dev)
 
 install_packages() {
     local missing=()
@@ -83,6 +84,19 @@ if [ "${FUZZ_SECONDS:-20}" -gt 0 ]; then
     failed=$((failed + fuzz_failed))
     total=$((${total:-0} + fuzz_ok + fuzz_failed))
     [ $fuzz_status -ne 0 ] && status=1
+fi
+# the unit tests and the fast integration tests again, built with ASan, UBSan and LSan (clang)
+if [ "${SANITIZE:-1}" != 0 ]; then
+    san_status=0
+    san_out=$("$top/tests/sanitize/run.sh" "$build-sanitize") || san_status=$?
+    echo "$san_out"
+    san_ok=$(grep -c '^sanitize ok' <<<"$san_out" || true)
+    san_failed=$(grep -c '^sanitize FAILED' <<<"$san_out" || true)
+    [ $san_status -ne 0 ] && [ "$san_failed" -eq 0 ] && san_failed=1 # the build itself failed
+    pass=$((${pass:-0} + san_ok))
+    failed=$((failed + san_failed))
+    total=$((${total:-0} + san_ok + san_failed))
+    [ $san_status -ne 0 ] && status=1
 fi
 echo "tests: ${pass:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped (of ${total:-0})"
 exit "$status"

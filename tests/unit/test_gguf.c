@@ -725,7 +725,8 @@ static void test_built_truncations(void)
 }
 
 /* random byte flips in the header region: open either fails with a message or succeeds, and a
- * successful open reads every tensor without error (run under valgrind/ASan to see bad reads) */
+ * successful open reads every tensor without error (the sanitizer build of tests/sanitize/run.sh
+ * sees bad reads) */
 static void test_built_random_flips(void)
 {
     struct built m;

@@ -169,7 +169,7 @@ static void test_direct_answers(void)
 }
 
 /* every prefix of every fixture template: those that parse get an answer, none crashes or leaks
- * (run under valgrind or a sanitizer to see the second part) */
+ * (the sanitizer build of tests/sanitize/run.sh sees the second part) */
 static void test_every_prefix_is_handled(void)
 {
     CU_ASSERT_PTR_NOT_NULL_FATAL(fixture);
