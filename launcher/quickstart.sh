@@ -73,30 +73,32 @@ nerror=$(sed -n 's/^# ERROR: *//p' "$build/check.out" | tail -n1)
 failed=$((${nfail:-0} + ${nerror:-0}))
 [ "$status" -ne 0 ] && [ -f test-suite.log ] && grep -B2 -A30 '^FAIL\|^ERROR' test-suite.log | head -n 200
 
+# a stage's "WORD ok" and "WORD FAILED" lines counted into the totals, one per program; a
+# non-zero exit with no FAILED line (its build failed) counts as one failure
+add_stage() {
+    local word=$1 out=$2 rc=$3 ok bad
+    echo "$out"
+    ok=$(grep -c "^$word ok" <<<"$out" || true)
+    bad=$(grep -c "^$word FAILED" <<<"$out" || true)
+    [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+    pass=$((${pass:-0} + ok))
+    failed=$((failed + bad))
+    total=$((${total:-0} + ok + bad))
+    [ "$rc" -ne 0 ] && status=1
+    return 0
+}
+
 # the parsers' fuzz targets, a bounded time each (libFuzzer needs clang)
 if [ "${FUZZ_SECONDS:-20}" -gt 0 ]; then
-    fuzz_status=0
-    fuzz_out=$("$top/tests/fuzz/run.sh" "$build-fuzz" "${FUZZ_SECONDS:-20}") || fuzz_status=$?
-    echo "$fuzz_out"
-    fuzz_ok=$(grep -c '^fuzz ok' <<<"$fuzz_out" || true)
-    fuzz_failed=$(grep -c '^fuzz FAILED' <<<"$fuzz_out" || true)
-    pass=$((${pass:-0} + fuzz_ok))
-    failed=$((failed + fuzz_failed))
-    total=$((${total:-0} + fuzz_ok + fuzz_failed))
-    [ $fuzz_status -ne 0 ] && status=1
+    rc=0
+    out=$("$top/tests/fuzz/run.sh" "$build-fuzz" "${FUZZ_SECONDS:-20}") || rc=$?
+    add_stage fuzz "$out" $rc
 fi
 # the unit tests and the fast integration tests again, built with ASan, UBSan and LSan (clang)
 if [ "${SANITIZE:-1}" != 0 ]; then
-    san_status=0
-    san_out=$("$top/tests/sanitize/run.sh" "$build-sanitize") || san_status=$?
-    echo "$san_out"
-    san_ok=$(grep -c '^sanitize ok' <<<"$san_out" || true)
-    san_failed=$(grep -c '^sanitize FAILED' <<<"$san_out" || true)
-    [ $san_status -ne 0 ] && [ "$san_failed" -eq 0 ] && san_failed=1 # the build itself failed
-    pass=$((${pass:-0} + san_ok))
-    failed=$((failed + san_failed))
-    total=$((${total:-0} + san_ok + san_failed))
-    [ $san_status -ne 0 ] && status=1
+    rc=0
+    out=$("$top/tests/sanitize/run.sh" "$build-sanitize") || rc=$?
+    add_stage sanitize "$out" $rc
 fi
 echo "tests: ${pass:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped (of ${total:-0})"
 exit "$status"
