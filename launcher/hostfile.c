@@ -655,7 +655,7 @@ char *ls_launch_cmd_string(const struct ls_launch_cmd *c)
         free(b.p);
         return NULL;
     }
-    return b.p;
+    return b.p ? b.p : strdup(""); /* no words: an empty line, not "out of memory" */
 }
 
 void ls_launch_cmd_free(struct ls_launch_cmd *c)

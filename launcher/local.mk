@@ -13,3 +13,14 @@ TESTS += tests/unit/test_hostfile
 
 TESTS += tests/integration/launcher.sh
 EXTRA_DIST += tests/integration/launcher.sh
+
+if ENABLE_FUZZ
+# libFuzzer target on the hostfile parser, the --extra-mpi-args splitting and the composed
+# mpirun line (configure --enable-fuzz CC=clang; seed corpus: tests/fuzz/corpus/hostfile)
+check_PROGRAMS += tests/fuzz/fuzz_hostfile
+tests_fuzz_fuzz_hostfile_SOURCES = tests/fuzz/fuzz_hostfile.c launcher/hostfile.c \
+	launcher/hostfile.h runtime/log.c
+tests_fuzz_fuzz_hostfile_CFLAGS = $(FUZZ_COMPILE_FLAGS)
+tests_fuzz_fuzz_hostfile_LDFLAGS = $(FUZZ_LINK_FLAGS)
+endif
+EXTRA_DIST += tests/fuzz/corpus/hostfile

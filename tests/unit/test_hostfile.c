@@ -217,6 +217,12 @@ static void test_split_words_follows_shell_quoting(void)
     CU_ASSERT_EQUAL(ls_split_words("   ", &w, &n, err, sizeof err), 0);
     CU_ASSERT_EQUAL(n, 0);
     CU_ASSERT_PTR_NULL(w[0]);
+    /* no words print as an empty line, not as the NULL that means out of memory */
+    struct ls_launch_cmd none = {.argv = w, .argc = 0};
+    char *line0 = ls_launch_cmd_string(&none);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(line0);
+    CU_ASSERT_STRING_EQUAL(line0, "");
+    free(line0);
     ls_words_free(w);
 
     CU_ASSERT_EQUAL(ls_split_words("a 'b", &w, &n, err, sizeof err), -1);
