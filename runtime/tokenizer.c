@@ -5,7 +5,8 @@
  *   1. added tokens are cut out of the raw text, leftmost then longest (a special token skipped
  *      because parse_special is off still consumes its span, as HF's matcher does);
  *   2. each remaining segment goes through the normalizers in their order (Prepend, Replace, and
- *      the Unicode normal forms NFC, NFD, NFKC, NFKD by utf8proc), then added tokens marked
+ *      the Unicode normal forms NFC, NFD, NFKC, NFKD by utf8proc, less what tokenizers' older
+ *      tables do not map: unicode_form), then added tokens marked
  *      "normalized" are cut out of the normalized text;
  *   3. pre-tokenizers split it into words (regex Split, Digits, ByteLevel, Metaspace);
  *   4. each word is merged by BPE: symbols in a linked list, candidate pairs in a binary heap
@@ -13,6 +14,8 @@
  *      symbols costs O(n log n) and the text as a whole is linear in its words.
  * Lookups are hash tables (token text -> id, id pair -> rank); nothing is quadratic in the text. */
 #include "tok_internal.h"
+#include "unicode_hf.h"
+#include "utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -1029,6 +1032,45 @@ static int plain_normalized(struct enc *e, const char *s, size_t a, size_t b, in
     return encode_words(e, (size_t)off, b - a, orig0);
 }
 
+/* whether Hugging Face tokenizers' normalizers leave cp as it is where the standard, and so
+ * utf8proc, normalizes it (unicode_hf.h, made by runtime/make_unicode_hf.py) */
+static int hf_opaque(uint32_t cp)
+{
+    size_t lo = 0, hi = sizeof unicode_hf_opaque / sizeof unicode_hf_opaque[0];
+    if (cp < unicode_hf_opaque[0][0]) return 0;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < unicode_hf_opaque[mid][0])
+            hi = mid;
+        else if (cp > unicode_hf_opaque[mid][1])
+            lo = mid + 1;
+        else
+            return 1;
+    }
+    return 0;
+}
+
+/* the offset of the first character at or after s[a] that the normal form keeps as it is (see
+ * unicode_form), its length in *klen; len and 0 when there is none */
+static size_t next_kept(const char *s, size_t a, size_t len, int compose, size_t *klen)
+{
+    for (size_t i = a; i < len;) {
+        int l = ls_utf8_len((const uint8_t *)s + i, len - i);
+        if (!l) { /* utf8proc names it below */
+            i++;
+            continue;
+        }
+        uint32_t cp = ls_utf8_decode((const uint8_t *)s + i, l);
+        if ((compose && cp == 0x11A7) || hf_opaque(cp)) {
+            *klen = (size_t)l;
+            return i;
+        }
+        i += (size_t)l;
+    }
+    *klen = 0;
+    return len;
+}
+
 /* The NFC, NFD, NFKC or NFKD form of s[0..len) into *out (grown to fit); returns its length, or
  * -1 with the error set. The options are those utf8proc's own utf8proc_NFC .. utf8proc_NFKD
  * pass (STABLE, COMPOSE or DECOMPOSE, COMPAT for the K forms), so the forms are the documented
@@ -1038,28 +1080,27 @@ static int plain_normalized(struct enc *e, const char *s, size_t a, size_t b, in
  * strings. Only a Replace regex that cuts a character (\C) could hand utf8proc broken UTF-8; that
  * is an error naming the normal form, as HF (whose strings are always valid) has no such case.
  *
- * utf8proc before its fix of November 2025 (JuliaStrings/utf8proc#317; Debian 12 has 2.8)
- * composes an LV Hangul syllable with a following U+11A7, which is not a trailing consonant, and
- * so drops the U+11A7; HF keeps it. U+11A7 is a starter that composes with nothing, so the normal
- * form of the text is that of the runs between U+11A7s, each normalized apart, with the U+11A7s
- * kept as they are. */
+ * Where HF differs from the standard, the text is cut at the characters concerned: the runs
+ * between them are normalized apart, and the characters are kept as they are. A character kept
+ * so is a starter that decomposes into nothing and composes with nothing, which is what HF makes
+ * of each of them:
+ * - U+11A7 when composing. utf8proc before its fix of November 2025 (JuliaStrings/utf8proc#317;
+ *   Debian 12 has 2.8) composes an LV Hangul syllable with a following U+11A7, which is not a
+ *   trailing consonant, and so drops the U+11A7; HF keeps it.
+ * - The characters HF's tables (Unicode 9) do not know and the standard normalizes: combining
+ *   marks, compatibility and canonical mappings and compositions added since (U+07FD, U+32FF,
+ *   U+A7F2, U+1FBF0, U+11938...; unicode_hf.h). To HF they are unassigned code points. */
 static long unicode_form(struct enc *e, enum tok_norm_type form, const char *s, size_t len,
                          char **out, size_t *cap)
 {
-    static const char u11a7[] = "\xE1\x86\xA7";
     int compose = form == TOK_NORM_NFC || form == TOK_NORM_NFKC;
     int compat = form == TOK_NORM_NFKC || form == TOK_NORM_NFKD;
     utf8proc_option_t opt = UTF8PROC_STABLE | (compose ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE) |
                             (compat ? UTF8PROC_COMPAT : 0);
     size_t w = 0;
     for (size_t a = 0;;) {
-        size_t b = len; /* the run is s[a..b): up to the next U+11A7 when composing */
-        if (compose)
-            for (size_t i = a; i + 3 <= len; i++)
-                if (memcmp(s + i, u11a7, 3) == 0) {
-                    b = i;
-                    break;
-                }
+        size_t keep; /* the run is s[a..b), then keep bytes kept as they are */
+        size_t b = next_kept(s, a, len, compose, &keep);
         utf8proc_uint8_t *dst = NULL;
         utf8proc_ssize_t n = 0;
         if (b > a)
@@ -1075,7 +1116,6 @@ static long unicode_form(struct enc *e, enum tok_norm_type form, const char *s, 
             e->failed = 1;
             return -1;
         }
-        size_t keep = b < len ? 3 : 0; /* the U+11A7 */
         if (grow((void **)out, cap, w + (size_t)n + keep + 1, 1)) {
             free(dst);
             return enc_oom(e);
@@ -1085,7 +1125,7 @@ static long unicode_form(struct enc *e, enum tok_norm_type form, const char *s, 
         w += (size_t)n + keep;
         free(dst); /* utf8proc_map allocates with malloc */
         if (b == len) return (long)w;
-        a = b + 3;
+        a = b + keep;
     }
 }
 

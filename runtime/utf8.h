@@ -1,6 +1,6 @@
 /* UTF-8, one definition for the tokenizer, the Jinja interpreter and the fuzz targets' checks:
  * validity (the well-formed sequences of Unicode's table 3-7 (no overlong forms, no surrogates,
- * nothing past U+10FFFF)) and encoding. */
+ * nothing past U+10FFFF)), decoding and encoding. */
 #ifndef LOCKSTEP_UTF8_H
 #define LOCKSTEP_UTF8_H
 
@@ -48,6 +48,15 @@ static inline int ls_utf8_valid(const char *s, size_t n, size_t *bad)
         i += (size_t)l;
     }
     return 1;
+}
+
+/* the code point of the well-formed sequence of len bytes (ls_utf8_len's) at s */
+static inline uint32_t ls_utf8_decode(const uint8_t *s, int len)
+{
+    if (len == 1) return s[0];
+    uint32_t cp = s[0] & (0x7Fu >> len);
+    for (int i = 1; i < len; i++) cp = cp << 6 | (s[i] & 0x3Fu);
+    return cp;
 }
 
 /* cp (at most U+10FFFF) as UTF-8 at out (room for 4 bytes); its length */

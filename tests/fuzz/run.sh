@@ -14,7 +14,7 @@ if [ ! -f Makefile ] || [ "$top/configure" -nt config.status ]; then
     "$top/configure" -q --without-cuda --enable-fuzz CC=clang \
         CFLAGS="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" || exit 1
 fi
-targets=(gguf safetensors tokenizer_json hfconfig jinja chat hostfile)
+targets=(gguf safetensors tokenizer_json tokenize hfconfig jinja chat hostfile)
 make -j"$(nproc)" "${targets[@]/#/tests/fuzz/fuzz_}" >fuzz-build.log 2>&1 || { tail -n 30 fuzz-build.log; exit 1; }
 failed=0
 for t in "${targets[@]}"; do

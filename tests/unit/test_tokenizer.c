@@ -471,6 +471,53 @@ static void test_llama2_gguf_decode_matches_hf(void)
                     0);
 }
 
+/* ------------------------------------------------------------------ random */
+
+/* tokenizer/random.json (make_tokenizer_random.py): 400 seeded random texts, HF's ids and
+ * decodes for both tokenizers; the JSON tokenizers and the GGUF-style ones held to them */
+static json_t *random_rows(const char *name)
+{
+    static json_t *fixture;
+    if (!fixture) fixture = load_json("tokenizer/random.json");
+    return fixture ? json_object_get(fixture, name) : NULL;
+}
+
+static void check_random(const struct tokenizer *tok, const json_t *rows)
+{
+    CU_ASSERT_FATAL(tok != NULL && rows != NULL);
+    CU_ASSERT(json_array_size(rows) >= 400);
+    CU_ASSERT_EQUAL(check_encode(tok, rows, "ids", 0, 1), 0);
+    CU_ASSERT_EQUAL(check_encode(tok, rows, "ids_unparsed", 0, 0), 0);
+    CU_ASSERT_EQUAL(check_encode(tok, rows, "ids_bos", 1, 1), 0);
+    CU_ASSERT_EQUAL(check_decode(tok, rows, "ids", "decoded", 0), 0);
+    CU_ASSERT_EQUAL(check_decode(tok, rows, "ids_bos", "decoded_skip", 1), 0);
+    CU_ASSERT_EQUAL(check_stream(tok, rows, "ids", "decoded"), 0);
+}
+
+static void test_random_smollm2_json_matches_hf(void)
+{
+    NEED(smollm2);
+    check_random(smollm2.json_tok, random_rows("smollm2"));
+}
+
+static void test_random_smollm2_gguf_spec_matches_hf(void)
+{
+    NEED(smollm2);
+    check_random(smollm2.spec_tok, random_rows("smollm2"));
+}
+
+static void test_random_llama2_json_matches_hf(void)
+{
+    NEED(llama2);
+    check_random(llama2.json_tok, random_rows("llama2"));
+}
+
+static void test_random_llama2_gguf_scores_match_hf(void)
+{
+    NEED(llama2);
+    check_random(llama2.spec_tok, random_rows("llama2"));
+}
+
 /* ------------------------------------------------------------------ variants */
 
 /* the same patch semantics as the fixture script's apply_patch */
@@ -540,6 +587,92 @@ static void test_variants_match_hf(void)
     json_decref(bases[0]);
     json_decref(bases[1]);
     json_decref(variants);
+}
+
+/* runs: {name: {"base": "smollm2" | "llama2", "rows": [{"ids": [...], "decoded"?}]}}, each
+ * name a variants.json patch; texts[0] and texts[1] the rows holding the text for each base.
+ * Each variant's tokenizer encodes the texts to the ids (special tokens matched), and decodes
+ * the ids to "decoded" where the rows have one. Returns the number of mismatches. */
+static int check_variant_runs(const json_t *runs, const json_t *texts[2])
+{
+    json_t *variants = load_json("tokenizer/variants.json");
+    json_t *bases[2] = {load_json("tokenizer/smollm2/tokenizer.json"),
+                        load_json("tokenizer/llama2/tokenizer.json")};
+    if (!variants || !bases[0] || !bases[1] || json_object_size(runs) == 0) return -1;
+    int bad = 0;
+    const char *name;
+    json_t *run;
+    json_object_foreach((json_t *)runs, name, run)
+    {
+        const json_t *patch = NULL;
+        for (size_t i = 0; i < json_array_size(variants); i++) {
+            const json_t *v = json_array_get(variants, i);
+            if (!strcmp(json_string_value(json_object_get(v, "name")), name))
+                patch = json_object_get(v, "patch");
+        }
+        const char *base = json_string_value(json_object_get(run, "base"));
+        int is_llama = base && !strcmp(base, "llama2");
+        const json_t *rows_in = json_object_get(run, "rows");
+        if (!patch || json_array_size(rows_in) != json_array_size(texts[is_llama])) {
+            printf("# variant run %s: no such patch, or %zu rows for %zu texts\n", name,
+                   json_array_size(rows_in), json_array_size(texts[is_llama]));
+            bad++;
+            continue;
+        }
+        json_t *j = apply_patch(bases[is_llama], patch);
+        char *text = json_dumps(j, JSON_COMPACT);
+        char err[512] = "";
+        struct tokenizer *t =
+            tok_load_json_buf(text, strlen(text), name, NULL, 0, err, sizeof(err));
+        if (t) {
+            json_t *rows = with_texts(rows_in, texts[is_llama]);
+            int n = check_encode(t, rows, "ids", 0, 1);
+            if (json_object_get(json_array_get(rows, 0), "decoded"))
+                n += check_decode(t, rows, "ids", "decoded", 0);
+            if (n) printf("# variant run %s: %d mismatches\n", name, n);
+            bad += n;
+            json_decref(rows);
+            tok_free(t);
+        } else {
+            printf("# variant run %s: %s\n", name, err);
+            bad++;
+        }
+        free(text);
+        json_decref(j);
+    }
+    json_decref(bases[0]);
+    json_decref(bases[1]);
+    json_decref(variants);
+    return bad;
+}
+
+/* random.json's "variants": variants.json's patches on the random texts */
+static void test_random_variants_match_hf(void)
+{
+    NEED(smollm2);
+    NEED(llama2);
+    json_t *fixture = load_json("tokenizer/random.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fixture);
+    const json_t *texts[2] = {json_object_get(fixture, "smollm2"),
+                              json_object_get(fixture, "llama2")};
+    CU_ASSERT(json_object_size(json_object_get(fixture, "variants")) >= 4);
+    CU_ASSERT_EQUAL(check_variant_runs(json_object_get(fixture, "variants"), texts), 0);
+    json_decref(fixture);
+}
+
+/* normal_forms.json (runtime/make_unicode_hf.py): every character the Unicode standard
+ * normalizes, through the NFC, NFD, NFKC and NFKD variants; HF's tables are older than
+ * utf8proc's, and where they differ lockstep gives HF's ids (unicode_form) */
+static void test_normal_forms_of_every_mapped_character_match_hf(void)
+{
+    NEED(smollm2);
+    json_t *fixture = load_json("tokenizer/normal_forms.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fixture);
+    const json_t *texts[2] = {json_object_get(fixture, "texts"), json_object_get(fixture, "texts")};
+    CU_ASSERT(json_array_size(texts[0]) >= 400);
+    CU_ASSERT_EQUAL(json_object_size(json_object_get(fixture, "variants")), 4);
+    CU_ASSERT_EQUAL(check_variant_runs(json_object_get(fixture, "variants"), texts), 0);
+    json_decref(fixture);
 }
 
 /* ------------------------------------------------------------------ streaming */
@@ -1038,11 +1171,24 @@ int main(void)
                 test_llama2_gguf_prefix_first_matches_transformers);
     CU_add_test(l, "GGUF decode matches HF", test_llama2_gguf_decode_matches_hf);
 
+    CU_pSuite r = CU_add_suite("random texts", NULL, NULL);
+    CU_add_test(r, "SmolLM2 json: ids, unmatched specials, BOS, decodes, stream match HF",
+                test_random_smollm2_json_matches_hf);
+    CU_add_test(r, "SmolLM2 GGUF-style spec: the same", test_random_smollm2_gguf_spec_matches_hf);
+    CU_add_test(r, "Llama 2 json: the same", test_random_llama2_json_matches_hf);
+    CU_add_test(r, "Llama 2 GGUF scores (no merges): the same",
+                test_random_llama2_gguf_scores_match_hf);
+
     CU_pSuite v = CU_add_suite("variants", NULL, NULL);
     CU_add_test(v,
                 "swapped pre-tokenizers, normalizers (NFC, NFD, NFKC, NFKD), added-token flags, "
                 "unk, post-processors match HF",
                 test_variants_match_hf);
+
+    CU_add_test(v, "random texts through the Llama 3 and Qwen2 splits, NFKC, Metaspace match HF",
+                test_random_variants_match_hf);
+    CU_add_test(v, "NFC, NFD, NFKC, NFKD of every character Unicode maps match HF",
+                test_normal_forms_of_every_mapped_character_match_hf);
 
     CU_pSuite st = CU_add_suite("stream", NULL, NULL);
     CU_add_test(st, "byte-fallback bytes are held until the character is whole",

@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Writes runtime/unicode_hf.h: the code points that Hugging Face tokenizers' normalizers leave
+as they are although the Unicode standard now normalizes them, so that lockstep's NFC, NFD, NFKC
+and NFKD (utf8proc, which follows the standard of its release) give tokenizers' ids.
+
+tokenizers normalizes with the unicode-normalization-alignments crate, whose tables are old
+(Unicode 9: U+07FD, NKo, Unicode 11, is not a combining mark to it, and U+32FF, Unicode 12.1, has
+no compatibility mapping). To it, a character assigned since is a starter (combining class 0)
+with no decomposition that composes with nothing. lockstep cuts the text at such characters,
+normalizes the runs between them apart and keeps the characters themselves, which gives exactly
+that (see unicode_form in runtime/tokenizer.c). Only the characters whose normalization the
+newer standard changes need listing: those with a decomposition, a non-zero combining class, or
+a part in a composition that tokenizers does not make.
+
+Requirements (PyPI): pip install "tokenizers>=0.21" unicodedata2
+Usage: python3 runtime/make_unicode_hf.py   (run from anywhere; prints what it found)
+
+It also writes tests/fixtures/tokenizer/normal_forms.json, which test_tokenizer holds lockstep's
+four forms to: see write_fixture.
+"""
+
+import json
+import os
+
+import tokenizers
+import unicodedata2 as U
+from tokenizers import Tokenizer, normalizers
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FORMS = ("NFC", "NFD", "NFKC", "NFKD")
+
+
+def differs(hf, cp):
+    c = chr(cp)
+    for form in FORMS:
+        if hf[form].normalize_str(c) != U.normalize(form, c):
+            return True
+    ccc = U.combining(c)
+    if ccc:
+        # a mark tokenizers knows on the other side: the standard reorders the pair
+        s = "a" + c + "\u0323" if ccc > 220 else "a\u0301" + c
+        if hf["NFD"].normalize_str(s) != U.normalize("NFD", s):
+            return True
+    return False
+
+
+def write_fixture(hf, found, decomps):
+    """tests/fixtures/tokenizer/normal_forms.json: every character the standard maps (a
+    decomposition, a combining class, a composition's first part), 40 to a text, each mark
+    between U+0301 and U+0323 after an "a" (reordered by class, composed where it can be), and
+    the compositions tokenizers does not make as their pairs; and the ids of variants.json's
+    NFC, NFD, NFKC and NFKD tokenizers (SmolLM2's with the normalizer) for each, by tokenizers"""
+    chars = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF and
+             (U.decomposition(chr(cp)) or U.combining(chr(cp)) or cp in found)]
+    chars += [0xAC00, 0xAC01, 0xD7A3]  # Hangul syllables: decomposed by rule, not by table
+    pieces = ["a\u0301" + chr(cp) + "\u0323" if U.combining(chr(cp)) else chr(cp) for cp in chars]
+    for cp in sorted(found):  # the compositions tokenizers does not make, as pairs
+        parts = decomps.get(cp)
+        if parts and len(parts) == 2:
+            pieces.append("".join(map(chr, parts)))
+    texts = ["".join(pieces[i:i + 40]) for i in range(0, len(pieces), 40)]
+    print(f"{len(chars)} characters, {sum(1 for cp in chars if U.combining(chr(cp)))} marks")
+    fixtures = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "tokenizer")
+    with open(os.path.join(fixtures, "variants.json"), encoding="utf-8") as f:
+        patches = {v["name"]: v for v in json.load(f)}
+    out = {"made_by": "runtime/make_unicode_hf.py", "tokenizers": tokenizers.__version__,
+           "unicode": U.unidata_version, "texts": [{"text": t} for t in texts], "variants": {}}
+    for name in ("nfc", "nfd", "nfkc", "nfkd"):
+        v = patches[name]
+        with open(os.path.join(fixtures, v["base"], "tokenizer.json"), encoding="utf-8") as f:
+            base = json.load(f)
+        tok = Tokenizer.from_str(json.dumps(apply_patch(base, v["patch"])))
+        rows = []
+        for t in texts:
+            ids = tok.encode(t, add_special_tokens=False).ids
+            rows.append({"ids": ids})
+        out["variants"][name] = {"base": v["base"], "rows": rows}
+    path = os.path.join(fixtures, "normal_forms.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {path}: {len(chars)} characters in {len(texts)} texts")
+
+
+def apply_patch(base, patch):
+    """make_tokenizer_fixtures.py's patch semantics (and test_tokenizer.c's)"""
+    j = json.loads(json.dumps(base))
+    for key, value in patch.items():
+        if key == "model":
+            j["model"].update(value)
+        elif key == "added_tokens_extra":
+            j["added_tokens"] = j["added_tokens"] + value
+        else:
+            j[key] = value
+    return j
+
+
+def main():
+    hf = {form: getattr(normalizers, form)() for form in FORMS}
+    found = set()
+    for cp in range(0x110000):
+        if 0xD800 <= cp <= 0xDFFF:
+            continue
+        c = chr(cp)
+        if (U.decomposition(c) or U.combining(c)) and differs(hf, cp):
+            found.add(cp)
+    # canonical compositions tokenizers does not make: their first part, a starter new to it,
+    # composes with nothing there (the second may be an old mark, as U+0307 in Todhri's)
+    decomps = {}
+    for cp in range(0x110000):
+        d = U.decomposition(chr(cp)) if not 0xD800 <= cp <= 0xDFFF else ""
+        if d and not d.startswith("<"):
+            decomps[cp] = [int(x, 16) for x in d.split()]
+    firsts = set()
+    for cp in sorted(found):
+        parts = decomps.get(cp)
+        if parts and len(parts) == 2:
+            pair = "".join(map(chr, parts))
+            if hf["NFC"].normalize_str(pair) != U.normalize("NFC", pair):
+                firsts.add(parts[0])
+    for first in sorted(firsts):
+        if U.combining(chr(first)):
+            raise SystemExit(f"U+{first:04X}: a first part with a combining class")
+        for cp, parts in decomps.items():  # tokenizers must compose nothing with it
+            pair = "".join(map(chr, parts))
+            if parts[0] == first and hf["NFC"].normalize_str(pair) == chr(cp):
+                raise SystemExit(f"U+{first:04X}: tokenizers composes it into U+{cp:04X}")
+    found |= firsts
+    # and never a character tokenizers normalizes as the standard does
+    for cp in sorted(found):
+        for form in FORMS:
+            got = hf[form].normalize_str(chr(cp))
+            if got != chr(cp) and got == U.normalize(form, chr(cp)):
+                raise SystemExit(f"U+{cp:04X}: tokenizers normalizes it ({form}); not opaque")
+    write_fixture(hf, found, decomps)
+    ranges = []
+    for cp in sorted(found):
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    path = os.path.join(HERE, "unicode_hf.h")
+    with open(path, "w") as f:
+        f.write(
+            "/* Generated by runtime/make_unicode_hf.py from tokenizers "
+            f"{tokenizers.__version__} and the\n"
+            f" * Unicode {U.unidata_version} data of unicodedata2: do not edit. The code points "
+            "tokenizers' normalizers\n"
+            " * leave as they are (a starter with no decomposition that composes with nothing) "
+            "where the\n"
+            f" * standard normalizes them: {len(found)} in {len(ranges)} ranges, first and last. "
+            "*/\n"
+            "#ifndef LOCKSTEP_UNICODE_HF_H\n#define LOCKSTEP_UNICODE_HF_H\n\n#include <stdint.h>\n\n"
+            "/* one range a line, as generated */\n/* clang-format off */\n"
+            "static const uint32_t unicode_hf_opaque[][2] = {\n")
+        for a, b in ranges:
+            f.write(f"    {{0x{a:04X}, 0x{b:04X}}},\n")
+        f.write("};\n/* clang-format on */\n\n#endif\n")
+    print(f"wrote {path}: {len(found)} code points in {len(ranges)} ranges "
+          f"(tokenizers {tokenizers.__version__}, Unicode {U.unidata_version})")
+
+
+if __name__ == "__main__":
+    main()
