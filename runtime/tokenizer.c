@@ -13,6 +13,7 @@
  *      ordered by (rank, position), stale heap entries dropped when popped, so a word of n
  *      symbols costs O(n log n) and the text as a whole is linear in its words.
  * Lookups are hash tables (token text -> id, id pair -> rank); nothing is quadratic in the text. */
+#include "strbuf.h"
 #include "tok_internal.h"
 #include "unicode_hf.h"
 #include "utf8.h"
@@ -296,20 +297,159 @@ int tok_add_added(struct tokenizer *tok, int32_t id, const char *text, size_t le
     return 0;
 }
 
+/* the ranges unicode_hf.h adds to general category class name[0..n), as "\x{lo}-\x{hi}..."
+ * items of a character class; nothing for a class it does not list */
+static void class_adds(struct ls_strbuf *b, const char *name, size_t n)
+{
+    for (size_t i = 0; i < sizeof unicode_hf_class_adds / sizeof unicode_hf_class_adds[0]; i++) {
+        if (strlen(unicode_hf_class_adds[i].name) != n ||
+            memcmp(unicode_hf_class_adds[i].name, name, n))
+            continue;
+        char item[40];
+        int len =
+            unicode_hf_class_adds[i].lo == unicode_hf_class_adds[i].hi
+                ? snprintf(item, sizeof item, "\\x{%X}", (unsigned)unicode_hf_class_adds[i].lo)
+                : snprintf(item, sizeof item, "\\x{%X}-\\x{%X}",
+                           (unsigned)unicode_hf_class_adds[i].lo,
+                           (unsigned)unicode_hf_class_adds[i].hi);
+        ls_strbuf_put(b, item, (size_t)len);
+    }
+}
+
+/* The pattern with each general category class (\p{L}, \pN, \P{Lu}, \p{^M}) widened to what
+ * HF's regex engines put in it: their Unicode is newer than PCRE2's (Debian 12: 10.42, Unicode
+ * 14), so a letter assigned since (U+1406D) is a letter to them and unassigned to PCRE2, and
+ * "X\U0001406D't" splits differently. The code points come from unicode_hf.h. Outside a
+ * character class, \p{L} becomes [\p{L}\x{..}-\x{..}...] and \P{L} [^\p{L}...]; inside one,
+ * \p{L} gains the ranges after it (in a negated class too, which then leaves them out, as
+ * HF's does); \P{L} inside a class stays as it is (a class cannot take a complement's
+ * exceptions; no tokenizer we know writes it). Escapes, \Q..\E and POSIX [:name:] items are
+ * copied as they are. Returns the pattern as it was when nothing changes; the caller frees a
+ * new one (*owned); NULL when out of memory. */
+static const char *widen_classes(const char *pat, size_t len, size_t *out_len, char **owned)
+{
+    struct ls_strbuf b = {0};
+    int in_class = 0, changed = 0;
+    *owned = NULL;
+    for (size_t i = 0; i < len;) {
+        char c = pat[i];
+        if (c == '\\' && i + 1 < len && pat[i + 1] == 'Q') { /* literal up to \E */
+            size_t j = i + 2;
+            while (j < len && !(pat[j] == '\\' && j + 1 < len && pat[j + 1] == 'E')) j++;
+            j = j < len ? j + 2 : len;
+            ls_strbuf_put(&b, pat + i, j - i);
+            i = j;
+        } else if (c == '\\' && i + 2 < len && (pat[i + 1] == 'p' || pat[i + 1] == 'P')) {
+            int neg = pat[i + 1] == 'P';
+            const char *name = pat + i + 2;
+            size_t n = 1, end = i + 3; /* \pL */
+            if (*name == '{') {
+                const char *close = memchr(name, '}', len - (size_t)(name - pat));
+                if (!close) { /* PCRE2 reports it */
+                    ls_strbuf_put(&b, pat + i, len - i);
+                    break;
+                }
+                end = (size_t)(close - pat) + 1;
+                name++;
+                if (*name == '^') {
+                    neg = !neg;
+                    name++;
+                }
+                n = (size_t)(close - name);
+            }
+            struct ls_strbuf adds = {0};
+            class_adds(&adds, name, n);
+            if (adds.oom) b.oom = 1;
+            if (!adds.n || (in_class && neg)) {
+                ls_strbuf_put(&b, pat + i, end - i);
+            } else {
+                if (!in_class) ls_strbuf_put(&b, neg ? "[^" : "[", neg ? 2 : 1);
+                ls_strbuf_put(&b, "\\p{", 3);
+                ls_strbuf_put(&b, name, n);
+                ls_strbuf_put(&b, "}", 1);
+                ls_strbuf_put(&b, adds.p, adds.n);
+                if (!in_class) ls_strbuf_put(&b, "]", 1);
+                changed = 1;
+            }
+            free(adds.p);
+            i = end;
+        } else if (c == '\\') { /* any other escape: its two bytes (\x{..} holds no class) */
+            ls_strbuf_put(&b, pat + i, i + 1 < len ? 2 : 1);
+            i += i + 1 < len ? 2 : 1;
+        } else if (c == '[' && in_class && i + 1 < len && pat[i + 1] == ':') { /* [:alpha:] */
+            const char *close = NULL;
+            for (size_t j = i + 2; j + 1 < len && !close; j++)
+                if (pat[j] == ':' && pat[j + 1] == ']') close = pat + j + 2;
+            size_t end = close ? (size_t)(close - pat) : i + 1;
+            ls_strbuf_put(&b, pat + i, end - i);
+            i = end;
+        } else if (c == '[' && !in_class) { /* a class opens; a ] first in it is literal */
+            size_t j = i + 1;
+            if (j < len && pat[j] == '^') j++;
+            if (j < len && pat[j] == ']') j++;
+            ls_strbuf_put(&b, pat + i, j - i);
+            in_class = 1;
+            i = j;
+        } else {
+            if (c == ']' && in_class) in_class = 0;
+            ls_strbuf_put(&b, pat + i, 1);
+            i++;
+        }
+    }
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    if (!changed) {
+        free(b.p);
+        *out_len = len;
+        return pat;
+    }
+    *owned = b.p;
+    *out_len = b.n;
+    return b.p;
+}
+
+static pcre2_code *compile(const char *pat, size_t len, int *code, PCRE2_SIZE *off)
+{
+    /* \C (one code unit) could end a match inside a character, and the searches after it would
+     * start there, which PCRE2 leaves undefined for UTF patterns; HF's regex engines have no \C */
+    return pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C,
+                         code, off, NULL);
+}
+
 pcre2_code *tok_compile_regex(const char *pat, size_t len, char *err, size_t errlen)
 {
     int code;
     PCRE2_SIZE off;
-    /* \C (one code unit) could end a match inside a character, and the searches after it would
-     * start there, which PCRE2 leaves undefined for UTF patterns; HF's regex engines have no \C */
-    pcre2_code *re = pcre2_compile(
-        (PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &code, &off, NULL);
+    /* the pattern as written first, so that an error names what the file holds */
+    pcre2_code *re = compile(pat, len, &code, &off);
     if (!re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof(msg));
         ls_errf(err, errlen, "regex /%.*s/: %s at offset %zu", (int)(len > 200 ? 200 : len), pat,
                 (const char *)msg, (size_t)off);
         return NULL;
+    }
+    char *owned;
+    size_t wlen;
+    const char *wide = widen_classes(pat, len, &wlen, &owned);
+    if (!wide) {
+        pcre2_code_free(re);
+        ls_errf(err, errlen, "regex /%.*s/: out of memory", (int)(len > 200 ? 200 : len), pat);
+        return NULL;
+    }
+    if (owned) {
+        pcre2_code_free(re);
+        re = compile(wide, wlen, &code, &off);
+        free(owned);
+        if (!re) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(code, msg, sizeof(msg));
+            ls_errf(err, errlen, "regex /%.*s/ with its classes widened to tokenizers' Unicode: %s",
+                    (int)(len > 200 ? 200 : len), pat, (const char *)msg);
+            return NULL;
+        }
     }
     pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* a speed-up only; the interpreter still works */
     return re;

@@ -7,6 +7,7 @@
  * prompts encode in linear time. Fixtures are found under $SRCDIR (make check sets it). */
 #include "cunit_tap.h"
 #include "log.h"
+#include "tok_internal.h"
 #include "tokenizer.h"
 
 #include <CUnit/CUnit.h>
@@ -660,6 +661,73 @@ static void test_random_variants_match_hf(void)
     json_decref(fixture);
 }
 
+/* whether pat (compiled as the tokenizer compiles a Split pattern) matches all of text */
+static int whole_match(const char *pat, const char *text)
+{
+    char err[512] = "";
+    pcre2_code *re = tok_compile_regex(pat, strlen(pat), err, sizeof err);
+    if (!re) {
+        printf("# /%s/: %s\n", pat, err);
+        return -1;
+    }
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    int rc = pcre2_match(re, (PCRE2_SPTR)text, strlen(text), 0, PCRE2_ANCHORED | PCRE2_ENDANCHORED,
+                         md, NULL);
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return rc >= 0;
+}
+
+/* U+1406D (Unicode 16, a letter to HF's engines, unassigned to PCRE2 10.42) in each place a
+ * class can be written: the widened classes take it, the complements leave it out, and what
+ * is not a class (\Q..\E, an escaped backslash, a POSIX item) stays as written */
+static void test_regex_classes_are_widened_where_written(void)
+{
+    const char *hiero = "\xF0\x94\x81\xAD"; /* U+1406D */
+    char two[16];
+    snprintf(two, sizeof two, "x%s", hiero);
+    CU_ASSERT_EQUAL(whole_match("\\p{L}", hiero), 1);
+    CU_ASSERT_EQUAL(whole_match("\\pL", hiero), 1);
+    CU_ASSERT_EQUAL(whole_match("\\p{Lo}", hiero), 1);
+    CU_ASSERT_EQUAL(whole_match("\\p{L}+", two), 1);
+    CU_ASSERT_EQUAL(whole_match("[a-z\\p{L}]{2}", two), 1);
+    CU_ASSERT_EQUAL(whole_match("\\P{L}", hiero), 0);
+    CU_ASSERT_EQUAL(whole_match("\\p{^L}", hiero), 0);
+    CU_ASSERT_EQUAL(whole_match("[^\\s\\p{L}\\p{N}]", hiero), 0);
+    CU_ASSERT_EQUAL(whole_match("[^\\s\\p{N}]", hiero), 1);
+    CU_ASSERT_EQUAL(whole_match("\\p{N}", hiero), 0);
+    CU_ASSERT_EQUAL(whole_match("[[:alpha:]\\p{L}]", hiero), 1);
+    CU_ASSERT_EQUAL(whole_match("[]\\p{L}]", hiero), 1);
+    CU_ASSERT_EQUAL(whole_match("[]\\p{L}]", "]"), 1);
+    /* not classes: a quoted \p{L}, an escaped backslash before p{L} */
+    CU_ASSERT_EQUAL(whole_match("\\Q\\p{L}\\E", "\\p{L}"), 1);
+    CU_ASSERT_EQUAL(whole_match("\\Q\\p{L}\\E", hiero), 0);
+    CU_ASSERT_EQUAL(whole_match("\\\\p\\{L\\}", "\\p{L}"), 1);
+    /* U+1C89 (Unicode 16, Lu): a letter to \p{L} and \p{Lu}, not to \p{Ll} */
+    CU_ASSERT_EQUAL(whole_match("\\p{Lu}", "\xE1\xB2\x89"), 1);
+    CU_ASSERT_EQUAL(whole_match("\\p{Ll}", "\xE1\xB2\x89"), 0);
+    /* a class PCRE2 rejects is named as written */
+    char err[512] = "";
+    pcre2_code *re = tok_compile_regex("\\p{Nope}", 8, err, sizeof err);
+    CU_ASSERT_PTR_NULL(re);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "/\\p{Nope}/"));
+}
+
+/* regex_classes.json (runtime/make_unicode_hf.py): the code points HF's regexes count in a
+ * general category class and PCRE2's older tables do not, through the GPT-2, Llama 3 and Qwen2
+ * splits; lockstep widens the classes (widen_classes) */
+static void test_regex_classes_of_newer_unicode_match_hf(void)
+{
+    NEED(smollm2);
+    json_t *fixture = load_json("tokenizer/regex_classes.json");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fixture);
+    const json_t *texts[2] = {json_object_get(fixture, "texts"), json_object_get(fixture, "texts")};
+    CU_ASSERT(json_array_size(texts[0]) >= 5);
+    CU_ASSERT_EQUAL(json_object_size(json_object_get(fixture, "variants")), 3);
+    CU_ASSERT_EQUAL(check_variant_runs(json_object_get(fixture, "variants"), texts), 0);
+    json_decref(fixture);
+}
+
 /* normal_forms.json (runtime/make_unicode_hf.py): every character the Unicode standard
  * normalizes, through the NFC, NFD, NFKC and NFKD variants; HF's tables are older than
  * utf8proc's, and where they differ lockstep gives HF's ids (unicode_form) */
@@ -1189,6 +1257,10 @@ int main(void)
                 test_random_variants_match_hf);
     CU_add_test(v, "NFC, NFD, NFKC, NFKD of every character Unicode maps match HF",
                 test_normal_forms_of_every_mapped_character_match_hf);
+    CU_add_test(v, "letters, numbers, marks newer than PCRE2's Unicode split as in HF",
+                test_regex_classes_of_newer_unicode_match_hf);
+    CU_add_test(v, "general category classes widened wherever they are written",
+                test_regex_classes_are_widened_where_written);
 
     CU_pSuite st = CU_add_suite("stream", NULL, NULL);
     CU_add_test(st, "byte-fallback bytes are held until the character is whole",
