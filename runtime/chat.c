@@ -351,11 +351,15 @@ static long cut_at_tag(const char *text, size_t len, const json_t *final, char *
     py_strip(json_string_value(final), json_string_length(final), &a, &b);
     const char *at = find_last(text, len, CONTINUE_TAG, tn);
     if (!at || (b > a && !memmem(text, len, json_string_value(final) + a, b - a)))
+        /* transformers' words, and since 5.x the message it looked for (it then prints the
+         * whole rendered chat too, which is left out here) */
         return ls_errf(err, errlen,
                        "continue_final_message is set but the final message does not appear in "
                        "the chat after applying the chat template! This can happen if the chat "
                        "template deletes portions of the final message. Please verify the chat "
-                       "template and final message in your chat to ensure they are compatible.");
+                       "template and final message in your chat to ensure they are compatible."
+                       "Final message to continue: %.*s",
+                       (int)(b - a), json_string_value(final) + a);
     size_t cut = (size_t)(at - text);
     if (!(len - cut >= tn + 1 && text[cut + tn] == ' ')) { /* the template trimmed: rstrip */
         size_t s0, s1;

@@ -339,30 +339,31 @@ static int eval_args(struct jcx *cx, const struct jnode *n, struct jscope *sc, s
     return 0;
 }
 
-/* Python slice of a list or string; undefined (as jinja2's getitem gives) for bad indices */
+/* Python slice of a list or string. jinja2 compiles x[a:b] to Python's own subscript, not to
+ * its getitem (which gives undefined for a bad key), so a value that cannot be sliced and an
+ * index that is not an integer are Python's TypeErrors, raised where they are written (a dict's
+ * is "unhashable type: 'slice'", Python 3.11's words; 3.12 made slices hashable). */
 static int do_slice(struct jcx *cx, struct jv v, const struct jv *idx, struct jv *out)
 {
+    int is_str = v.t == JV_STR;
+    if (!is_str && !(v.t == JV_LIST && (jv_l(v)->kind == LK_LIST || jv_l(v)->kind == LK_TUPLE ||
+                                        jv_l(v)->kind == LK_RANGE))) {
+        if (v.t == JV_UNDEF) return fail_undef(cx, v);
+        if (v.t == JV_DICT) return jx_fail(cx, "unhashable type: 'slice'");
+        return jx_fail(cx, "'%s' object is not subscriptable", jv_type_name(v));
+    }
     int64_t p[3] = {0, 0, 1};
     int given[3];
     for (int i = 0; i < 3; i++) {
         given[i] = idx[i].t != JV_NONE;
         if (!given[i]) continue;
-        if (idx[i].t == JV_UNDEF) return fail_undef(cx, idx[i]);
-        if (idx[i].t != JV_INT && idx[i].t != JV_BOOL) {
-            *out = jv_undef(cx, "slice indices must be integers or None");
-            return 0;
-        }
+        if (idx[i].t != JV_INT && idx[i].t != JV_BOOL) /* an undefined index too */
+            return jx_fail(cx, "slice indices must be integers or None or have an __index__ "
+                               "method");
         p[i] = idx[i].u.i;
     }
     if (given[2] && p[2] == 0) return jx_fail(cx, "slice step cannot be zero");
     if (p[2] == INT64_MIN) p[2] = -INT64_MAX;
-    int is_str = v.t == JV_STR;
-    if (!is_str && !(v.t == JV_LIST && (jv_l(v)->kind == LK_LIST || jv_l(v)->kind == LK_TUPLE ||
-                                        jv_l(v)->kind == LK_RANGE))) {
-        if (v.t == JV_UNDEF) return fail_undef(cx, v);
-        *out = jv_undef(cx, "'%s' object is not subscriptable", jv_type_name(v));
-        return 0;
-    }
     const struct jstr *s = is_str ? jv_s(v) : NULL;
     int64_t len = is_str ? (int64_t)jx_u8_count(s->s, s->len) : (int64_t)jv_l(v)->n;
     int64_t step = p[2], lower = step < 0 ? -1 : 0, upper = step < 0 ? len - 1 : len;
