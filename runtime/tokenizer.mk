@@ -21,7 +21,8 @@ tests_unit_test_chat_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) $(PCRE2_LIBS) $(UTF8P
 tests_unit_test_chat_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 
 # fixtures: regenerate with tests/fixtures/make_tokenizer_fixtures.py, make_tokenizer_random.py,
-# make_chat_fixtures.py and make_developer_fixtures.py (pip requirements inside);
+# make_chat_fixtures.py, make_chat_random.py and make_developer_fixtures.py (pip requirements
+# inside);
 # runtime/unicode_hf.h with runtime/make_unicode_hf.py
 EXTRA_DIST += tests/fixtures/make_tokenizer_fixtures.py tests/fixtures/tokenizer \
 	tests/fixtures/make_tokenizer_random.py runtime/make_unicode_hf.py \

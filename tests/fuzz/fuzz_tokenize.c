@@ -11,10 +11,15 @@
  * - the streaming decode, one id at a time and then flushed, gives the same bytes as the whole
  *   decode, never more than tok_stream_max_out at a push, always whole characters;
  * - with add_special, BOS comes first exactly where the tokenizer adds one.
- * The input's first byte picks the tokenizer and the flags; the rest is the text. The unit tests
- * hold the ids themselves to Hugging Face tokenizers' on fixed texts (tests/fixtures/tokenizer).
- * Build with configure --enable-fuzz CC=clang; run as tests/fuzz/fuzz_tokenize CORPUS_DIR. */
+ * The input's first byte picks the tokenizer and the flags; the rest is the text. With bit 3
+ * set the rest is a split pattern instead: one PCRE2 compiles as written must compile with its
+ * general category classes widened to tokenizers' Unicode too (tok_compile_regex), and then
+ * match what it matched before on ASCII text (the widening adds code points past U+1C80 only). The
+ * unit tests hold the ids themselves to Hugging Face tokenizers' on fixed texts
+ * (tests/fixtures/tokenizer). Build with configure --enable-fuzz CC=clang; run as
+ * tests/fuzz/fuzz_tokenize CORPUS_DIR. */
 #include "config.h"
+#include "tok_internal.h"
 #include "tokenizer.h"
 #include "utf8.h"
 
@@ -90,6 +95,39 @@ static void check_stream(const struct tokenizer *tok, const int32_t *ids, int n,
     free(piece);
 }
 
+static void check_pattern(const char *pat, size_t len)
+{
+    int code;
+    PCRE2_SIZE off;
+    pcre2_code *plain = pcre2_compile(
+        (PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | PCRE2_NEVER_BACKSLASH_C, &code, &off, NULL);
+    char err[512] = "";
+    pcre2_code *wide = tok_compile_regex(pat, len, err, sizeof err);
+    if (!plain != !wide) abort(); /* compiles as written exactly when it compiles widened */
+    if (plain) {
+        static const char *const texts[] = {"", "a", "Hello, world! 123", "it's 42 x_y\n\t."};
+        pcre2_match_data *m1 = pcre2_match_data_create_from_pattern(plain, NULL);
+        pcre2_match_data *m2 = pcre2_match_data_create_from_pattern(wide, NULL);
+        if (!m1 || !m2) abort();
+        for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+            size_t n = strlen(texts[i]);
+            int r1 = pcre2_match(plain, (PCRE2_SPTR)texts[i], n, 0, 0, m1, NULL);
+            int r2 = pcre2_match(wide, (PCRE2_SPTR)texts[i], n, 0, 0, m2, NULL);
+            if ((r1 >= 0) != (r2 >= 0) && r1 != PCRE2_ERROR_MATCHLIMIT &&
+                r2 != PCRE2_ERROR_MATCHLIMIT)
+                abort();
+            if (r1 >= 0 && r2 >= 0 &&
+                (pcre2_get_ovector_pointer(m1)[0] != pcre2_get_ovector_pointer(m2)[0] ||
+                 pcre2_get_ovector_pointer(m1)[1] != pcre2_get_ovector_pointer(m2)[1]))
+                abort();
+        }
+        pcre2_match_data_free(m1);
+        pcre2_match_data_free(m2);
+    }
+    pcre2_code_free(plain);
+    pcre2_code_free(wide);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!toks[0]) {
@@ -103,6 +141,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     if (size < 1 || size > 4096) return 0;
+    if (data[0] & 8) {
+        check_pattern((const char *)data + 1, size - 1);
+        return 0;
+    }
     const struct tokenizer *tok = toks[data[0] & 1];
     const int parse_special = (data[0] >> 1) & 1, add_special = (data[0] >> 2) & 1;
     const char *text = (const char *)data + 1;

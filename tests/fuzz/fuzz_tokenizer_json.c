@@ -48,12 +48,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[512];
     struct tokenizer *tok =
         tok_load_json_buf((const char *)data, size, "fuzz.json", NULL, 0, err, sizeof(err));
-    /* a pattern PCRE2 takes must still compile with its classes widened (widen_classes); a
-     * pattern that fails as written is named with "at offset", and the input's own text may
-     * turn up in other messages (JSON errors quote it) */
-    if (!tok && strstr(err, "/ with its classes widened to tokenizers' Unicode: ") &&
-        !strstr(err, "at offset") && !strstr(err, "not valid JSON"))
-        abort();
     if (!tok) return 0;
     static const char *const texts[] = {
         "",
