@@ -20,9 +20,11 @@ tests_unit_test_jinja_inspect_SOURCES = tests/unit/test_jinja_inspect.c tests/un
 tests_unit_test_jinja_inspect_LDADD = $(CUNIT_LIBS) $(JANSSON_LIBS) -lm
 tests_unit_test_jinja_inspect_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 
-# fixtures: regenerate with tests/fixtures/make_jinja_fixtures.py (needs transformers, jinja2)
-# and make_content_format_fixtures.py (also the vLLM wheel, read for its detection code)
-EXTRA_DIST += tests/fixtures/make_jinja_fixtures.py tests/fuzz/corpus/jinja tests/fuzz/jinja.dict \
+# fixtures: regenerate with tests/fixtures/make_jinja_fixtures.py and make_jinja_random.py
+# (need transformers, jinja2) and make_content_format_fixtures.py (also the vLLM wheel, read for
+# its detection code)
+EXTRA_DIST += tests/fixtures/make_jinja_fixtures.py tests/fixtures/make_jinja_random.py \
+	tests/fixtures/jinja tests/fuzz/corpus/jinja tests/fuzz/jinja.dict \
 	tests/fixtures/make_content_format_fixtures.py tests/fixtures/chat/content_format.json
 
 if ENABLE_FUZZ

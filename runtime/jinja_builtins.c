@@ -1165,6 +1165,9 @@ static int cmp_items(const void *a, const void *b, void *arg)
     struct jcx *cx = arg;
     const struct sort_item *x = a, *y = b;
     int r = 0;
+    /* jinja2 sorts by [key] lists, which compare their items with == first: two undefined keys
+     * (an attribute no item has) are equal; an undefined against a value still raises */
+    if (x->key.t == JV_UNDEF && y->key.t == JV_UNDEF) return 0;
     if (cx->failed || jv_cmp(cx, x->key, y->key, &r) < 0) return 0;
     if (r == 2) r = 0;
     return cx->ctl == 3 ? -r : r; /* ctl 3: a reverse sort in progress */
@@ -1237,6 +1240,9 @@ static int select_items(struct jcx *cx, struct jv v, const struct jv *args, int 
                         struct jv *out)
 {
     struct jlist *items, *res;
+    /* jinja2's select_or_reject: `if value:` before anything, so a falsy value (none, 0, '',
+     * undefined) gives nothing, without a look at the arguments */
+    if (!jv_truthy(v)) return new_list(cx, LK_GEN, &res, out);
     if (attr && nargs < 1) return jx_fail(cx, "Missing parameter for attribute name");
     if (jx_iterate(cx, v, &items) < 0) {
         if (items) jx_obj_decref(cx, &items->h);
@@ -1276,6 +1282,8 @@ static int do_map(struct jcx *cx, struct jv v, const struct jv *args, int nargs,
     struct jlist *items, *res;
     struct jv attr = jv_undef0(), dflt = jv_none();
     int by_attr = nargs == 0;
+    /* jinja2's map: `if value:` first, as select's */
+    if (!jv_truthy(v)) return new_list(cx, LK_GEN, &res, out);
     if (by_attr) {
         int have = 0;
         for (int k = 0; k < nkw; k++) {
@@ -1453,6 +1461,20 @@ static int do_round(struct jcx *cx, struct jv v, int64_t prec, const char *metho
     return 0;
 }
 
+/* Python's error for s + "..." (op "+" or "+="): a list extends (+= only) and then has no
+ * method after_list, a tuple or list cannot take a str, anything else has no such operator */
+static int plus_str_error(struct jcx *cx, struct jv s, const char *op, const char *after_list)
+{
+    if (s.t == JV_UNDEF) return fail_undef(cx, s);
+    if (s.t == JV_LIST && (jv_l(s)->kind == LK_LIST || jv_l(s)->kind == LK_TUPLE)) {
+        if (jv_l(s)->kind == LK_LIST && !strcmp(op, "+="))
+            return jx_fail(cx, "'list' object has no attribute '%s'", after_list);
+        return jx_fail(cx, "can only concatenate %s (not \"str\") to %s", jv_type_name(s),
+                       jv_type_name(s));
+    }
+    return jx_fail(cx, "unsupported operand type(s) for %s: '%s' and 'str'", op, jv_type_name(s));
+}
+
 static int do_indent(struct jcx *cx, struct jv s, struct jv width, int first, int blank,
                      struct jv *out)
 {
@@ -1481,7 +1503,12 @@ static int do_indent(struct jcx *cx, struct jv s, struct jv width, int first, in
             return -1;
         }
     }
-    /* s += "\n"; lines = s.splitlines() */
+    /* s += "\n"; lines = s.splitlines(): Python's errors where s is not a string */
+    if (s.t != JV_STR) {
+        jv_decref(cx, str);
+        jv_decref(cx, ind);
+        return plus_str_error(cx, s, "+=", "splitlines");
+    }
     struct ls_strbuf tmp = {0};
     ls_strbuf_put(&tmp, jv_s(str)->s, jv_s(str)->len);
     ls_strbuf_put(&tmp, "\n", 1);
@@ -1525,6 +1552,29 @@ static int do_truncate(struct jcx *cx, struct jv s, int64_t length, int killword
     if (length < elen)
         return jx_fail(cx, "expected length >= %lld, got %lld", (long long)elen, (long long)length);
     if (leeway < 0) return jx_fail(cx, "expected leeway >= 0, got %lld", (long long)leeway);
+    if (s.t != JV_STR) { /* Python's len(s), then s itself, a slice of it, or their errors */
+        int64_t len;
+        if (s.t == JV_UNDEF) {
+            len = 0;
+        } else if (s.t == JV_DICT) {
+            len = (int64_t)jv_d(s)->n;
+        } else if (s.t == JV_LIST && jv_l(s)->kind != LK_GEN) {
+            len = (int64_t)jv_l(s)->n;
+        } else {
+            return jx_fail(cx, "object of type '%s' has no len()", jv_type_name(s));
+        }
+        if (len <= length + leeway) {
+            *out = s;
+            jv_incref(*out);
+            return 0;
+        }
+        if (s.t == JV_DICT) return jx_fail(cx, "unhashable type: 'slice'");
+        if (jv_l(s)->kind != LK_LIST && jv_l(s)->kind != LK_TUPLE && jv_l(s)->kind != LK_RANGE)
+            return jx_fail(cx, "'%s' object is not subscriptable", jv_type_name(s));
+        if (!killwords)
+            return jx_fail(cx, "'%s' object has no attribute 'rsplit'", jv_type_name(s));
+        return plus_str_error(cx, s, "+", "");
+    }
     if (jv_stringify(cx, s, &str) < 0) return -1;
     const struct jstr *ss = jv_s(str);
     int64_t n = (int64_t)jx_u8_count(ss->s, ss->len);
@@ -1776,6 +1826,7 @@ int jx_call_filter(struct jcx *cx, int id, struct jv v, const struct jv *args, i
     case F_FLOAT: {
         BIND("float", "default");
         double d;
+        if (v.t == JV_UNDEF) return fail_undef(cx, v); /* float(Undefined) raises */
         if (v.t == JV_FLOAT) {
             *out = v;
             return 0;
@@ -1806,6 +1857,7 @@ int jx_call_filter(struct jcx *cx, int id, struct jv v, const struct jv *args, i
         int64_t base = 10, iv;
         double d;
         if (g[1]) base = a[1].t == JV_INT || a[1].t == JV_BOOL ? a[1].u.i : -1; /* -1: fails */
+        if (v.t == JV_UNDEF) return fail_undef(cx, v); /* int(Undefined) raises */
         if (v.t == JV_INT || v.t == JV_BOOL) {
             *out = jv_int(v.u.i);
             return 0;
@@ -1814,6 +1866,8 @@ int jx_call_filter(struct jcx *cx, int id, struct jv v, const struct jv *args, i
             *out = jv_int((int64_t)v.u.f);
             return 0;
         }
+        if (v.t == JV_FLOAT && isfinite(v.u.f)) /* Python's int() has no bound; ours has */
+            return jx_fail(cx, "unsupported: an integer past 64 bits");
         if (v.t == JV_STR) {
             if (base >= 2 && base <= 36 && parse_int(jv_s(v)->s, jv_s(v)->len, (int)base, &iv)) {
                 *out = jv_int(iv);
@@ -2190,8 +2244,8 @@ int jx_call_test(struct jcx *cx, int id, struct jv v, const struct jv *args, int
                (v.t == JV_LIST && (jv_l(v)->kind == LK_LIST || jv_l(v)->kind == LK_TUPLE ||
                                    jv_l(v)->kind == LK_RANGE));
         return 0;
-    case T_CALLABLE:
-        *res = v.t == JV_MACRO || v.t == JV_FUNC;
+    case T_CALLABLE: /* Python's callable(): jinja2's Undefined has a __call__ (that raises) */
+        *res = v.t == JV_MACRO || v.t == JV_FUNC || v.t == JV_UNDEF;
         return 0;
     case T_ESCAPED:
         *res = v.t == JV_STR && (v.flags & JF_MARKUP);
