@@ -21,6 +21,7 @@ four forms to: see write_fixture.
 
 import json
 import os
+import sys
 import unicodedata
 
 import tokenizers
@@ -28,6 +29,9 @@ import unicodedata2 as U
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "fixtures"))
+from variant_patch import apply_patch  # noqa: E402  (variants.json's patch semantics)
+
 FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 # the general category classes split patterns name (\p{L}, \p{N}, ...)
 CLASSES = ("L", "Lu", "Ll", "Lt", "Lm", "Lo", "N", "Nd", "Nl", "No", "M", "Mn", "Mc", "Me", "P",
@@ -95,17 +99,6 @@ def write_runs(name, texts, variants, extra):
 
 
 
-def apply_patch(base, patch):
-    """make_tokenizer_fixtures.py's patch semantics (and test_tokenizer.c's)"""
-    j = json.loads(json.dumps(base))
-    for key, value in patch.items():
-        if key == "model":
-            j["model"].update(value)
-        elif key == "added_tokens_extra":
-            j["added_tokens"] = j["added_tokens"] + value
-        else:
-            j[key] = value
-    return j
 
 
 def main():

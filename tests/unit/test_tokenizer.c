@@ -713,34 +713,35 @@ static void test_regex_classes_are_widened_where_written(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "/\\p{Nope}/"));
 }
 
-/* regex_classes.json (runtime/make_unicode_hf.py): the code points HF's regexes count in a
- * general category class and PCRE2's older tables do not, through the GPT-2, Llama 3 and Qwen2
- * splits; lockstep widens the classes (widen_classes) */
-static void test_regex_classes_of_newer_unicode_match_hf(void)
+/* a fixture of runtime/make_unicode_hf.py: its texts through its variants, one text list for
+ * every variant (all on SmolLM2's tokenizer) */
+static void check_unicode_fixture(const char *file, size_t min_texts, size_t variants)
 {
-    NEED(smollm2);
-    json_t *fixture = load_json("tokenizer/regex_classes.json");
+    json_t *fixture = load_json(file);
     CU_ASSERT_PTR_NOT_NULL_FATAL(fixture);
     const json_t *texts[2] = {json_object_get(fixture, "texts"), json_object_get(fixture, "texts")};
-    CU_ASSERT(json_array_size(texts[0]) >= 5);
-    CU_ASSERT_EQUAL(json_object_size(json_object_get(fixture, "variants")), 3);
+    CU_ASSERT(json_array_size(texts[0]) >= min_texts);
+    CU_ASSERT_EQUAL(json_object_size(json_object_get(fixture, "variants")), variants);
     CU_ASSERT_EQUAL(check_variant_runs(json_object_get(fixture, "variants"), texts), 0);
     json_decref(fixture);
 }
 
-/* normal_forms.json (runtime/make_unicode_hf.py): every character the Unicode standard
- * normalizes, through the NFC, NFD, NFKC and NFKD variants; HF's tables are older than
- * utf8proc's, and where they differ lockstep gives HF's ids (unicode_form) */
+/* regex_classes.json: the code points HF's regexes count in a general category class and
+ * PCRE2's older tables do not, through the GPT-2, Llama 3 and Qwen2 splits; lockstep widens
+ * the classes (widen_classes) */
+static void test_regex_classes_of_newer_unicode_match_hf(void)
+{
+    NEED(smollm2);
+    check_unicode_fixture("tokenizer/regex_classes.json", 5, 3);
+}
+
+/* normal_forms.json: every character the Unicode standard normalizes, through the NFC, NFD,
+ * NFKC and NFKD variants; HF's tables are older than utf8proc's, and where they differ lockstep
+ * gives HF's ids (unicode_form) */
 static void test_normal_forms_of_every_mapped_character_match_hf(void)
 {
     NEED(smollm2);
-    json_t *fixture = load_json("tokenizer/normal_forms.json");
-    CU_ASSERT_PTR_NOT_NULL_FATAL(fixture);
-    const json_t *texts[2] = {json_object_get(fixture, "texts"), json_object_get(fixture, "texts")};
-    CU_ASSERT(json_array_size(texts[0]) >= 400);
-    CU_ASSERT_EQUAL(json_object_size(json_object_get(fixture, "variants")), 4);
-    CU_ASSERT_EQUAL(check_variant_runs(json_object_get(fixture, "variants"), texts), 0);
-    json_decref(fixture);
+    check_unicode_fixture("tokenizer/normal_forms.json", 400, 4);
 }
 
 /* ------------------------------------------------------------------ streaming */
