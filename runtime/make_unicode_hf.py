@@ -30,7 +30,7 @@ from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "fixtures"))
-from variant_patch import apply_patch  # noqa: E402  (variants.json's patch semantics)
+from tokenizer_reference import apply_patch  # noqa: E402  (variants.json's patch semantics)
 
 FORMS = ("NFC", "NFD", "NFKC", "NFKD")
 # the general category classes split patterns name (\p{L}, \p{N}, ...)

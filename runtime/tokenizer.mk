@@ -25,7 +25,7 @@ tests_unit_test_chat_CFLAGS = $(AM_CFLAGS) $(CUNIT_CFLAGS)
 # inside);
 # runtime/unicode_hf.h with runtime/make_unicode_hf.py
 EXTRA_DIST += tests/fixtures/make_tokenizer_fixtures.py tests/fixtures/tokenizer \
-	tests/fixtures/make_tokenizer_random.py tests/fixtures/variant_patch.py \
+	tests/fixtures/make_tokenizer_random.py tests/fixtures/tokenizer_reference.py \
 	runtime/make_unicode_hf.py \
 	tests/fixtures/make_chat_fixtures.py tests/fixtures/make_chat_random.py \
 	tests/fixtures/make_developer_fixtures.py \
