@@ -324,8 +324,10 @@ static void class_adds(struct ls_strbuf *b, const char *name, size_t n)
  * \p{L} gains the ranges after it (in a negated class too, which then leaves them out, as
  * HF's does); \P{L} inside a class stays as it is (a class cannot take a complement's
  * exceptions; no tokenizer we know writes it). Escapes, \Q..\E and POSIX [:name:] items are
- * copied as they are. Returns the pattern as it was when nothing changes; the caller frees a
- * new one (*owned); NULL when out of memory. */
+ * copied as they are; comments ((?#..), and # in (?x) patterns) are read as pattern text, so a
+ * [ in one would be taken for a class (no tokenizer we know comments its split). Returns the
+ * pattern as it was when nothing changes; the caller frees a new one (*owned); NULL when out of
+ * memory. */
 static const char *widen_classes(const char *pat, size_t len, size_t *out_len, char **owned)
 {
     struct ls_strbuf b = {0};
