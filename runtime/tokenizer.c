@@ -378,10 +378,20 @@ static const char *widen_classes(const char *pat, size_t len, size_t *out_len, c
         } else if (c == '\\') { /* any other escape: its two bytes (\x{..} holds no class) */
             ls_strbuf_put(&b, pat + i, i + 1 < len ? 2 : 1);
             i += i + 1 < len ? 2 : 1;
-        } else if (c == '[' && in_class && i + 1 < len && pat[i + 1] == ':') { /* [:alpha:] */
+        } else if (c == '[' && in_class && i + 1 < len && pat[i + 1] == ':') {
+            /* [:alpha:] where PCRE2 takes it for one (check_posix_syntax: up to the first ":]",
+             * unless a ] or another [: comes first; \] and \\ skipped); else a literal [ */
             const char *close = NULL;
-            for (size_t j = i + 2; j + 1 < len && !close; j++)
-                if (pat[j] == ':' && pat[j + 1] == ']') close = pat + j + 2;
+            for (size_t j = i + 2; j + 1 < len; j++) {
+                if (pat[j] == '\\' && (pat[j + 1] == ']' || pat[j + 1] == '\\')) {
+                    j++;
+                } else if ((pat[j] == '[' && pat[j + 1] == ':') || pat[j] == ']') {
+                    break;
+                } else if (pat[j] == ':' && pat[j + 1] == ']') {
+                    close = pat + j + 2;
+                    break;
+                }
+            }
             size_t end = close ? (size_t)(close - pat) : i + 1;
             ls_strbuf_put(&b, pat + i, end - i);
             i = end;
@@ -442,12 +452,18 @@ pcre2_code *tok_compile_regex(const char *pat, size_t len, char *err, size_t err
         return NULL;
     }
     if (owned) {
-        pcre2_code_free(re);
-        re = compile(wide, wlen, &code, &off);
+        /* a pattern that names many classes can grow past PCRE2's limit on a compiled pattern
+         * once widened; it then keeps PCRE2's own classes (which differ from HF's only on
+         * characters assigned since Unicode 14) rather than fail to load */
+        pcre2_code *wre = compile(wide, wlen, &code, &off);
         free(owned);
-        if (!re) {
+        if (wre) {
+            pcre2_code_free(re);
+            re = wre;
+        } else if (code != PCRE2_ERROR_PATTERN_TOO_LARGE) { /* a widening that is wrong */
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(code, msg, sizeof(msg));
+            pcre2_code_free(re);
             ls_errf(err, errlen, "regex /%.*s/ with its classes widened to tokenizers' Unicode: %s",
                     (int)(len > 200 ? 200 : len), pat, (const char *)msg);
             return NULL;

@@ -706,6 +706,10 @@ static void test_regex_classes_are_widened_where_written(void)
     /* U+1C89 (Unicode 16, Lu): a letter to \p{L} and \p{Lu}, not to \p{Ll} */
     CU_ASSERT_EQUAL(whole_match("\\p{Lu}", "\xE1\xB2\x89"), 1);
     CU_ASSERT_EQUAL(whole_match("\\p{Ll}", "\xE1\xB2\x89"), 0);
+    /* widened past PCRE2's size limit, a pattern keeps PCRE2's own classes and still loads */
+    char many[8 * 600 + 1] = "";
+    for (int i = 0; i < 600; i++) strcat(many, "\\p{L}?");
+    CU_ASSERT_EQUAL(whole_match(many, "ab"), 1);
     /* a class PCRE2 rejects is named as written */
     char err[512] = "";
     pcre2_code *re = tok_compile_regex("\\p{Nope}", 8, err, sizeof err);
