@@ -432,37 +432,33 @@ static pcre2_code *compile(const char *pat, size_t len, int *code, PCRE2_SIZE *o
 
 pcre2_code *tok_compile_regex(const char *pat, size_t len, char *err, size_t errlen)
 {
-    int code;
+    int code, wcode = 0;
     PCRE2_SIZE off;
-    /* the pattern as written first, so that an error names what the file holds */
-    pcre2_code *re = compile(pat, len, &code, &off);
-    if (!re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(code, msg, sizeof(msg));
-        ls_errf(err, errlen, "regex /%.*s/: %s at offset %zu", (int)(len > 200 ? 200 : len), pat,
-                (const char *)msg, (size_t)off);
-        return NULL;
-    }
     char *owned;
     size_t wlen;
     const char *wide = widen_classes(pat, len, &wlen, &owned);
     if (!wide) {
-        pcre2_code_free(re);
         ls_errf(err, errlen, "regex /%.*s/: out of memory", (int)(len > 200 ? 200 : len), pat);
         return NULL;
     }
-    if (owned) {
-        /* a pattern that names many classes can grow past PCRE2's limit on a compiled pattern
-         * once widened; it then keeps PCRE2's own classes (which differ from HF's only on
-         * characters assigned since Unicode 14) rather than fail to load */
-        pcre2_code *wre = compile(wide, wlen, &code, &off);
-        free(owned);
-        if (wre) {
-            pcre2_code_free(re);
-            re = wre;
-        } else if (code != PCRE2_ERROR_PATTERN_TOO_LARGE) { /* a widening that is wrong */
+    pcre2_code *re = owned ? compile(wide, wlen, &wcode, &off) : NULL;
+    free(owned);
+    if (!re) {
+        /* as written: what an error names (the file's pattern), and what a pattern keeps when
+         * its widened form passes PCRE2's limit on a compiled pattern (one that names many
+         * classes), since PCRE2's own classes differ from HF's only on characters assigned
+         * since Unicode 14 */
+        re = compile(pat, len, &code, &off);
+        if (!re) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(code, msg, sizeof(msg));
+            ls_errf(err, errlen, "regex /%.*s/: %s at offset %zu", (int)(len > 200 ? 200 : len),
+                    pat, (const char *)msg, (size_t)off);
+            return NULL;
+        }
+        if (wcode && wcode != PCRE2_ERROR_PATTERN_TOO_LARGE) { /* a widening that is wrong */
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(wcode, msg, sizeof(msg));
             pcre2_code_free(re);
             ls_errf(err, errlen, "regex /%.*s/ with its classes widened to tokenizers' Unicode: %s",
                     (int)(len > 200 ? 200 : len), pat, (const char *)msg);
