@@ -501,7 +501,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
             }
         }
     }
-    if (nsplit == 1) return;
+    if (nsplit == 1 || merge4 < 0) return; // merge4 < 0: LOCKSTEP_LAB_ATT_NOMERGE
 
     // last block done: the chunk that completes the count of live chunks merges them all (sm_o
     // holds their (max, sum) pairs then: live <= ATT_MAX_SPLIT, 1024 * GM floats)
@@ -1160,8 +1160,8 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // positions lost at every ring (after 4096: 2 x 32 4.286 against 2 x 64 4.144).
 static struct {
     int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre, bulk_ring,
-        bulk_stage;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P};
+        bulk_stage, lab_nomerge;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P, 0};
 
 static void shape_from_env(void)
 {
@@ -1190,6 +1190,8 @@ static void shape_from_env(void)
     if (br && br[0] >= '1' && br[0] <= '0' + ATS_NS && !br[1]) g_shape.bulk_ring = br[0] - '0';
     const char *bs = getenv("LOCKSTEP_ATT_BULK_STAGE");
     if (bs && (!strcmp(bs, "32") || !strcmp(bs, "64"))) g_shape.bulk_stage = atoi(bs);
+    const char *nm = getenv("LOCKSTEP_LAB_ATT_NOMERGE");
+    if (nm && !strcmp(nm, "1")) g_shape.lab_nomerge = 1;
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1443,9 +1445,17 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
     // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
-    const int merge4 = g_shape.merge4 >= 0 ? g_shape.merge4 : gm * hd >= 4 * ATT_WARPS * 32;
+    // LOCKSTEP_LAB_ATT_NOMERGE=1 (a lab, timing only: the output is never written): the split's
+    // chunks write their partials to the workspace and leave, without clusters, counter or merge,
+    // for what the merge costs the step
+    const bool nomerge = g_shape.lab_nomerge && nsplit > 1;
+    const int merge4 = nomerge               ? -1
+                       : g_shape.merge4 >= 0 ? g_shape.merge4
+                                             : gm * hd >= 4 * ATT_WARPS * 32;
     const int cluster =
-        clusters && nsplit > 1 && g_shape.cluster && ls_device_get().clusters ? ATT_CLUSTER : 0;
+        clusters && nsplit > 1 && g_shape.cluster && !nomerge && ls_device_get().clusters
+            ? ATT_CLUSTER
+            : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;
     dim3 grid((unsigned)gx, (unsigned)block_rows(group, hkv, gm));
     float qscale = 1.0f / sqrtf((float)hd) * LOG2E;
