@@ -36,6 +36,7 @@
 // row reductions across the 16 threads of a row (shuffles within a warp), P to shared memory,
 // O += P V. Key tiles stop at the last query of the block.
 #include "config.h"
+#include "att_split.cuh"
 #include "attention.h"
 #include "bf16.cuh"
 #include "bulk_shape.h"
@@ -97,26 +98,6 @@ static __device__ __forceinline__ float *cluster_peer(float *p, int rank)
     (void)rank;
     return p;
 #endif
-}
-
-// chunk length for a context of n positions cut into nsplit chunks
-static __device__ __forceinline__ int chunk_len(int n, int nsplit, int min_chunk)
-{
-    int c = (n + nsplit - 1) / nsplit;
-    return c < min_chunk ? min_chunk : c;
-}
-
-// workspace layout for nsplit > 1: (max, sum) [hq][nsplit][2], then from a 16-byte boundary
-// the outputs [hq][nsplit][hd] (floats; the merge reads them four at a time), then from a
-// 16-byte boundary one done-counter per decode block row (<= hq ints)
-static __host__ __device__ __forceinline__ size_t ws_out_offset(int hq, int nsplit)
-{
-    return ((size_t)hq * nsplit * 2 + 3) & ~(size_t)3; // in floats
-}
-
-static __host__ __device__ __forceinline__ size_t ws_counter_offset(int hq, int hd, int nsplit)
-{
-    return (ws_out_offset(hq, nsplit) + (size_t)hq * nsplit * hd + 3) & ~(size_t)3; // in floats
 }
 
 // The online softmax that both decode kernels run (attn_decode_kernel and the streamed
@@ -501,7 +482,7 @@ static __global__ void __launch_bounds__(ATT_WARPS * 32)
             }
         }
     }
-    if (nsplit == 1 || merge4 < 0) return; // merge4 < 0: LOCKSTEP_LAB_ATT_NOMERGE
+    if (nsplit == 1 || merge4 < 0) return; // merge4 < 0: the partials are the result
 
     // last block done: the chunk that completes the count of live chunks merges them all (sm_o
     // holds their (max, sum) pairs then: live <= ATT_MAX_SPLIT, 1024 * GM floats)
@@ -1160,8 +1141,8 @@ static __global__ void __launch_bounds__(W * 32, M == 2 ? 2 : 1)
 // positions lost at every ring (after 4096: 2 x 32 4.286 against 2 x 64 4.144).
 static struct {
     int read, min_chunk, wide, cluster, heads, merge4, per_sm, bulk, bulk_pre, bulk_ring,
-        bulk_stage, lab_nomerge;
-} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P, 0};
+        bulk_stage;
+} g_shape = {0, ATT_MIN_CHUNK, -1, 1, 0, -1, 4, 0, 1, ATS_RING, ATS_P};
 
 static void shape_from_env(void)
 {
@@ -1190,8 +1171,6 @@ static void shape_from_env(void)
     if (br && br[0] >= '1' && br[0] <= '0' + ATS_NS && !br[1]) g_shape.bulk_ring = br[0] - '0';
     const char *bs = getenv("LOCKSTEP_ATT_BULK_STAGE");
     if (bs && (!strcmp(bs, "32") || !strcmp(bs, "64"))) g_shape.bulk_stage = atoi(bs);
-    const char *nm = getenv("LOCKSTEP_LAB_ATT_NOMERGE");
-    if (nm && !strcmp(nm, "1")) g_shape.lab_nomerge = 1;
 }
 
 // The most q heads a block holds for a group (a kernel form: 1, 2, 4 or 8), and half that
@@ -1413,6 +1392,13 @@ static void decode_bulk(float *out, const float *q, const uint16_t *kcache, cons
     CHECK_CUDA(cudaGetLastError());
 }
 
+// the register kernel's launch (defer: the chunks leave their partials in the workspace for the
+// o GEMV, ls_attention_decode_partials)
+static void decode_register(float *out, const float *q, const uint16_t *kcache,
+                            const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
+                            int max_ctx, int nsplit, int fresh, int clusters, float *workspace,
+                            bool defer, cudaStream_t s);
+
 extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *kcache,
                                     const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
                                     int max_ctx, int nsplit, int fresh, int clusters,
@@ -1425,7 +1411,6 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
                "expected hd % 8 == 0, hd <= 256, hq % hkv == 0, 1 <= nsplit <= 512, a "
                "workspace when nsplit > 1, q, out and the workspace on 16-byte boundaries and "
                "fresh >= 0");
-    const int group = hq / hkv;
     shape_from_env();
     if ((clusters == 2 || (!clusters && g_shape.bulk)) && nsplit > 1 &&
         ls_attention_bulk_applies(hq, hkv, hd)) {
@@ -1434,6 +1419,35 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
         return;
     }
     if (clusters == 2) clusters = 0; // where the streamed form does not apply
+    decode_register(out, q, kcache, vcache, pos, hq, hkv, hd, max_ctx, nsplit, fresh, clusters,
+                    workspace, false, (cudaStream_t)stream);
+}
+
+extern "C" int ls_attention_decode_partials(float *workspace, const float *q,
+                                            const uint16_t *kcache, const uint16_t *vcache,
+                                            const int *pos, int hq, int hkv, int hd, int max_ctx,
+                                            int nsplit, void *stream)
+{
+    if (hd < 8 || hd % 8 || hd > 256 || hkv < 1 || hq < hkv || hq % hkv || max_ctx < 1 ||
+        nsplit < 2 || nsplit > ATT_MAX_SPLIT || !workspace || ((uintptr_t)q & 15) ||
+        ((uintptr_t)workspace & 15))
+        return 0;
+    decode_register(nullptr, q, kcache, vcache, pos, hq, hkv, hd, max_ctx, nsplit, 0, 1, workspace,
+                    true, (cudaStream_t)stream);
+    return 1;
+}
+
+extern "C" int ls_attention_min_chunk(void)
+{
+    return min_chunk();
+}
+
+static void decode_register(float *out, const float *q, const uint16_t *kcache,
+                            const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
+                            int max_ctx, int nsplit, int fresh, int clusters, float *workspace,
+                            bool defer, cudaStream_t s)
+{
+    const int group = hq / hkv;
     const long kv_bytes = (long)hkv * max_ctx * hd * 2 * sizeof(uint16_t);
     const int gm = heads_per_block(group, hkv, nsplit, kv_bytes, !clusters); // q heads a block
     const int lanes = hd / 8, lg = lanes <= 8 ? 8 : lanes <= 16 ? 16 : 32;
@@ -1442,18 +1456,14 @@ extern "C" void ls_attention_decode(float *out, const float *q, const uint16_t *
     decode_fn fn = lg == 8    ? pick_decode_g<8>(gm, wide)
                    : lg == 16 ? pick_decode_g<16>(gm, wide)
                               : pick_decode_g<32>(gm, wide);
-    cudaStream_t s = (cudaStream_t)stream;
     // split: clusters of ATT_CLUSTER chunks (the grid rounded up to whole clusters; chunks past
-    // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above)
-    // LOCKSTEP_LAB_ATT_NOMERGE=1 (a lab, timing only: the output is never written): the split's
-    // chunks write their partials to the workspace and leave, without clusters, counter or merge,
-    // for what the merge costs the step
-    const bool nomerge = g_shape.lab_nomerge && nsplit > 1;
-    const int merge4 = nomerge               ? -1
+    // nsplit lie past the context) unless turned off (g_shape is read: min_chunk above). defer:
+    // no clusters, and merge4 -1 tells the chunks to leave once their partials are written
+    const int merge4 = defer                 ? -1
                        : g_shape.merge4 >= 0 ? g_shape.merge4
                                              : gm * hd >= 4 * ATT_WARPS * 32;
     const int cluster =
-        clusters && nsplit > 1 && g_shape.cluster && !nomerge && ls_device_get().clusters
+        clusters && nsplit > 1 && g_shape.cluster && !defer && ls_device_get().clusters
             ? ATT_CLUSTER
             : 0;
     const int gx = cluster ? (nsplit + cluster - 1) / cluster * cluster : nsplit;

@@ -84,6 +84,18 @@ void ls_attention_decode(float *out, const float *q, const uint16_t *kcache, con
                          const int *pos, int hq, int hkv, int hd, int max_ctx, int nsplit,
                          int fresh, int clusters, float *workspace, void *stream);
 
+/* ls_attention_decode's split (clusters = 1's q heads a block) without its merge, for a decode
+ * step (fresh 0) whose o GEMV merges the chunks itself (ls_gemv_residual_copy_att): launched
+ * without clusters, each live chunk writes its (max, sum) and unnormalised output to the
+ * workspace and leaves; no counter, no merge, nothing written to an output. Returns 0, launching
+ * nothing, unless nsplit >= 2 (and the shape checks of ls_attention_decode hold). */
+int ls_attention_decode_partials(float *workspace, const float *q, const uint16_t *kcache,
+                                 const uint16_t *vcache, const int *pos, int hq, int hkv, int hd,
+                                 int max_ctx, int nsplit, void *stream);
+/* the split's least positions a chunk (64, or LOCKSTEP_ATT_CHUNK), which a merge of its partials
+ * needs to find the live chunks */
+int ls_attention_min_chunk(void);
+
 /* experiments and tests: the prefill's attention kernel for hd 64 and 128. 1 to 6: a form of
  * the tensor-core kernel (see attention.cu); 7: the wgmma kernel (attention_sm90.cu; where the
  * build or the device has none, the default form); LS_PREFILL_TC_AUTO, the default: the wgmma

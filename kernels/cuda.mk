@@ -2,7 +2,7 @@
 # launchers, declared in the C header beside it. Included from Makefile.am.
 if HAVE_CUDA
 liblockstep_a_SOURCES += \
-	kernels/pdl.cuh kernels/device.cuh kernels/argmax.cuh kernels/attention.cu kernels/attention.h kernels/attention_sm90.cu \
+	kernels/pdl.cuh kernels/device.cuh kernels/argmax.cuh kernels/att_split.cuh kernels/attention.cu kernels/attention.h kernels/attention_sm90.cu \
 	kernels/bulk_shape.h \
 	kernels/bandwidth.cu kernels/bandwidth.h \
 	kernels/elementwise.cu kernels/elementwise.h \
@@ -22,7 +22,8 @@ if HAVE_CUDA
 check_DATA = kernels/attention.sm80.o
 CLEANFILES += kernels/attention.sm80.o kernels/*.o.ptxas
 kernels/attention.sm80.o: $(top_srcdir)/kernels/attention.cu $(top_srcdir)/kernels/attention.h \
-		$(top_srcdir)/kernels/bulk_shape.h $(top_srcdir)/kernels/pdl.cuh $(top_srcdir)/kernels/device.cuh
+		$(top_srcdir)/kernels/bulk_shape.h $(top_srcdir)/kernels/pdl.cuh $(top_srcdir)/kernels/device.cuh \
+		$(top_srcdir)/kernels/att_split.cuh
 	@$(MKDIR_P) kernels
 	$(AM_V_GEN)$(NVCC) $(subst $(CUDA_ARCH_FLAGS),,$(NVCC_FLAGS)) -gencode=arch=compute_80,code=sm_80 \
 		-I$(top_srcdir) -I$(top_srcdir)/kernels -I$(top_builddir) $(CUDA_CFLAGS) -c $< -o $@

@@ -28,6 +28,7 @@
 // PDL: the first batch of weight loads is issued before griddepcontrol.wait; x is read and y
 // written after it.
 #include "config.h"
+#include "att_split.cuh"
 #include "gemv.h"
 #include "argmax.cuh"
 #include "bf16.cuh"
@@ -148,6 +149,9 @@ enum { GEMV_IN_PLAIN, GEMV_IN_NORM, GEMV_IN_SWIGLU };
 // same two MUFU operations and a few FMULs) cost 8B TP=1 decode 0.05 ms (4.045 vs 3.996 ms in the
 // tenth session's call 5; TP=2, with half the inputs per lane, 2.756 vs 2.759)
 enum { GEMV_IN_SWIGLU_FAST = 3 };
+// the decode attention's split partials (fd.att; ls_gemv_residual_copy_att): each input merged
+// from the live chunks' partials as it is loaded
+enum { GEMV_IN_ATT = 4 };
 
 template <int NT, int MINB, int U, int T, int IN, bool ACC>
 static __global__ void __launch_bounds__(NT, MINB)
@@ -395,6 +399,7 @@ struct gemv_fd {
     int lab_red; // FD, timing only (LOCKSTEP_LAB_MLP_RED): 1 leaves out the hi adds, 2 all adds
     int bulk;    // FD with two row sets or more: the block's lo added by one bulk reduction
                  // (LOCKSTEP_MLP_BULK): 1 into its parity's row, 2 every block into the first
+    att_split att; // GEMV_IN_ATT: the attention's partials x is merged from
 };
 
 // AM: the block's rows' largest (bv at bi; INT_MAX: none) into the word; red: NW words of
@@ -459,7 +464,7 @@ static __global__ void __launch_bounds__(NT, 1)
     static_assert(!AM || (!ACC && !RP && !SO), "the argmax follows a plain y =");
     constexpr int NW = NT / 32;
     constexpr bool FAST = IN == GEMV_IN_SWIGLU_FAST, SWIGLU = FAST || IN == GEMV_IN_SWIGLU,
-                   NORM = IN == GEMV_IN_NORM;
+                   NORM = IN == GEMV_IN_NORM, ATT = IN == GEMV_IN_ATT;
     // [rows][ps], ps = slots | 1: an odd stride, so the epilogue's lanes (a row each) read
     // distinct banks (an even one put 16 or 32 lanes on one bank)
     extern __shared__ float psum[];
@@ -527,7 +532,8 @@ static __global__ void __launch_bounds__(NT, 1)
         for (int i = 0; i < U; i++)
 #pragma unroll
             for (int j = 0; j < CM; j++) cur[i][j] = next[i][j];
-        if (U < my_rows) load(next, U);
+        // ATT: the second batch after the merge, whose loads would not fit beside it
+        if (!ATT && U < my_rows) load(next, U);
     }
 
     float ss = 0.0f; // NORM: this lane's share of the sum of squares
@@ -538,7 +544,9 @@ static __global__ void __launch_bounds__(NT, 1)
         xa[j] = xb[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (q[j] < 0) continue;
         const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        if (SWIGLU) {
+        if (ATT) {
+            att_split_merge8(fd.att, 8 * q[j], xa[j], xb[j]);
+        } else if (SWIGLU) {
             const float4 g0 = x4[2 * q[j]], g1 = x4[2 * q[j] + 1];
             const float4 u0 = x4[(k >> 2) + 2 * q[j]], u1 = x4[(k >> 2) + 2 * q[j] + 1];
             xa[j] = make_float4(silu_mul_t<FAST>(g0.x, u0.x), silu_mul_t<FAST>(g0.y, u0.y),
@@ -573,6 +581,7 @@ static __global__ void __launch_bounds__(NT, 1)
         }
     }
 
+    if (TR && ATT && U < my_rows) load(next, U);
     if (TR) {
         // two batches in flight: batch b + 2's loads go out as soon as batch b's products are
         // taken, before its sums cross the warp (U rows reduced together)
@@ -1060,8 +1069,11 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     if (smem > smem_max) return false;
     if (check) return true;
     // the two-batch form for one column per warp only (with two it spills)
-    xreg_fn fn = acc == 4     ? xreg_fd_fn(in)
-                 : acc == 5   ? xreg_am_fn(in)
+    // the attention's partials: the o GEMV's form only (one column a warp, y += with its copy)
+    if (in == GEMV_IN_ATT && (nt != 1024 || cm != 1 || g_xreg != 3 || acc != 1)) return false;
+    xreg_fn fn = in == GEMV_IN_ATT ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_ATT, true, true, false>
+                 : acc == 4        ? xreg_fd_fn(in)
+                 : acc == 5        ? xreg_am_fn(in)
                  : nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
                                                         : xreg_table<1024, 4, 1>().f[in][acc])
                                          : xreg_table<1024, 4, 2>().f[in][acc])
@@ -1276,6 +1288,25 @@ extern "C" int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const 
 {
     xreg_at at;
     return mlp_takes(at, Wgu, DT, x, pend, norm_w, f, k);
+}
+
+extern "C" int ls_gemv_residual_copy_att(float *y, float *y2, float *pend, int pend_live,
+                                         const uint16_t *W, const float *ws, const int *pos, int hq,
+                                         int hd, int nsplit, int min_chunk, int max_ctx, int n,
+                                         void *stream)
+{
+    const int k = hq * hd;
+    if (n < 1 || hq < 1 || hd < 8 || hd % 8 || nsplit < 2 || min_chunk < 1 || max_ctx < 1 || !pos)
+        return 0;
+    xreg_at at;
+    if (!xreg_ready(at, W, ws, nullptr, k)) return 0;
+    gemv_fd fd = {};
+    fd.y2 = y2;
+    fd.pend = pend;
+    fd.pend_live = pend_live;
+    fd.att = {ws, pos, hq, hd, nsplit, min_chunk, max_ctx};
+    return xreg_launch(y, W, ws, nullptr, n, k, GEMV_IN_ATT, 1, nullptr, 0.0f, at.di, at.smem_max,
+                       (cudaStream_t)stream, {}, fd);
 }
 
 extern "C" int ls_gemv_residual_copy_takes(const uint16_t *W, const float *x, int n, int k)

@@ -129,6 +129,12 @@ struct ls_backend {
      * [T][hq * hd]; q head h reads KV head h / (hq / hkv) */
     void (*attention)(float *out, const float *qkv, int stride, const void *kc, const void *vc,
                       const int *pos, int pos0, int T, int hq, int hkv, int hd, int max_ctx);
+    /* Optional, with attn_out_mlp: attention for one position (a decode step; q at qkv) whose
+     * only reader is the attn_out_mlp that follows, which then takes out in whatever form the
+     * backend left it (the CUDA backend: the split's partials, merged by the o GEMV). 0, having
+     * done nothing, where the backend has no such form: the caller then runs attention. */
+    int (*attention_for_out_mlp)(float *out, const float *qkv, const void *kc, const void *vc,
+                                 const int *pos, int hq, int hkv, int hd, int max_ctx);
     void (*add)(float *x, const float *y, size_t n);
     /* the row-parallel matmul's partial sums summed over ranks by comm (in place), added to
      * the residual stream x, and normed = rmsnorm(x) * w (normed NULL: x only): the

@@ -58,6 +58,15 @@ static struct {
     /* the greedy choice matmul_argmax folds the LM head's blocks' largest into and the next
      * advance takes (ls_gemv_argmax; device memory, 0 between steps) */
     unsigned long long *am_key;
+    /* the decode attention attention_for_out_mlp left as its split's partials, for the next
+     * attn_out_mlp to merge (out NULL: none) */
+    struct {
+        float *out;
+        const float *qkv;
+        const void *kc, *vc;
+        const int *pos;
+        int hq, hkv, hd, max_ctx, nsplit;
+    } att_defer;
 } cu;
 
 static cudaStream_t stream_get(void)
@@ -451,10 +460,69 @@ static int cu_attn_out_mlp_takes(const float *x, const float *xin, const float *
            ls_gemv_mlp_takes(Wgu, downT, xin, pend, nw, f, dim);
 }
 
+/* LOCKSTEP_ATT_DEFER=0|1: the decode attention before the fused MLP's o GEMV leaves its split's
+ * partials for that GEMV to merge as it loads them (kernels/att_split.cuh), where the attention
+ * would merge them itself: the cluster merge's barrier round leaves the attention's chain
+ * (LOCKSTEP_LAB_ATT_NOMERGE measured it: the attention 4.58 -> 3.11 us a layer, the step 3.710
+ * -> 3.665 ms a token on the 8B, BENCHMARKS.md, fifty-second session). The same bits either
+ * way. */
+static int att_defer_on(void)
+{
+    static int on = -2;
+    if (on == -2) {
+        const char *v = getenv("LOCKSTEP_ATT_DEFER");
+        on = v && !strcmp(v, "1");
+    }
+    return on;
+}
+
+/* the decode attention (T = 1) whose one reader is the next attn_out_mlp: its split's partials
+ * left in the workspace for that call's o GEMV to merge; 0, nothing launched, where it does not
+ * apply (the caller then runs attention) */
+static int cu_attention_for_out_mlp(float *out, const float *qkv, const void *kc, const void *vc,
+                                    const int *pos, int hq, int hkv, int hd, int max_ctx)
+{
+    cu.att_defer.out = NULL;
+    if (!att_defer_on() || cu.att_form != 0) return 0;
+    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx);
+    if (nsplit < 2 || ls_attention_decode_workspace(hq, hd, nsplit) > cu.attn_ws_cap) return 0;
+    if (!ls_attention_decode_partials(cu.attn_ws, qkv, kc, vc, pos, hq, hkv, hd, max_ctx, nsplit,
+                                      stream_get()))
+        return 0;
+    cu.att_defer.out = out;
+    cu.att_defer.qkv = qkv;
+    cu.att_defer.kc = kc;
+    cu.att_defer.vc = vc;
+    cu.att_defer.pos = pos;
+    cu.att_defer.hq = hq;
+    cu.att_defer.hkv = hkv;
+    cu.att_defer.hd = hd;
+    cu.att_defer.max_ctx = max_ctx;
+    cu.att_defer.nsplit = nsplit;
+    return 1;
+}
+
 static int cu_attn_out_mlp(float *x, float *xin, float *pend, int pend_live, const float *att,
                            const void *Wo, const void *Wgu, const void *downT, const float *nw,
                            float eps, int qd, int dim, int f)
 {
+    if (cu.att_defer.out && cu.att_defer.out == att) {
+        /* the attention left its partials: merged by the o GEMV, or (a shape it does not take)
+         * by the attention run again in full */
+        const int hq = cu.att_defer.hq, hd = cu.att_defer.hd;
+        cu.att_defer.out = NULL;
+        if (qd == hq * hd &&
+            ls_gemv_residual_copy_att(x, xin, pend, pend_live, Wo, cu.attn_ws, cu.att_defer.pos, hq,
+                                      hd, cu.att_defer.nsplit, ls_attention_min_chunk(),
+                                      cu.att_defer.max_ctx, dim, stream_get())) {
+            if (!ls_gemv_mlp(pend, xin, Wgu, downT, nw, eps, f, dim, stream_get()))
+                ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "a shape it had taken was refused");
+            return 1;
+        }
+        ls_attention_decode((float *)att, cu.att_defer.qkv, cu.att_defer.kc, cu.att_defer.vc,
+                            cu.att_defer.pos, hq, cu.att_defer.hkv, hd, cu.att_defer.max_ctx,
+                            cu.att_defer.nsplit, 0, 1, cu.attn_ws, stream_get());
+    }
     /* the shapes were asked of attn_out_mlp_takes at start-up: no second check a step */
     if (!ls_gemv_residual_copy(x, xin, pend, pend_live, Wo, att, dim, qd, stream_get())) return 0;
     if (!ls_gemv_mlp(pend, xin, Wgu, downT, nw, eps, f, dim, stream_get()))
@@ -847,6 +915,7 @@ const struct ls_backend ls_backend_cuda = {
     .transpose_in_place = cu_transpose_in_place,
     .matmul_residual_t = cu_matmul_residual_t,
     .attention = cu_attention,
+    .attention_for_out_mlp = cu_attention_for_out_mlp,
     .add = cu_add,
     .allreduce_add_rmsnorm = cu_allreduce_add_rmsnorm,
     .argmax = cu_argmax,

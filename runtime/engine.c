@@ -670,7 +670,11 @@ static void layer_forward(struct ls_engine *e, int l, int T, int pos0, const flo
         be->rope_kv(e->qkv, stride, e->kc[l], e->vc[l], e->posb, e->m->inv_freq, T, hq, hkv, hd,
                     e->max_ctx, rope_il, L->q_norm, L->k_norm, eps);
     }
-    if (T > 1 || !(lab_skip(e) & LAB_ATTN))
+    /* a decode step's attention before the fused MLP may be left for its o GEMV to finish */
+    if ((T > 1 || !(lab_skip(e) & LAB_ATTN)) &&
+        !(fused && mlp1 && T == 1 && be->attention_for_out_mlp &&
+          be->attention_for_out_mlp(e->att, e->qkv, e->kc[l], e->vc[l], e->posb, hq, hkv, hd,
+                                    e->max_ctx)))
         be->attention(e->att, e->qkv, stride, e->kc[l], e->vc[l], e->posb, pos0, T, hq, hkv, hd,
                       e->max_ctx);
     if (fused) {

@@ -5,7 +5,7 @@
 #   (cd .debs && apt-get download libutf8proc-dev libutf8proc2): the tokenizer needs both)
 # Stages (STAGES="build info ..." to pick): build, info, launcher, kernels, e2e, scoring,
 # scorespeed, prefill, ref8b, smollm2 (after carry1), peer, bench, graphs, pflong, longctx, ahead, attbench,
-# attforms, attbulk, shapes, layers, ab, mlp, memory, bench70, scaling (#6), allreduce, hang, lab, ncu,
+# attforms, attbulk, shapes, layers, ab, mlp, defer, memory, bench70, scaling (#6), allreduce, hang, lab, ncu,
 # pfprofile, ktimes. Each stage's log is $OUT/<stage>.log; a short
 # table of results is printed last, and $OUT/00-logs.tgz holds them all.
 set -uo pipefail
@@ -1072,6 +1072,40 @@ PY
         (export LOCKSTEP_MLP_FUSED=0; gen_json 1 "$OUT/mlp-g0.json" -x LOCKSTEP_MLP_FUSED --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 32) &&
         echo "SmolLM2 shape greedy graph, fused:   $(ids_of "$OUT/mlp-g1.json")" &&
         echo "SmolLM2 shape greedy graph, unfused: $(ids_of "$OUT/mlp-g0.json")"
+    return $ok
+}
+
+# the decode attention left as its split's partials for the fused MLP's o GEMV to merge
+# (LOCKSTEP_ATT_DEFER=1) against the attention's own merge, on the random 8B (the fused MLP's
+# shape): within the cluster merge's reach the same bits (every step's top logits, the eager
+# steps that take them to the host), the greedy graph's tokens the same; past it (a 4096 cache at
+# 600-700 positions, where the attention merges through the workspace and rounds otherwise) the
+# same tokens, the logits within 1e-3
+stage_defer() {
+    local ok=0 m
+    m=(--gpu --dummy llama-3.1-8b --prompt-ids "$(seq -s, 11 138)" -n 8 --top-logits 128256 --top-logit-steps 8 --max-context 512)
+    gen_json 1 "$OUT/defer-0.json" "${m[@]}" &&
+        (export LOCKSTEP_ATT_DEFER=1; gen_json 1 "$OUT/defer-1.json" -x LOCKSTEP_ATT_DEFER "${m[@]}") &&
+        python3 - "$OUT/defer-0.json" "$OUT/defer-1.json" <<'PY' || ok=1
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+same = a["ids"] == b["ids"] and a["top_logits"] == b["top_logits"]
+n = sum(len(s["logits"]) for s in a["top_logits"])
+print(f"random 8B, deferred merge against the attention's: {n} logits over {len(a['top_logits'])} steps "
+      f"{'bitwise equal' if same else 'DIFFER'}")
+sys.exit(0 if same else 1)
+PY
+    m=(--gpu --dummy llama-3.1-8b --prompt-ids "$(seq -s, 11 210)" -n 64 --max-context 512)
+    gen_json 1 "$OUT/defer-g0.json" "${m[@]}" &&
+        (export LOCKSTEP_ATT_DEFER=1; gen_json 1 "$OUT/defer-g1.json" -x LOCKSTEP_ATT_DEFER "${m[@]}") &&
+        echo "greedy graph, 64 tokens after 200: $(ids_of "$OUT/defer-g0.json")" &&
+        echo "                          deferred: $(ids_of "$OUT/defer-g1.json")" &&
+        [ "$(ids_of "$OUT/defer-g0.json")" = "$(ids_of "$OUT/defer-g1.json")" ] || ok=1
+    m=(--gpu --dummy llama-3.1-8b --prompt-ids "$(seq -s, 11 610)" -n 8 --top-logits 128256 --top-logit-steps 8 --max-context 4096)
+    gen_json 1 "$OUT/defer-l0.json" "${m[@]}" &&
+        (export LOCKSTEP_ATT_DEFER=1; gen_json 1 "$OUT/defer-l1.json" -x LOCKSTEP_ATT_DEFER "${m[@]}") &&
+        echo -n "random 8B after 600 of a 4096 cache, deferred against the workspace merge: " &&
+        mlp_steps "$OUT/defer-l1.json" "$OUT/defer-l0.json" 1e-3 || ok=1
     return $ok
 }
 

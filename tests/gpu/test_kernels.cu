@@ -1645,6 +1645,92 @@ static void test_wgmma_layouts(void)
 // the decode tests with the cluster merge (contexts of up to 8 chunks) and without it (every
 // split through the workspace); prefill once
 static void tests_decode(void);
+// The decode attention left as its split's partials (ls_attention_decode_partials) and merged by
+// the o GEMV as it loads them (ls_gemv_residual_copy_att), against the attention with its own
+// merge then ls_gemv_residual_copy: y bitwise the same where the attention's cluster merge
+// applies (the same arithmetic in the same order), within the GEMV's tolerance of the host's
+// y += Wo . attention everywhere (the workspace merge past the cluster's reach rounds
+// otherwise); y2 bitwise y; y's pending sum taken in (pend) and zeroed. The workspace poisoned
+// but for its counters: only the chunks this launch writes may be read.
+static void test_att_out(const char *label, int hq, int hkv, int hd, int n, int max_ctx, bool pend)
+{
+    const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx), k = hq * hd, dim = k;
+    char name[224];
+    snprintf(name, sizeof name,
+             "attention partials merged by the o GEMV %s ctx=%d of %d nsplit=%d%s", label, n,
+             max_ctx, nsplit, pend ? " pending sum" : "");
+    std::vector<uint16_t> kc, vc, Wb;
+    std::vector<float> q, att, Wf;
+    make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, att);
+    rand_bf16((size_t)dim * k, Wb, Wf);
+    const std::vector<float> y0 = randv(dim, 2.0f),
+                             p = randv(LS_GEMV_PEND_ROWS * (size_t)dim, 0.5f);
+    const std::vector<float> yin = pend ? pend_taken(y0, p) : y0;
+    std::vector<float> host(dim);
+    for (int r = 0; r < dim; r++) {
+        double a = 0.0;
+        for (int c = 0; c < k; c++) a += (double)Wf[(size_t)r * k + c] * att[c];
+        host[r] = (float)(yin[r] + a);
+    }
+    dev<uint16_t> dkc(kc.size()), dvc(vc.size()), dW((size_t)dim * k);
+    dev<float> dq(q.size()), dout(q.size()), dy(dim), dy2(dim), dp(LS_GEMV_PEND_ROWS * (size_t)dim);
+    const size_t wsb = ls_attention_decode_workspace(hq, hd, nsplit);
+    const size_t cnt_bytes = ((size_t)hq * sizeof(int) + 15) & ~(size_t)15;
+    dev<float> dws(wsb / sizeof(float) + 1);
+    dev<int> dpos(1);
+    const int pp = n - 1;
+    dkc.up(kc);
+    dvc.up(vc);
+    dq.up(q);
+    dW.up(Wb);
+    dpos.up(&pp);
+    dws.poison();
+    CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
+    // the reference: the attention's own merge, then the plain input
+    dout.poison();
+    ls_attention_decode(dout.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv, hd, max_ctx, nsplit, 0, 1,
+                        dws.p, nullptr);
+    dy.up(y0);
+    dp.up(p);
+    const int took_ref =
+        ls_gemv_residual_copy(dy.p, dy2.p, dp.p, pend, dW.p, dout.p, dim, k, nullptr);
+    CHECK_CUDA(cudaGetLastError());
+    const std::vector<float> want = dy.down();
+    // the partials, merged by the o GEMV
+    dws.poison();
+    CHECK_CUDA(cudaMemset((char *)dws.p + wsb - cnt_bytes, 0, cnt_bytes));
+    dy.up(y0);
+    dy2.poison();
+    dp.up(p);
+    const int launched = ls_attention_decode_partials(dws.p, dq.p, dkc.p, dvc.p, dpos.p, hq, hkv,
+                                                      hd, max_ctx, nsplit, nullptr);
+    const int took = launched && ls_gemv_residual_copy_att(
+                                     dy.p, dy2.p, dp.p, pend, dW.p, dws.p, dpos.p, hq, hd, nsplit,
+                                     ls_attention_min_chunk(), max_ctx, dim, nullptr);
+    CHECK_CUDA(cudaGetLastError());
+    report(took_ref && launched && took, "%s: taken", name);
+    if (!(took_ref && launched && took)) return;
+    const std::vector<float> y = dy.down(), y2 = dy2.down(), pa = dp.down();
+    check(name, compare(y.data(), host.data(), dim), TOL_GEMV, TOL_GEMV);
+    if (n <= ls_attention_cluster_reach(hq, hkv, max_ctx))
+        report(memcmp(y.data(), want.data(), dim * sizeof(float)) == 0,
+               "%s: y bitwise the cluster merge's", name);
+    report(memcmp(y2.data(), y.data(), dim * sizeof(float)) == 0, "%s: the copy bitwise y", name);
+    report(std::all_of(pa.begin(), pa.end(), [](float v) { return v == 0.0f; }),
+           "%s: the pending sum zeroed", name);
+}
+
+static void tests_att_out(void)
+{
+    // the bench's cache (401) at its contexts, and a 4096 cache's split up to the cluster's
+    // reach (512) and past it (900: 15 chunks); a context of one position (one live chunk)
+    for (int n : {1, 64, 65, 129, 256, 384, 401})
+        test_att_out("llama8b", 32, 8, 128, n, 401, n == 256);
+    for (int n : {200, 512, 900}) test_att_out("llama8b", 32, 8, 128, n, 4096, n == 512);
+    // SmolLM2's 9 q heads of 64 (a partial column of inputs) and a group of 3
+    for (int n : {1, 130, 300}) test_att_out("smollm2", 9, 3, 64, n, 512, n == 130);
+}
+
 static void tests_attention(void)
 {
     tests_decode();
@@ -2928,6 +3014,7 @@ int main(int argc, char **argv)
            prop.l2CacheSize >> 20, prop.totalGlobalMem / 1e9, g_quick ? " (quick)" : "");
     if (tests) {
         tests_gemv();
+        tests_att_out(); // the o GEMV's attention input: with the GEMVs
         if (!gemv_only) {
             tests_gemm();
             // 10000: past the 8192 elements a block keeps in registers (norm.cu)
