@@ -26,6 +26,11 @@
 // loop that merges the warps: with those stores in the loop the workspace merge shares, that
 // path ran 0.5 to 1 us slower (code generation).
 //
+// ls_attention_decode_partials launches the split without clusters and stops there: each live
+// chunk writes its partial to the workspace and leaves (no counter, no merge), and the o GEMV
+// merges the chunks as it loads its input (att_split.cuh, ls_gemv_residual_copy_att), so the
+// merge leaves the attention's chain (LOCKSTEP_ATT_DEFER in the engine).
+//
 // The chunk length is computed on the device from the context length, never below
 // min_chunk positions (ATT_MIN_CHUNK, or LOCKSTEP_ATT_CHUNK); chunks past the end of the context
 // are not counted, and exit at once (see the kernel on the PDL wait).
