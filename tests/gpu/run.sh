@@ -1015,6 +1015,18 @@ stage_allreduce() {
 # step's logits (8 of them: the fused path is the one-position step's) against the CPU path's on
 # the tiny models and the SmolLM2 shape (TOL_BF16), and against the unfused GPU path's on the
 # random 8B (the same bf16 weights: within 1e-2); the greedy tokens are reported
+# two runs' tokens and every step's top logits the same bits
+same_steps() { # A.json B.json LABEL
+    python3 - "$@" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+same = a["ids"] == b["ids"] and a["top_logits"] == b["top_logits"]
+n = sum(len(s["logits"]) for s in a["top_logits"])
+print(f"{sys.argv[3]}: {n} logits over {len(a['top_logits'])} steps "
+      f"{'bitwise equal' if same else 'DIFFER'}")
+sys.exit(0 if same else 1)
+PY
+}
 mlp_steps() { # A.json B.json TOL
     python3 - "$@" <<'PY'
 import json, math, sys
@@ -1058,15 +1070,7 @@ stage_mlp() {
         echo -n "random 8B fused vs unfused GPU: " && mlp_steps "$OUT/mlp-8b-fused.json" "$OUT/mlp-8b-plain.json" 1e-2 || ok=1
     # the same bits in every run: the pending sum's partials are exact in any order
     gen_json 1 "$OUT/mlp-8b-fused2.json" -x LOCKSTEP_MLP_FUSED --gpu "${m[@]}" &&
-        python3 - "$OUT/mlp-8b-fused.json" "$OUT/mlp-8b-fused2.json" <<'PY' || ok=1
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
-same = a["ids"] == b["ids"] and a["top_logits"] == b["top_logits"]
-n = sum(len(s["logits"]) for s in a["top_logits"])
-print(f"random 8B fused, two runs: {n} logits over {len(a['top_logits'])} steps "
-      f"{'bitwise equal' if same else 'DIFFER'}")
-sys.exit(0 if same else 1)
-PY
+        same_steps "$OUT/mlp-8b-fused.json" "$OUT/mlp-8b-fused2.json" "random 8B fused, two runs" || ok=1
     # the greedy graph's tokens, fused and not (random weights: near ties may split them)
     gen_json 1 "$OUT/mlp-g1.json" -x LOCKSTEP_MLP_FUSED --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 32 &&
         (export LOCKSTEP_MLP_FUSED=0; gen_json 1 "$OUT/mlp-g0.json" -x LOCKSTEP_MLP_FUSED --gpu --dummy smollm2-135m --prompt-ids "$(seq -s, 11 47)" -n 32) &&
@@ -1086,15 +1090,7 @@ stage_defer() {
     m=(--gpu --dummy llama-3.1-8b --prompt-ids "$(seq -s, 11 138)" -n 8 --top-logits 128256 --top-logit-steps 8 --max-context 512)
     gen_json 1 "$OUT/defer-0.json" "${m[@]}" &&
         (export LOCKSTEP_ATT_DEFER=1; gen_json 1 "$OUT/defer-1.json" -x LOCKSTEP_ATT_DEFER "${m[@]}") &&
-        python3 - "$OUT/defer-0.json" "$OUT/defer-1.json" <<'PY' || ok=1
-import json, sys
-a, b = (json.load(open(f)) for f in sys.argv[1:3])
-same = a["ids"] == b["ids"] and a["top_logits"] == b["top_logits"]
-n = sum(len(s["logits"]) for s in a["top_logits"])
-print(f"random 8B, deferred merge against the attention's: {n} logits over {len(a['top_logits'])} steps "
-      f"{'bitwise equal' if same else 'DIFFER'}")
-sys.exit(0 if same else 1)
-PY
+        same_steps "$OUT/defer-0.json" "$OUT/defer-1.json" "random 8B, deferred merge against the attention's" || ok=1
     m=(--gpu --dummy llama-3.1-8b --prompt-ids "$(seq -s, 11 210)" -n 64 --max-context 512)
     gen_json 1 "$OUT/defer-g0.json" "${m[@]}" &&
         (export LOCKSTEP_ATT_DEFER=1; gen_json 1 "$OUT/defer-g1.json" -x LOCKSTEP_ATT_DEFER "${m[@]}") &&
