@@ -1290,6 +1290,23 @@ extern "C" int ls_gemv_mlp_takes(const uint16_t *Wgu, const uint16_t *DT, const 
     return mlp_takes(at, Wgu, DT, x, pend, norm_w, f, k);
 }
 
+// the o GEMV's form: y += W . x, each y also in y2, y's pending sum taken in (in: plain, or the
+// attention's partials att)
+static int residual_copy_launch(float *y, float *y2, float *pend, int pend_live, const uint16_t *W,
+                                const float *x, int n, int k, int in, const att_split &att,
+                                void *stream)
+{
+    xreg_at at;
+    if (!xreg_ready(at, W, x, nullptr, k)) return 0;
+    gemv_fd fd = {};
+    fd.y2 = y2;
+    fd.pend = pend;
+    fd.pend_live = pend_live;
+    fd.att = att;
+    return xreg_launch(y, W, x, nullptr, n, k, in, 1, nullptr, 0.0f, at.di, at.smem_max,
+                       (cudaStream_t)stream, {}, fd);
+}
+
 extern "C" int ls_gemv_residual_copy_att(float *y, float *y2, float *pend, int pend_live,
                                          const uint16_t *W, const float *ws, const int *pos, int hq,
                                          int hd, int nsplit, int min_chunk, int max_ctx, int n,
@@ -1298,15 +1315,8 @@ extern "C" int ls_gemv_residual_copy_att(float *y, float *y2, float *pend, int p
     const int k = hq * hd;
     if (n < 1 || hq < 1 || hd < 8 || hd % 8 || nsplit < 2 || min_chunk < 1 || max_ctx < 1 || !pos)
         return 0;
-    xreg_at at;
-    if (!xreg_ready(at, W, ws, nullptr, k)) return 0;
-    gemv_fd fd = {};
-    fd.y2 = y2;
-    fd.pend = pend;
-    fd.pend_live = pend_live;
-    fd.att = {ws, pos, hq, hd, nsplit, min_chunk, max_ctx};
-    return xreg_launch(y, W, ws, nullptr, n, k, GEMV_IN_ATT, 1, nullptr, 0.0f, at.di, at.smem_max,
-                       (cudaStream_t)stream, {}, fd);
+    return residual_copy_launch(y, y2, pend, pend_live, W, ws, n, k, GEMV_IN_ATT,
+                                {ws, pos, hq, hd, nsplit, min_chunk, max_ctx}, stream);
 }
 
 extern "C" int ls_gemv_residual_copy_takes(const uint16_t *W, const float *x, int n, int k)
@@ -1321,14 +1331,7 @@ extern "C" int ls_gemv_residual_copy(float *y, float *y2, float *pend, int pend_
                                      const uint16_t *W, const float *x, int n, int k, void *stream)
 {
     if (n < 1 || k < 1) ls_die(__FILE__, __LINE__, "ls_gemv_residual_copy", "expected n, k >= 1");
-    xreg_at at;
-    if (!xreg_ready(at, W, x, nullptr, k)) return 0;
-    gemv_fd fd = {};
-    fd.y2 = y2;
-    fd.pend = pend;
-    fd.pend_live = pend_live;
-    return xreg_launch(y, W, x, nullptr, n, k, GEMV_IN_PLAIN, 1, nullptr, 0.0f, at.di, at.smem_max,
-                       (cudaStream_t)stream, {}, fd);
+    return residual_copy_launch(y, y2, pend, pend_live, W, x, n, k, GEMV_IN_PLAIN, {}, stream);
 }
 
 extern "C" int ls_gemv_set_mlp_inflight(int n)
