@@ -152,6 +152,10 @@ enum { GEMV_IN_SWIGLU_FAST = 3 };
 // the decode attention's split partials (fd.att; ls_gemv_residual_copy_att): each input merged
 // from the live chunks' partials as it is loaded
 enum { GEMV_IN_ATT = 4 };
+// the same, each column's merge shared by the G warps that read it (each merges its share of the
+// column's lanes into shared memory, one barrier, then every warp loads the column from there):
+// the partials' L2 reads a block divided by G (LOCKSTEP_ATT_DEFER=2)
+enum { GEMV_IN_ATT_SHARED = 5 };
 
 template <int NT, int MINB, int U, int T, int IN, bool ACC>
 static __global__ void __launch_bounds__(NT, MINB)
@@ -464,7 +468,9 @@ static __global__ void __launch_bounds__(NT, 1)
     static_assert(!AM || (!ACC && !RP && !SO), "the argmax follows a plain y =");
     constexpr int NW = NT / 32;
     constexpr bool FAST = IN == GEMV_IN_SWIGLU_FAST, SWIGLU = FAST || IN == GEMV_IN_SWIGLU,
-                   NORM = IN == GEMV_IN_NORM, ATT = IN == GEMV_IN_ATT;
+                   NORM = IN == GEMV_IN_NORM, ATTS = IN == GEMV_IN_ATT_SHARED,
+                   ATT = ATTS || IN == GEMV_IN_ATT;
+    static_assert(!ATTS || CM == 1, "the shared merge: one column a warp");
     // [rows][ps], ps = slots | 1: an odd stride, so the epilogue's lanes (a row each) read
     // distinct banks (an even one put 16 or 32 lanes on one bank)
     extern __shared__ float psum[];
@@ -537,6 +543,18 @@ static __global__ void __launch_bounds__(NT, 1)
     }
 
     float ss = 0.0f; // NORM: this lane's share of the sum of squares
+    // ATTS: the merged inputs in shared memory after the row sums' (16-byte aligned); the lanes
+    // of a column are shared out among its G warps, lane l to warp l * G / 32
+    float4 *xs = reinterpret_cast<float4 *>(psum + ((rows * ps + 3) & ~3));
+    if constexpr (ATTS) {
+        if (q[0] >= 0 && (lane * G) >> 5 == g) {
+            float4 a, b;
+            att_split_merge8(fd.att, 8 * q[0], a, b);
+            xs[2 * q[0]] = a;
+            xs[2 * q[0] + 1] = b;
+        }
+        __syncthreads();
+    }
     // the x of this lane's chunks: 8 consecutive inputs each
     float4 xa[CM], xb[CM];
 #pragma unroll
@@ -544,7 +562,10 @@ static __global__ void __launch_bounds__(NT, 1)
         xa[j] = xb[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (q[j] < 0) continue;
         const float4 *x4 = reinterpret_cast<const float4 *>(x);
-        if (ATT) {
+        if (ATTS) {
+            xa[j] = xs[2 * q[j]];
+            xb[j] = xs[2 * q[j] + 1];
+        } else if (ATT) {
             att_split_merge8(fd.att, 8 * q[j], xa[j], xb[j]);
         } else if (SWIGLU) {
             const float4 g0 = x4[2 * q[j]], g1 = x4[2 * q[j] + 1];
@@ -1064,16 +1085,21 @@ static bool xreg_launch(float *y, const uint16_t *W, const float *x, const float
     if (acc == 2 && rows / 2 > GEMV_ROPE_PAIRS) return false;
     // odd stride: no bank conflicts; FD: then h and the row sets' sums (from a 16-byte boundary)
     const size_t smem = ((size_t)rows * (slots | 1) +
-                         (acc == 4 ? (size_t)rows / 2 + 3 + (size_t)(nt / (k / 8) - 1) * k : 0)) *
+                         (acc == 4 ? (size_t)rows / 2 + 3 + (size_t)(nt / (k / 8) - 1) * k : 0) +
+                         (in == GEMV_IN_ATT_SHARED ? 3 + (size_t)k : 0)) *
                         sizeof(float);
     if (smem > smem_max) return false;
     if (check) return true;
     // the two-batch form for one column per warp only (with two it spills)
     // the attention's partials: the o GEMV's form only (one column a warp, y += with its copy)
-    if (in == GEMV_IN_ATT && (nt != 1024 || cm != 1 || g_xreg != 3 || acc != 1)) return false;
+    if ((in == GEMV_IN_ATT || in == GEMV_IN_ATT_SHARED) &&
+        (nt != 1024 || cm != 1 || g_xreg != 3 || acc != 1))
+        return false;
     xreg_fn fn = in == GEMV_IN_ATT ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_ATT, true, true, false>
-                 : acc == 4        ? xreg_fd_fn(in)
-                 : acc == 5        ? xreg_am_fn(in)
+                 : in == GEMV_IN_ATT_SHARED
+                     ? gemv_xreg_kernel<1024, 4, 1, GEMV_IN_ATT_SHARED, true, true, false>
+                 : acc == 4   ? xreg_fd_fn(in)
+                 : acc == 5   ? xreg_am_fn(in)
                  : nt == 1024 ? (cm == 1 ? (g_xreg == 3 ? xreg_table<1024, 4, 1, true>().f[in][acc]
                                                         : xreg_table<1024, 4, 1>().f[in][acc])
                                          : xreg_table<1024, 4, 2>().f[in][acc])
@@ -1310,12 +1336,13 @@ static int residual_copy_launch(float *y, float *y2, float *pend, int pend_live,
 extern "C" int ls_gemv_residual_copy_att(float *y, float *y2, float *pend, int pend_live,
                                          const uint16_t *W, const float *ws, const int *pos, int hq,
                                          int hd, int nsplit, int min_chunk, int max_ctx, int n,
-                                         void *stream)
+                                         int shared, void *stream)
 {
     const int k = hq * hd;
     if (n < 1 || hq < 1 || hd < 8 || hd % 8 || nsplit < 2 || min_chunk < 1 || max_ctx < 1 || !pos)
         return 0;
-    return residual_copy_launch(y, y2, pend, pend_live, W, ws, n, k, GEMV_IN_ATT,
+    return residual_copy_launch(y, y2, pend, pend_live, W, ws, n, k,
+                                shared ? (int)GEMV_IN_ATT_SHARED : (int)GEMV_IN_ATT,
                                 {ws, pos, hq, hd, nsplit, min_chunk, max_ctx}, stream);
 }
 

@@ -123,11 +123,12 @@ int ls_gemv_residual_copy_takes(const uint16_t *W, const float *x, int n, int k)
 /* The same, with x the decode attention's output left as its split's partials in the workspace
  * ws (ls_attention_decode_partials with hq q heads of hd, nsplit chunks of at least min_chunk
  * positions, a cache of max_ctx, the position pos read on the device): each input merged from
- * the live chunks as the kernel loads it, bitwise the attention's own cluster merge. Returns 0,
+ * the live chunks as the kernel loads it, bitwise the attention's own cluster merge (shared: the
+ * warps that read a column share its merge through shared memory, the same bits). Returns 0,
  * launching nothing, where the kernel does not take the shape (k = hq * hd). */
 int ls_gemv_residual_copy_att(float *y, float *y2, float *pend, int pend_live, const uint16_t *W,
                               const float *ws, const int *pos, int hq, int hd, int nsplit,
-                              int min_chunk, int max_ctx, int n, void *stream);
+                              int min_chunk, int max_ctx, int n, int shared, void *stream);
 
 /* The launch shapes of the one-position kernel (threads / blocks per SM / loads in flight):
  * how many there are, and which one serves matrices below 96 MB, up to 512 MB, and above

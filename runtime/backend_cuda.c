@@ -465,13 +465,13 @@ static int cu_attn_out_mlp_takes(const float *x, const float *xin, const float *
  * would merge them itself: the cluster merge's barrier round leaves the attention's chain
  * (LOCKSTEP_LAB_ATT_NOMERGE measured it: the attention 4.58 -> 3.11 us a layer, the step 3.710
  * -> 3.665 ms a token on the 8B, BENCHMARKS.md, fifty-second session). The same bits either
- * way. */
+ * way. 2: the same with each column's merge shared by the o GEMV's warps that read it. */
 static int att_defer_on(void)
 {
     static int on = -2;
     if (on == -2) {
         const char *v = getenv("LOCKSTEP_ATT_DEFER");
-        on = v && !strcmp(v, "1");
+        on = v && (!strcmp(v, "1") || !strcmp(v, "2")) ? v[0] - '0' : 0;
     }
     return on;
 }
@@ -511,10 +511,10 @@ static int cu_attn_out_mlp(float *x, float *xin, float *pend, int pend_live, con
          * by the attention run again in full */
         const int hq = cu.att_defer.hq, hd = cu.att_defer.hd;
         cu.att_defer.out = NULL;
-        if (qd == hq * hd &&
-            ls_gemv_residual_copy_att(x, xin, pend, pend_live, Wo, cu.attn_ws, cu.att_defer.pos, hq,
-                                      hd, cu.att_defer.nsplit, ls_attention_min_chunk(),
-                                      cu.att_defer.max_ctx, dim, stream_get())) {
+        if (qd == hq * hd && ls_gemv_residual_copy_att(
+                                 x, xin, pend, pend_live, Wo, cu.attn_ws, cu.att_defer.pos, hq, hd,
+                                 cu.att_defer.nsplit, ls_attention_min_chunk(),
+                                 cu.att_defer.max_ctx, dim, att_defer_on() == 2, stream_get())) {
             if (!ls_gemv_mlp(pend, xin, Wgu, downT, nw, eps, f, dim, stream_get()))
                 ls_die(__FILE__, __LINE__, "ls_gemv_mlp", "a shape it had taken was refused");
             return 1;

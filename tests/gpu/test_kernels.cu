@@ -1652,13 +1652,14 @@ static void tests_decode(void);
 // y += Wo . attention everywhere (the workspace merge past the cluster's reach rounds
 // otherwise); y2 bitwise y; y's pending sum taken in (pend) and zeroed. The workspace poisoned
 // but for its counters: only the chunks this launch writes may be read.
-static void test_att_out(const char *label, int hq, int hkv, int hd, int n, int max_ctx, bool pend)
+static void test_att_out(const char *label, int hq, int hkv, int hd, int n, int max_ctx, bool pend,
+                         int shared)
 {
     const int nsplit = ls_attention_decode_splits(hq, hkv, max_ctx), k = hq * hd, dim = k;
     char name[224];
-    snprintf(name, sizeof name,
-             "attention partials merged by the o GEMV %s ctx=%d of %d nsplit=%d%s", label, n,
-             max_ctx, nsplit, pend ? " pending sum" : "");
+    snprintf(
+        name, sizeof name, "attention partials merged by the o GEMV%s %s ctx=%d of %d nsplit=%d%s",
+        shared ? " (shared merge)" : "", label, n, max_ctx, nsplit, pend ? " pending sum" : "");
     std::vector<uint16_t> kc, vc, Wb;
     std::vector<float> q, att, Wf;
     make_decode(hq, hkv, hd, n, max_ctx, kc, vc, q, att);
@@ -1706,7 +1707,7 @@ static void test_att_out(const char *label, int hq, int hkv, int hd, int n, int 
                                                       hd, max_ctx, nsplit, nullptr);
     const int took = launched && ls_gemv_residual_copy_att(
                                      dy.p, dy2.p, dp.p, pend, dW.p, dws.p, dpos.p, hq, hd, nsplit,
-                                     ls_attention_min_chunk(), max_ctx, dim, nullptr);
+                                     ls_attention_min_chunk(), max_ctx, dim, shared, nullptr);
     CHECK_CUDA(cudaGetLastError());
     report(took_ref && launched && took, "%s: taken", name);
     if (!(took_ref && launched && took)) return;
@@ -1724,11 +1725,16 @@ static void tests_att_out(void)
 {
     // the bench's cache (401) at its contexts, and a 4096 cache's split up to the cluster's
     // reach (512) and past it (900: 15 chunks); a context of one position (one live chunk)
-    for (int n : {1, 64, 65, 129, 256, 384, 401})
-        test_att_out("llama8b", 32, 8, 128, n, 401, n == 256);
-    for (int n : {200, 512, 900}) test_att_out("llama8b", 32, 8, 128, n, 4096, n == 512);
-    // SmolLM2's 9 q heads of 64 (a partial column of inputs) and a group of 3
-    for (int n : {1, 130, 300}) test_att_out("smollm2", 9, 3, 64, n, 512, n == 130);
+    // in both forms (the warps of a column merging it each, or sharing it)
+    for (int shared : {0, 1}) {
+        for (int n : {1, 64, 65, 129, 256, 384, 401})
+            test_att_out("llama8b", 32, 8, 128, n, 401, n == 256, shared);
+        for (int n : {200, 512, 900})
+            test_att_out("llama8b", 32, 8, 128, n, 4096, n == 512, shared);
+        // SmolLM2's 9 q heads of 64 (a partial column of inputs, ten warps a column) and a
+        // group of 3
+        for (int n : {1, 130, 300}) test_att_out("smollm2", 9, 3, 64, n, 512, n == 130, shared);
+    }
 }
 
 static void tests_attention(void)
