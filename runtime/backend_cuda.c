@@ -460,12 +460,14 @@ static int cu_attn_out_mlp_takes(const float *x, const float *xin, const float *
            ls_gemv_mlp_takes(Wgu, downT, xin, pend, nw, f, dim);
 }
 
-/* LOCKSTEP_ATT_DEFER=0|1: the decode attention before the fused MLP's o GEMV leaves its split's
- * partials for that GEMV to merge as it loads them (kernels/att_split.cuh), where the attention
- * would merge them itself: the cluster merge's barrier round leaves the attention's chain
- * (LOCKSTEP_LAB_ATT_NOMERGE measured it: the attention 4.58 -> 3.11 us a layer, the step 3.710
- * -> 3.665 ms a token on the 8B, BENCHMARKS.md, fifty-second session). The same bits either
- * way. 2: the same with each column's merge shared by the o GEMV's warps that read it. */
+/* LOCKSTEP_ATT_DEFER=0|1|2 (an experiment, off by default): 1, the decode attention before the
+ * fused MLP's o GEMV leaves its split's partials for that GEMV to merge as it loads them
+ * (kernels/att_split.cuh), where the attention would merge them itself, so the cluster merge's
+ * barrier round leaves the attention's chain (a lab that left the merge out, 6c6cc4a, measured
+ * it: the attention 4.58 -> 3.11 us a layer, the step 3.710 -> 3.665 ms a token on the 8B,
+ * BENCHMARKS.md, fifty-second session); 2, the same with each column's merge shared by the o
+ * GEMV's warps that read it. The same bits as the attention's own merge where its clusters
+ * apply. */
 static int att_defer_on(void)
 {
     static int on = -2;
